@@ -1,0 +1,223 @@
+//! ECDSA P-256 with SHA-256, as Fabric uses it: DER-encoded signatures whose
+//! S value is in the lower half of the group order.
+//!
+//! ECDSA signatures are malleable: if (r, s) verifies, so does (r, n − s).
+//! Fabric closes that hole by accepting only the low-S form, so a
+//! transaction's bytes (and its hash) cannot be altered by a third party
+//! without invalidating it. Verification here rejects high-S signatures
+//! before doing any curve arithmetic, and [`normalize_low_s`] rewrites a
+//! signature into low-S form for signers.
+
+use ring::signature::{ECDSA_P256_SHA256_ASN1, UnparsedPublicKey};
+
+use crate::SignatureError;
+
+/// The order n of the P-256 group, big-endian.
+const P256_ORDER: [u8; 32] = [
+    0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+    0xbc, 0xe6, 0xfa, 0xad, 0xa7, 0x17, 0x9e, 0x84, 0xf3, 0xb9, 0xca, 0xc2, 0xfc, 0x63, 0x25, 0x51,
+];
+
+/// ⌊n / 2⌋ for P-256: the largest S value Fabric accepts.
+const P256_HALF_ORDER: [u8; 32] = [
+    0x7f, 0xff, 0xff, 0xff, 0x80, 0x00, 0x00, 0x00, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+    0xde, 0x73, 0x7d, 0x56, 0xd3, 0x8b, 0xcf, 0x42, 0x79, 0xdc, 0xe5, 0x61, 0x7e, 0x31, 0x92, 0xa8,
+];
+
+/// Verifies a DER ECDSA P-256/SHA-256 signature over `message` with an
+/// uncompressed SEC1 public key point. High-S signatures are rejected.
+pub fn verify(
+    public_key_point: &[u8],
+    message: &[u8],
+    signature: &[u8],
+) -> Result<(), SignatureError> {
+    let (_, s) = parse_der_signature(signature).ok_or(SignatureError::Malformed)?;
+    if !is_low_s(s) {
+        return Err(SignatureError::HighS);
+    }
+    UnparsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, public_key_point)
+        .verify(message, signature)
+        .map_err(|_| SignatureError::Invalid)
+}
+
+/// Rewrites a DER ECDSA P-256 signature so that S is in the lower half of the
+/// group order. A signature already in low-S form is returned unchanged.
+pub fn normalize_low_s(signature: &[u8]) -> Result<Vec<u8>, SignatureError> {
+    let (r, s) = parse_der_signature(signature).ok_or(SignatureError::Malformed)?;
+    if is_low_s(s) {
+        return Ok(signature.to_vec());
+    }
+    let s_low = sub_from_order(s).ok_or(SignatureError::Malformed)?;
+    Ok(encode_der_signature(r, &s_low))
+}
+
+/// Whether the S value of a DER signature is in low-S form.
+pub fn has_low_s(signature: &[u8]) -> Result<bool, SignatureError> {
+    let (_, s) = parse_der_signature(signature).ok_or(SignatureError::Malformed)?;
+    Ok(is_low_s(s))
+}
+
+/// Splits `SEQUENCE { INTEGER r, INTEGER s }` into the magnitudes of r and s
+/// (big-endian, without sign padding). Only the strict DER form is accepted.
+fn parse_der_signature(der: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (tag, body, rest) = read_tlv(der)?;
+    if tag != 0x30 || !rest.is_empty() {
+        return None;
+    }
+    let (r, body) = read_positive_integer(body)?;
+    let (s, body) = read_positive_integer(body)?;
+    body.is_empty().then_some((r, s))
+}
+
+fn read_positive_integer(input: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (tag, value, rest) = read_tlv(input)?;
+    if tag != 0x02 || value.is_empty() || value[0] & 0x80 != 0 {
+        return None;
+    }
+    // DER forbids a leading zero unless the next byte would read as negative.
+    let magnitude = if value[0] == 0 {
+        if value.len() == 1 {
+            return None;
+        }
+        if value[1] & 0x80 == 0 {
+            return None;
+        }
+        &value[1..]
+    } else {
+        value
+    };
+    (magnitude.len() <= 32).then_some((magnitude, rest))
+}
+
+/// Reads one DER tag-length-value with a short or one/two-byte long length.
+fn read_tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = input.split_first()?;
+    let (&first_len, rest) = rest.split_first()?;
+    let (len, rest) = match first_len {
+        0..=0x7f => (usize::from(first_len), rest),
+        0x81 => {
+            let (&len, rest) = rest.split_first()?;
+            (usize::from(len), rest)
+        }
+        0x82 => {
+            let (bytes, rest) = rest.split_at_checked(2)?;
+            (usize::from(u16::from_be_bytes([bytes[0], bytes[1]])), rest)
+        }
+        _ => return None,
+    };
+    let (value, rest) = rest.split_at_checked(len)?;
+    Some((tag, value, rest))
+}
+
+fn is_low_s(s: &[u8]) -> bool {
+    compare_magnitudes(s, &P256_HALF_ORDER) != std::cmp::Ordering::Greater
+}
+
+fn compare_magnitudes(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    let a = strip_leading_zeros(a);
+    let b = strip_leading_zeros(b);
+    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
+}
+
+fn strip_leading_zeros(bytes: &[u8]) -> &[u8] {
+    let first = bytes.iter().position(|&b| b != 0).unwrap_or(bytes.len());
+    &bytes[first..]
+}
+
+/// n − s for 0 < s < n, as a 32-byte big-endian value.
+fn sub_from_order(s: &[u8]) -> Option<[u8; 32]> {
+    if s.len() > 32 || compare_magnitudes(s, &P256_ORDER) != std::cmp::Ordering::Less {
+        return None;
+    }
+    let mut padded = [0u8; 32];
+    padded[32 - s.len()..].copy_from_slice(s);
+    let mut out = [0u8; 32];
+    let mut borrow = 0i16;
+    for i in (0..32).rev() {
+        let mut digit = i16::from(P256_ORDER[i]) - i16::from(padded[i]) - borrow;
+        borrow = i16::from(digit < 0);
+        if digit < 0 {
+            digit += 256;
+        }
+        out[i] = u8::try_from(digit).ok()?;
+    }
+    Some(out)
+}
+
+fn encode_der_signature(r: &[u8], s: &[u8]) -> Vec<u8> {
+    let r = encode_der_integer(r);
+    let s = encode_der_integer(s);
+    let mut out = Vec::with_capacity(2 + r.len() + s.len());
+    out.push(0x30);
+    // Two integers of at most 33 bytes each: the length always fits one byte.
+    out.push(u8::try_from(r.len() + s.len()).unwrap_or(u8::MAX));
+    out.extend_from_slice(&r);
+    out.extend_from_slice(&s);
+    out
+}
+
+fn encode_der_integer(magnitude: &[u8]) -> Vec<u8> {
+    let magnitude = strip_leading_zeros(magnitude);
+    let needs_pad = magnitude.first().is_none_or(|&b| b & 0x80 != 0);
+    let len = magnitude.len() + usize::from(needs_pad);
+    let mut out = Vec::with_capacity(2 + len);
+    out.push(0x02);
+    out.push(u8::try_from(len).unwrap_or(u8::MAX));
+    if needs_pad {
+        out.push(0);
+    }
+    out.extend_from_slice(magnitude);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_order_is_half_of_order() {
+        // n is odd, so 2 * half + 1 == n.
+        let mut doubled = [0u8; 32];
+        let mut carry = 1u16;
+        for i in (0..32).rev() {
+            let v = u16::from(P256_HALF_ORDER[i]) * 2 + carry;
+            doubled[i] = (v & 0xff) as u8;
+            carry = v >> 8;
+        }
+        assert_eq!(carry, 0);
+        assert_eq!(doubled, P256_ORDER);
+    }
+
+    #[test]
+    fn high_s_is_flipped_and_low_s_is_kept() {
+        let r = [0x11u8; 32];
+        let high_s = sub_from_order(&[0x05]).unwrap();
+        let signature = encode_der_signature(&r, &high_s);
+        assert_eq!(has_low_s(&signature), Ok(false));
+        let normalized = normalize_low_s(&signature).unwrap();
+        assert_eq!(
+            parse_der_signature(&normalized).unwrap(),
+            (&r[..], &[0x05u8][..])
+        );
+        assert_eq!(normalize_low_s(&normalized).unwrap(), normalized);
+    }
+
+    #[test]
+    fn non_der_signatures_are_malformed() {
+        let good = encode_der_signature(&[0x01; 32], &[0x02; 32]);
+        assert!(parse_der_signature(&good).is_some());
+        let mut trailing = good.clone();
+        trailing.push(0);
+        for bad in [
+            &[][..],
+            &[0x30, 0x00],
+            &good[..good.len() - 1],
+            &trailing[..],
+        ] {
+            assert_eq!(has_low_s(bad), Err(SignatureError::Malformed), "{bad:02x?}");
+        }
+        // A redundant leading zero is not DER.
+        let padded = [0x30, 0x07, 0x02, 0x02, 0x00, 0x01, 0x02, 0x01, 0x01];
+        assert_eq!(has_low_s(&padded), Err(SignatureError::Malformed));
+    }
+}
