@@ -64,10 +64,10 @@ impl Identity {
         self.node_ous_enabled
     }
 
-    /// Whether the identity has OU `ou` certified by the chain `certifiers_id`
-    /// (an empty `certifiers_id` matches any chain).
+    /// Whether the identity has OU `ou` certified by exactly the chain
+    /// `certifiers_id`, as an `OrganizationUnit` principal requires.
     pub fn has_organizational_unit(&self, ou: &str, certifiers_id: &[u8]) -> bool {
-        (certifiers_id.is_empty() || certifiers_id == self.certifiers_id)
+        certifiers_id == self.certifiers_id
             && self
                 .certificate
                 .organizational_units()

@@ -31,6 +31,10 @@ mod identity;
 mod manager;
 mod msp;
 mod signer;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+#[cfg(test)]
+mod tests;
 
 pub use cache::{CacheStats, IdentityCache};
 pub use cert::Certificate;

@@ -1,1 +1,30 @@
-//! placeholder
+//! Fabric policies: who must sign for something to be allowed.
+//!
+//! - [`dsl`] parses Fabric's policy language
+//!   (`OR('Org1.member', AND('Org2.peer', 'Org3.admin'))`,
+//!   `OutOf(2, 'A.member', 'B.member', 'C.member')`) into a
+//!   `common.SignaturePolicyEnvelope` encoded exactly as Fabric encodes it,
+//!   and prints an envelope back in that language.
+//! - [`SignaturePolicy`] evaluates a compiled envelope against a set of
+//!   signatures with Fabric's semantics: an identity satisfies at most one
+//!   principal, each signature is verified at most once, and `n`-out-of
+//!   gates are evaluated greedily in order, as Fabric does, so that weft and
+//!   Fabric peers reach the same verdict on the same transaction.
+//! - [`PolicyTree`] holds the policies of a channel configuration (a
+//!   `common.ConfigGroup` tree) by path, such as `/Channel/Application/Writers`,
+//!   and evaluates `ImplicitMeta` policies (ANY / ALL / MAJORITY of the
+//!   sub-groups' policies of a name).
+//!
+//! This crate does no I/O: identities are resolved through a
+//! [`weft_msp::MspManager`] and the time is an argument.
+
+pub mod dsl;
+mod error;
+mod signature;
+#[cfg(test)]
+mod tests;
+mod tree;
+
+pub use error::{ParseError, PolicyError};
+pub use signature::{Principal, SignaturePolicy, SignedData};
+pub use tree::{Policy, PolicyTree};
