@@ -13,7 +13,7 @@
 //! [`MspManager`](crate::MspManager): a new channel config (new MSPs, new
 //! CRLs) builds a new manager with an empty cache.
 
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -94,9 +94,7 @@ impl IdentityCache {
     }
 
     fn shard_of(&self, key: &Bytes) -> usize {
-        let mut hasher = self.hasher.build_hasher();
-        key.hash(&mut hasher);
         // The modulo keeps the index in range whatever the hash.
-        (hasher.finish() % SHARDS as u64) as usize
+        (self.hasher.hash_one(key) % SHARDS as u64) as usize
     }
 }

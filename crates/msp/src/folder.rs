@@ -208,60 +208,23 @@ fn read_ou_config(dir: &Path) -> Result<OuConfig, MspError> {
     Ok((node_ous, identifiers))
 }
 
-/// Every PEM block of every file in `dir`, one entry per block. A missing
-/// folder is empty; a file without a PEM block is an error.
+/// The content of every file in `dir`, one entry per file, as Fabric's
+/// configtxgen reads MSP folders (so that the resulting MSP values are
+/// byte-identical to Fabric's). A missing folder is empty; a file without a
+/// valid PEM block is an error naming the file.
 fn read_pem_dir(dir: &Path) -> Result<Vec<Bytes>, MspError> {
-    let mut blocks = Vec::new();
+    let mut entries = Vec::new();
     for file in list_files(dir)? {
-        let text = read(&file)?;
-        let file_blocks = split_pem(&text);
-        if file_blocks.is_empty() {
+        let content = read(&file)?;
+        if let Err(e) = x509_parser::pem::parse_x509_pem(&content) {
             return Err(MspError::Pem {
                 path: file,
-                reason: "no PEM block found".to_owned(),
+                reason: e.to_string(),
             });
         }
-        for block in file_blocks {
-            if let Err(e) = x509_parser::pem::parse_x509_pem(&block) {
-                return Err(MspError::Pem {
-                    path: file,
-                    reason: e.to_string(),
-                });
-            }
-            blocks.push(Bytes::from(block));
-        }
+        entries.push(Bytes::from(content));
     }
-    Ok(blocks)
-}
-
-/// Splits text into its `-----BEGIN …-----` … `-----END …-----` blocks.
-fn split_pem(text: &[u8]) -> Vec<Vec<u8>> {
-    const BEGIN: &[u8] = b"-----BEGIN ";
-    const END: &[u8] = b"-----END ";
-    let mut blocks = Vec::new();
-    let mut rest = text;
-    while let Some(start) = find(rest, BEGIN) {
-        let from_begin = &rest[start..];
-        let Some(end_marker) = find(from_begin, END) else {
-            break;
-        };
-        let after_end = &from_begin[end_marker + END.len()..];
-        let Some(close) = find(after_end, b"-----") else {
-            break;
-        };
-        let block_len = end_marker + END.len() + close + 5;
-        let mut block = from_begin[..block_len].to_vec();
-        block.push(b'\n');
-        blocks.push(block);
-        rest = &from_begin[block_len..];
-    }
-    blocks
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack
-        .windows(needle.len())
-        .position(|window| window == needle)
+    Ok(entries)
 }
 
 /// The regular, non-hidden files of `dir`, sorted by name; none if `dir`
@@ -292,20 +255,4 @@ fn read(path: &Path) -> Result<Vec<u8>, MspError> {
         path: path.to_owned(),
         source,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pem_files_split_into_blocks() {
-        let text = b"junk\n-----BEGIN A-----\nQUJD\n-----END A-----\n\n-----BEGIN B-----\nREVG\n-----END B-----";
-        let blocks = split_pem(text);
-        assert_eq!(blocks.len(), 2);
-        assert!(blocks[0].starts_with(b"-----BEGIN A-----"));
-        assert!(blocks[1].ends_with(b"-----END B-----\n"));
-        assert!(split_pem(b"no pem here").is_empty());
-        assert!(split_pem(b"-----BEGIN A-----\nunterminated").is_empty());
-    }
 }

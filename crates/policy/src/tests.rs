@@ -270,21 +270,23 @@ fn channel_group(orgs: &[TestOrg]) -> ConfigGroup {
     let mut application = ConfigGroup::default();
     for org in orgs {
         let id = org.msp_id();
-        let mut group = ConfigGroup::default();
-        group.policies = BTreeMap::from([
-            (
-                "Readers".to_owned(),
-                signature_config_policy(&format!("OR('{id}.member')")),
-            ),
-            (
-                "Writers".to_owned(),
-                signature_config_policy(&format!("OR('{id}.client', '{id}.admin')")),
-            ),
-            (
-                "Admins".to_owned(),
-                signature_config_policy(&format!("OR('{id}.admin')")),
-            ),
-        ]);
+        let group = ConfigGroup {
+            policies: BTreeMap::from([
+                (
+                    "Readers".to_owned(),
+                    signature_config_policy(&format!("OR('{id}.member')")),
+                ),
+                (
+                    "Writers".to_owned(),
+                    signature_config_policy(&format!("OR('{id}.client', '{id}.admin')")),
+                ),
+                (
+                    "Admins".to_owned(),
+                    signature_config_policy(&format!("OR('{id}.admin')")),
+                ),
+            ]),
+            ..ConfigGroup::default()
+        };
         application.groups.insert(id.to_owned(), group);
     }
     application.policies = BTreeMap::from([

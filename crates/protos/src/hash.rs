@@ -132,7 +132,7 @@ mod tests {
             data_hash: vec![0xab; 32].into(),
         };
         let der = block_header_bytes(&header);
-        assert_eq!(der[..7], [0x30, 0x25, 0x02, 0x01, 0x00, 0x04, 0x00]);
+        assert_eq!(der[..7], [0x30, 0x27, 0x02, 0x01, 0x00, 0x04, 0x00]);
         assert_eq!(der[7..9], [0x04, 0x20]);
         assert_eq!(der.len(), 2 + 3 + 2 + 34);
     }

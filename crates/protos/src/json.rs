@@ -38,7 +38,7 @@ pub fn to_json(full_name: &str, bytes: &[u8]) -> Result<Json, JsonError> {
         message: full_name.to_owned(),
         reason: e.to_string(),
     })?;
-    Ok(render_message(&message))
+    Ok(render_message(&message, None))
 }
 
 /// Renders any generated message as JSON.
@@ -65,7 +65,9 @@ enum Expansion {
     BlockMetadataEntry(usize),
 }
 
-fn render_message(message: &DynamicMessage) -> Json {
+/// Renders a message; `key` is the map key it is stored under, if any, since
+/// some Fabric messages (`ConfigValue`) are typed by that key.
+fn render_message(message: &DynamicMessage, key: Option<&str>) -> Json {
     let descriptor = message.descriptor();
     if descriptor.full_name() == "google.protobuf.Timestamp" {
         return render_timestamp(message);
@@ -77,7 +79,9 @@ fn render_message(message: &DynamicMessage) -> Json {
                 items
                     .iter()
                     .enumerate()
-                    .map(|(index, item)| render_value(message, &field, item, Context::Index(index)))
+                    .map(|(index, item)| {
+                        render_value(message, key, &field, item, Context::Index(index))
+                    })
                     .collect(),
             ),
             Value::Map(entries) => {
@@ -86,13 +90,18 @@ fn render_message(message: &DynamicMessage) -> Json {
                 let mut object = Map::new();
                 for key in keys {
                     let key_string = map_key_string(key);
-                    let rendered =
-                        render_value(message, &field, &entries[key], Context::Key(&key_string));
+                    let rendered = render_value(
+                        message,
+                        None,
+                        &field,
+                        &entries[key],
+                        Context::Key(&key_string),
+                    );
                     object.insert(key_string, rendered);
                 }
                 Json::Object(object)
             }
-            single => render_value(message, &field, single, Context::None),
+            single => render_value(message, key, &field, single, Context::None),
         };
         object.insert(field.name().to_owned(), rendered);
     }
@@ -109,6 +118,7 @@ enum Context<'a> {
 
 fn render_value(
     parent: &DynamicMessage,
+    parent_key: Option<&str>,
     field: &FieldDescriptor,
     value: &Value,
     at: Context,
@@ -123,8 +133,11 @@ fn render_value(
         Value::F64(n) => Json::from(*n),
         Value::String(s) => Json::String(s.clone()),
         Value::EnumNumber(number) => render_enum(field, *number),
-        Value::Message(message) => render_message(message),
-        Value::Bytes(bytes) => render_bytes(parent, field, bytes, at),
+        Value::Message(message) => match at {
+            Context::Key(key) => render_message(message, Some(key)),
+            _ => render_message(message, None),
+        },
+        Value::Bytes(bytes) => render_bytes(parent, parent_key, field, bytes, at),
         Value::List(_) | Value::Map(_) => Json::Null,
     }
 }
@@ -148,6 +161,7 @@ fn render_enum(field: &FieldDescriptor, number: i32) -> Json {
 
 fn render_bytes(
     parent: &DynamicMessage,
+    parent_key: Option<&str>,
     field: &FieldDescriptor,
     bytes: &[u8],
     at: Context,
@@ -156,7 +170,7 @@ fn render_bytes(
     if bytes.is_empty() {
         return Json::String(String::new());
     }
-    match expansion(parent, field, at) {
+    match expansion(parent, parent_key, field, at) {
         Some(Expansion::Message(name)) => to_json(name, bytes).unwrap_or_else(|_| base64()),
         Some(Expansion::Text) => std::str::from_utf8(bytes)
             .map(|text| Json::String(text.to_owned()))
@@ -183,10 +197,10 @@ fn render_metadata_entry(index: usize, bytes: &[u8]) -> Option<Json> {
         _ => return Some(rendered),
     };
     let metadata = crate::common::Metadata::decode(bytes).ok()?;
-    if !metadata.value.is_empty() {
-        if let Ok(value) = to_json(value_type, &metadata.value) {
-            rendered["value"] = value;
-        }
+    if !metadata.value.is_empty()
+        && let Ok(value) = to_json(value_type, &metadata.value)
+    {
+        rendered["value"] = value;
     }
     Some(rendered)
 }
@@ -211,7 +225,12 @@ fn render_validation_codes(bytes: &[u8]) -> Json {
 }
 
 /// Which message (if any) a `bytes` field carries, by Fabric's conventions.
-fn expansion(parent: &DynamicMessage, field: &FieldDescriptor, at: Context) -> Option<Expansion> {
+fn expansion(
+    parent: &DynamicMessage,
+    parent_key: Option<&str>,
+    field: &FieldDescriptor,
+    at: Context,
+) -> Option<Expansion> {
     use Expansion::{BlockMetadataEntry, Message, Text, ValidationCodes};
     let owner = parent.descriptor();
     Some(match (owner.full_name(), field.name()) {
@@ -237,7 +256,9 @@ fn expansion(parent: &DynamicMessage, field: &FieldDescriptor, at: Context) -> O
         }
         ("common.MetadataSignature", "identifier_header") => Message("common.IdentifierHeader"),
         ("common.OrdererBlockMetadata", "consenter_metadata") => Message("etcdraft.BlockMetadata"),
-        ("common.ConfigValue", "value") => return config_value_type(at).map(Message),
+        ("common.ConfigValue", "value") => {
+            return parent_key.and_then(config_value_type).map(Message);
+        }
         ("common.ConfigUpdateEnvelope", "config_update") => Message("common.ConfigUpdate"),
         ("common.Policy", "value") => {
             return match int_field(parent, "type") {
@@ -296,8 +317,7 @@ fn payload_data_type(payload: &DynamicMessage) -> Option<&'static str> {
 }
 
 /// The message in a `ConfigValue`, by the key it is stored under.
-fn config_value_type(at: Context) -> Option<&'static str> {
-    let Context::Key(key) = at else { return None };
+fn config_value_type(key: &str) -> Option<&'static str> {
     Some(match key {
         "MSP" => "msp.MSPConfig",
         "BatchSize" => "orderer.BatchSize",

@@ -1,0 +1,166 @@
+//! Criterion benchmarks of the foundation: identity validation with and
+//! without the identity cache, policy evaluation for the endorsement
+//! policies of Thakkar et al. (Table III), and the typed decode of a real
+//! 100-transaction Fabric block.
+//!
+//! Run with `cargo bench --bench foundation`; figures are recorded in
+//! docs/benchmarks.md. Names follow `module::operation/parameter=value`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use weft_msp::testing::TestOrg;
+use weft_msp::{MspManager, NodeRole, crypto, now};
+use weft_policy::{SignaturePolicy, SignedData, dsl};
+use weft_protos::view::{DecodedBlock, Limits};
+
+/// A creator's signature over a ~3 KB payload, the size of a FastFabric
+/// transaction.
+const PAYLOAD_BYTES: usize = 3 * 1024;
+
+fn creator_validation(c: &mut Criterion) {
+    let org = TestOrg::new("Org1MSP");
+    let signer = org.signer(NodeRole::Client);
+    let payload = vec![7u8; PAYLOAD_BYTES];
+    let signature = signer.sign(&payload).unwrap();
+    let serialized = signer.serialized_identity().clone();
+    let manager = MspManager::new([org.msp()]);
+    let at = now();
+
+    let mut group = c.benchmark_group("msp::creator");
+    group.bench_function("verify_only", |b| {
+        let point = signer.certificate().public_key();
+        b.iter(|| {
+            crypto::verify(black_box(point), black_box(&payload), black_box(&signature)).unwrap()
+        });
+    });
+    group.bench_function("validate_and_verify/cache=cold", |b| {
+        b.iter(|| {
+            let identity = manager
+                .validate_uncached(black_box(&serialized), at)
+                .unwrap();
+            identity.verify(&payload, &signature).unwrap();
+        });
+    });
+    group.bench_function("validate_and_verify/cache=warm", |b| {
+        manager.deserialize(&serialized, at).unwrap();
+        b.iter(|| {
+            let identity = manager.deserialize(black_box(&serialized), at).unwrap();
+            identity.verify(&payload, &signature).unwrap();
+        });
+    });
+    group.finish();
+}
+
+/// Thakkar et al. 2018, Table III, over organisations Org1..Org4: the AND/OR
+/// form and the OutOf form of "any k of the four", for k = 1..4.
+fn table_iii() -> Vec<(String, usize)> {
+    let principals: Vec<String> = (1..=4).map(|i| format!("'Org{i}MSP.peer'")).collect();
+    let mut policies = Vec::new();
+    for k in 1..=4 {
+        let and_or = match k {
+            1 => format!("OR({})", principals.join(", ")),
+            4 => format!("AND({})", principals.join(", ")),
+            _ => {
+                let gates: Vec<String> = combinations(4, k)
+                    .into_iter()
+                    .map(|combo| {
+                        let members: Vec<&str> =
+                            combo.iter().map(|&i| principals[i].as_str()).collect();
+                        format!("AND({})", members.join(", "))
+                    })
+                    .collect();
+                format!("OR({})", gates.join(", "))
+            }
+        };
+        policies.push((and_or, k));
+        policies.push((format!("OutOf({k}, {})", principals.join(", ")), k));
+    }
+    policies
+}
+
+fn combinations(n: usize, k: usize) -> Vec<Vec<usize>> {
+    if k == 0 {
+        return vec![Vec::new()];
+    }
+    (0..n)
+        .flat_map(|first| {
+            combinations(n - first - 1, k - 1)
+                .into_iter()
+                .map(move |rest| {
+                    std::iter::once(first)
+                        .chain(rest.into_iter().map(|i| i + first + 1))
+                        .collect()
+                })
+        })
+        .collect()
+}
+
+fn policy_evaluation(c: &mut Criterion) {
+    let orgs: Vec<TestOrg> = (1..=4)
+        .map(|i| TestOrg::new(&format!("Org{i}MSP")))
+        .collect();
+    let manager = MspManager::new(orgs.iter().map(TestOrg::msp));
+    let data = Bytes::from(vec![9u8; PAYLOAD_BYTES]);
+    let endorsements: Vec<SignedData> = orgs
+        .iter()
+        .map(|org| {
+            let signer = org.signer(NodeRole::Peer);
+            SignedData {
+                data: data.clone(),
+                identity: signer.serialized_identity().clone(),
+                signature: signer.sign(&data).unwrap().into(),
+            }
+        })
+        .collect();
+    let identities: Vec<Arc<weft_msp::Identity>> = endorsements
+        .iter()
+        .map(|e| manager.deserialize(&e.identity, now()).unwrap())
+        .collect();
+
+    let mut with_signatures = c.benchmark_group("policy::table_iii");
+    for (index, (expression, required)) in table_iii().into_iter().enumerate() {
+        let policy =
+            SignaturePolicy::compile(&expression, &dsl::parse(&expression).unwrap()).unwrap();
+        let form = if index % 2 == 0 { "and_or" } else { "out_of" };
+        for count in required..=4 {
+            let id = format!("form={form},k={required},endorsements={count}");
+            with_signatures.bench_function(BenchmarkId::new("evaluate", &id), |b| {
+                b.iter(|| {
+                    policy
+                        .evaluate(black_box(&endorsements[..count]), &manager, now())
+                        .unwrap()
+                });
+            });
+            with_signatures.bench_function(BenchmarkId::new("rule_only", &id), |b| {
+                b.iter(|| assert!(policy.is_satisfied_by(black_box(&identities[..count]))));
+            });
+        }
+    }
+    with_signatures.finish();
+}
+
+fn block_decode(c: &mut Criterion) {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/fabric-2.5/extra/ch100-block-4.block"
+    );
+    let bytes = Bytes::from(std::fs::read(path).expect("fixture block"));
+    let mut group = c.benchmark_group("protos::decode_block");
+    group.throughput(Throughput::Elements(100));
+    group.bench_function("txs=100", |b| {
+        b.iter(|| {
+            let block = DecodedBlock::decode(black_box(bytes.clone()), Limits::default()).unwrap();
+            assert_eq!(block.transactions.len(), 100);
+            block
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, creator_validation, policy_evaluation, block_decode);
+criterion_main!(benches);

@@ -1,0 +1,100 @@
+//! Command-line interface: argument definitions and dispatch.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+mod block;
+
+/// weft: a Hyperledger Fabric-compatible permissioned ledger.
+#[derive(Debug, Parser)]
+#[command(name = "weft", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Generate MSP folders and TLS material (like Fabric's cryptogen).
+    #[command(subcommand)]
+    Crypto(CryptoCommand),
+    /// Create channel configuration (like Fabric's configtxgen).
+    #[command(subcommand)]
+    Channel(ChannelCommand),
+    /// Read blocks.
+    #[command(subcommand)]
+    Block(BlockCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum CryptoCommand {
+    /// Write organisations, nodes and users in Fabric's cryptogen layout.
+    Generate {
+        /// A cryptogen `crypto-config.yaml` (see config/crypto.yaml).
+        #[arg(long, default_value = "config/crypto.yaml")]
+        config: PathBuf,
+        /// Directory to write `ordererOrganizations/` and `peerOrganizations/` into.
+        #[arg(long)]
+        output: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ChannelCommand {
+    /// Write a channel's genesis block (a Fabric config block).
+    Genesis {
+        /// A configtxgen-style `configtx.yaml` (see config/channel.yaml).
+        #[arg(long, default_value = "config/channel.yaml")]
+        config: PathBuf,
+        /// The profile of the config file to use; may be omitted when the
+        /// file has exactly one.
+        #[arg(long)]
+        profile: Option<String>,
+        /// The channel name.
+        #[arg(long)]
+        channel: String,
+        /// Where to write the block.
+        #[arg(long)]
+        output: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BlockCommand {
+    /// Print a block as JSON, with nested messages decoded.
+    Inspect {
+        /// A file holding one serialized `common.Block`.
+        file: PathBuf,
+    },
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Crypto(CryptoCommand::Generate { config, output }) => {
+            let summary = crate::cryptogen::generate(&config, &output)?;
+            println!("{summary}");
+            Ok(())
+        }
+        Command::Channel(ChannelCommand::Genesis {
+            config,
+            profile,
+            channel,
+            output,
+        }) => {
+            let block = crate::channel::genesis_block(&config, profile.as_deref(), &channel)?;
+            let bytes = prost::Message::encode_to_vec(&block);
+            std::fs::write(&output, &bytes)
+                .with_context(|| format!("writing {}", output.display()))?;
+            println!(
+                "wrote genesis block of channel {channel} to {} ({} bytes)",
+                output.display(),
+                bytes.len()
+            );
+            Ok(())
+        }
+        Command::Block(BlockCommand::Inspect { file }) => block::inspect(&file),
+    }
+}
