@@ -5,14 +5,22 @@
 # the block holds. Starting orderers and peers and running a workload on
 # them arrives with the orderer, committer and endorser work.
 #
-#   bash deploy/quickstart.sh [DATA_DIR]     (default: target/quickstart)
+#   bash deploy/quickstart.sh [DATA_DIR]
+#
+# Without DATA_DIR, the run goes to target/quickstart, replaced on each run.
+# A DATA_DIR you name must not exist yet: keys are never overwritten.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-data="${1:-target/quickstart}"
-if [[ -e "$data" ]]; then
-  echo "error: $data exists; remove it or name another directory" >&2
-  exit 1
+if [[ $# -ge 1 ]]; then
+  data="$1"
+  if [[ -e "$data" ]]; then
+    echo "error: $data exists; remove it or name another directory" >&2
+    exit 1
+  fi
+else
+  data=target/quickstart
+  rm -rf "$data"
 fi
 
 cargo build --release --quiet --bin weft

@@ -143,6 +143,115 @@ fn genesis_from_fabrics_configtx_matches_fabrics_genesis_block() {
 }
 
 #[test]
+fn the_shipped_configs_make_a_channel_whose_policies_admit_its_users() {
+    // Goal: config/crypto.yaml and config/channel.yaml, as a newcomer runs
+    // them, give crypto material and a genesis block that agree: the MSPs in
+    // the block validate the generated identities, and the channel's Writers
+    // policy admits a generated client's signature but not a peer's.
+    let dir = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let crypto = dir.path().join("crypto");
+    let run = weft(&[
+        "crypto",
+        "generate",
+        "--config",
+        root.join("config/crypto.yaml").to_str().unwrap(),
+        "--output",
+        crypto.to_str().unwrap(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let channel_yaml = dir.path().join("channel.yaml");
+    std::fs::copy(root.join("config/channel.yaml"), &channel_yaml).unwrap();
+    let block_path = dir.path().join("mychannel.block");
+    let run = weft(&[
+        "channel",
+        "genesis",
+        "--config",
+        channel_yaml.to_str().unwrap(),
+        "--channel",
+        "mychannel",
+        "--output",
+        block_path.to_str().unwrap(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+
+    let (_, config) = config_envelope_of(&read_block(&block_path));
+    let channel_group = config.config.unwrap().channel_group.unwrap();
+    let mut msps = Vec::new();
+    for section in ["Orderer", "Application"] {
+        for org in channel_group.groups[section].groups.values() {
+            let value =
+                weft_protos::msp::MspConfig::decode(org.values["MSP"].value.clone()).unwrap();
+            let fabric = weft_protos::msp::FabricMspConfig::decode(value.config).unwrap();
+            msps.push(weft_msp::Msp::from_config(fabric).unwrap());
+        }
+    }
+    let manager = weft_msp::MspManager::new(msps);
+    let tree = weft_policy::PolicyTree::from_config(&channel_group).unwrap();
+
+    let org1 = crypto.join("peerOrganizations/org1.example.com");
+    let user =
+        weft_msp::folder::load(&org1.join("users/User1@org1.example.com/msp"), "Org1MSP").unwrap();
+    let peer =
+        weft_msp::folder::load(&org1.join("peers/peer0.org1.example.com/msp"), "Org1MSP").unwrap();
+    let signed_by = |local: &weft_msp::folder::LocalMsp| {
+        let signer = local.signer.as_ref().unwrap();
+        let data = bytes::Bytes::from_static(b"an envelope payload");
+        vec![weft_policy::SignedData {
+            signature: signer.sign(&data).unwrap().into(),
+            identity: signer.serialized_identity().clone(),
+            data,
+        }]
+    };
+    let now = weft_msp::now();
+    tree.evaluate(
+        "/Channel/Application/Writers",
+        &signed_by(&user),
+        &manager,
+        now,
+    )
+    .unwrap();
+    tree.evaluate("/Channel/Writers", &signed_by(&user), &manager, now)
+        .unwrap();
+    assert!(
+        tree.evaluate(
+            "/Channel/Application/Writers",
+            &signed_by(&peer),
+            &manager,
+            now
+        )
+        .is_err()
+    );
+    tree.evaluate(
+        "/Channel/Application/Org1MSP/Endorsement",
+        &signed_by(&peer),
+        &manager,
+        now,
+    )
+    .unwrap();
+    let orderer = weft_msp::folder::load(
+        &crypto.join("ordererOrganizations/example.com/orderers/orderer0.example.com/msp"),
+        "OrdererMSP",
+    )
+    .unwrap();
+    tree.evaluate(
+        "/Channel/Orderer/BlockValidation",
+        &signed_by(&orderer),
+        &manager,
+        now,
+    )
+    .unwrap();
+}
+
+#[test]
 fn genesis_errors_name_the_file_and_key() {
     // Goal: a bad configtx.yaml is reported with the file and the key path
     // at fault, and no block is written.

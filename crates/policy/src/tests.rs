@@ -358,3 +358,79 @@ fn implicit_meta_policies_count_sub_groups() {
     assert!(tree.get("/Channel/Application/Org1MSP/Readers").is_some());
     assert!(tree.get("/Other/Readers").is_none());
 }
+
+fn envelope_with(
+    principal: weft_protos::common::MspPrincipal,
+) -> weft_protos::common::SignaturePolicyEnvelope {
+    let mut envelope = dsl::parse("OR('placeholder.member')").unwrap();
+    envelope.identities = vec![principal];
+    envelope
+}
+
+#[test]
+fn identity_principals_match_one_certificate() {
+    use weft_protos::common::MspPrincipal;
+    use weft_protos::common::msp_principal::Classification;
+    let network = Network::new(1);
+    let chosen = network.signer(0, NodeRole::Client);
+    let other = network.signer(0, NodeRole::Client);
+    let principal = MspPrincipal {
+        principal_classification: Classification::Identity as i32,
+        principal: chosen.serialized_identity().clone(),
+    };
+    let policy = SignaturePolicy::compile("identity", &envelope_with(principal)).unwrap();
+    assert!(
+        policy
+            .evaluate(&[signed(&chosen)], &network.manager, now())
+            .is_ok()
+    );
+    assert!(
+        policy
+            .evaluate(&[signed(&other)], &network.manager, now())
+            .is_err()
+    );
+}
+
+#[test]
+fn organization_unit_principals_need_the_ou_and_its_certifiers() {
+    use weft_protos::common::msp_principal::Classification;
+    use weft_protos::common::{MspPrincipal, OrganizationUnit};
+    let network = Network::new(2);
+    let peer = network.signer(0, NodeRole::Peer);
+    let certifiers = network
+        .manager
+        .deserialize(peer.serialized_identity(), now())
+        .unwrap()
+        .certifiers_id()
+        .to_vec();
+    let principal = |msp: &str, ou: &str, certifiers: &[u8]| MspPrincipal {
+        principal_classification: Classification::OrganizationUnit as i32,
+        principal: OrganizationUnit {
+            msp_identifier: msp.to_owned(),
+            organizational_unit_identifier: ou.to_owned(),
+            certifiers_identifier: Bytes::copy_from_slice(certifiers),
+        }
+        .encode_to_vec()
+        .into(),
+    };
+    let satisfied = |p: MspPrincipal, signer: &Signer| {
+        SignaturePolicy::compile("ou", &envelope_with(p))
+            .unwrap()
+            .evaluate(&[signed(signer)], &network.manager, now())
+            .is_ok()
+    };
+    assert!(satisfied(principal("Org1MSP", "peer", &certifiers), &peer));
+    assert!(!satisfied(
+        principal("Org1MSP", "client", &certifiers),
+        &peer
+    ));
+    assert!(!satisfied(
+        principal("Org1MSP", "peer", b"another chain"),
+        &peer
+    ));
+    assert!(!satisfied(principal("Org2MSP", "peer", &certifiers), &peer));
+    assert!(!satisfied(
+        principal("Org1MSP", "peer", &certifiers),
+        &network.signer(1, NodeRole::Peer)
+    ));
+}
