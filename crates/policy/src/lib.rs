@@ -26,5 +26,5 @@ mod tests;
 mod tree;
 
 pub use error::{ParseError, PolicyError};
-pub use signature::{Principal, SignaturePolicy, SignedData};
+pub use signature::{Principal, SignaturePolicy, SignedData, valid_identities};
 pub use tree::{Policy, PolicyTree};

@@ -8,9 +8,10 @@
 //! organisation's `Writers` policy is.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use prost::Message;
-use weft_msp::{MspManager, UnixTime};
+use weft_msp::{Identity, MspManager, UnixTime};
 use weft_protos::common::implicit_meta_policy::Rule as MetaRule;
 use weft_protos::common::policy::PolicyType;
 use weft_protos::common::{ConfigGroup, ImplicitMetaPolicy};
@@ -70,17 +71,30 @@ impl PolicyTree {
         msps: &MspManager,
         now: UnixTime,
     ) -> Result<(), PolicyError> {
+        if self.get(path).is_none() {
+            return Err(PolicyError::NotFound(path.to_owned()));
+        }
+        let identities = valid_identities(signatures, msps, now);
+        self.is_satisfied_by(path, &identities)
+    }
+
+    /// Evaluates the policy at `path` against identities whose signatures
+    /// were already verified (see [`crate::valid_identities`]), so that a
+    /// caller checking several policies over one signature set verifies each
+    /// signature once.
+    pub fn is_satisfied_by(
+        &self,
+        path: &str,
+        identities: &[Arc<Identity>],
+    ) -> Result<(), PolicyError> {
         let (group_path, name) = path
             .rsplit_once('/')
             .ok_or_else(|| PolicyError::NotFound(path.to_owned()))?;
         let group = self
             .group(group_path)
+            .filter(|group| group.policies.contains_key(name))
             .ok_or_else(|| PolicyError::NotFound(path.to_owned()))?;
-        if !group.policies.contains_key(name) {
-            return Err(PolicyError::NotFound(path.to_owned()));
-        }
-        let identities = valid_identities(signatures, msps, now);
-        if group.is_satisfied(name, &identities) {
+        if group.is_satisfied(name, identities) {
             Ok(())
         } else {
             Err(PolicyError::NotSatisfied(path.to_owned()))
@@ -97,7 +111,7 @@ impl PolicyTree {
 }
 
 impl Group {
-    fn is_satisfied(&self, name: &str, identities: &[std::sync::Arc<weft_msp::Identity>]) -> bool {
+    fn is_satisfied(&self, name: &str, identities: &[Arc<Identity>]) -> bool {
         match self.policies.get(name) {
             Some(Policy::Signature(policy)) => policy.is_satisfied_by(identities),
             Some(Policy::ImplicitMeta { sub_policy, rule }) => {

@@ -93,6 +93,10 @@ pub struct TxEnvelope {
     pub payload_bytes: Bytes,
     /// `Envelope.signature`: the creator's signature over `payload_bytes`.
     pub signature: Bytes,
+    /// `Payload.header.channel_header` as sent (hashed into the proposal hash).
+    pub channel_header_bytes: Bytes,
+    /// `Payload.header.signature_header` as sent.
+    pub signature_header_bytes: Bytes,
     pub channel_header: ChannelHeader,
     pub signature_header: SignatureHeader,
     pub body: TxBody,
@@ -125,6 +129,8 @@ pub struct EndorsedAction {
     /// The action's signature header (Fabric requires it to match the
     /// envelope's creator).
     pub signature_header: SignatureHeader,
+    /// `TransactionAction.header` as sent: the proposal hash covers it.
+    pub signature_header_bytes: Bytes,
     /// `ChaincodeActionPayload.chaincode_proposal_payload`, as sent.
     pub chaincode_proposal_payload: Bytes,
     /// `ChaincodeEndorsedAction.proposal_response_payload`: every endorser
@@ -164,10 +170,14 @@ impl TxEnvelope {
         let header = payload.header.ok_or(DecodeError::Missing {
             layer: Layer::Header,
         })?;
+        let channel_header_bytes = header.channel_header;
+        let signature_header_bytes = header.signature_header;
         let channel_header =
-            decode_required::<ChannelHeader>(Layer::ChannelHeader, header.channel_header)?;
-        let signature_header =
-            decode_required::<SignatureHeader>(Layer::SignatureHeader, header.signature_header)?;
+            decode_required::<ChannelHeader>(Layer::ChannelHeader, channel_header_bytes.clone())?;
+        let signature_header = decode_required::<SignatureHeader>(
+            Layer::SignatureHeader,
+            signature_header_bytes.clone(),
+        )?;
 
         let body = match HeaderType::try_from(channel_header.r#type) {
             Ok(HeaderType::EndorserTransaction) => {
@@ -186,6 +196,8 @@ impl TxEnvelope {
             raw,
             payload_bytes: envelope.payload,
             signature: envelope.signature,
+            channel_header_bytes,
+            signature_header_bytes,
             channel_header,
             signature_header,
             body,
@@ -233,7 +245,7 @@ fn decode_endorser_transaction(
         .into_iter()
         .map(|action| {
             let signature_header =
-                decode_layer::<SignatureHeader>(Layer::SignatureHeader, action.header)?;
+                decode_layer::<SignatureHeader>(Layer::SignatureHeader, action.header.clone())?;
             let action_payload = decode_required::<ChaincodeActionPayload>(
                 Layer::ChaincodeActionPayload,
                 action.payload,
@@ -260,6 +272,7 @@ fn decode_endorser_transaction(
             };
             Ok(EndorsedAction {
                 signature_header,
+                signature_header_bytes: action.header,
                 chaincode_proposal_payload: action_payload.chaincode_proposal_payload,
                 proposal_response_payload_bytes: endorsed.proposal_response_payload,
                 proposal_hash: response_payload.proposal_hash,

@@ -1,0 +1,839 @@
+//! The block store: one RocksDB database per channel ledger.
+//!
+//! Appends are serialized by a writer lock and each is one `WriteBatch`
+//! (block bytes, the block's tx index entries, the tail record), so RocksDB's
+//! atomic batches are the unit of recovery: its WAL replay on open stops at
+//! the first incomplete record (point-in-time recovery), and a batch is
+//! either wholly replayed or not at all. After the write, the new height is
+//! published (an atomic plus the watch channel); readers see a block only
+//! once the height covers it, never half of it.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex, RwLock};
+use prost::Message;
+use rocksdb::{
+    BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, DB, DBCompressionType, Direction,
+    IteratorMode, Options, WriteBatch, WriteOptions,
+};
+use tokio::sync::watch;
+use weft_protos::common::{
+    Block, BlockHeader, BlockMetadataIndex, ChannelHeader, Envelope, Payload,
+};
+use weft_protos::hash::{Hash, block_data_hash, block_header_hash, data_hash_of};
+
+use crate::config::{Durability, StoreConfig};
+use crate::error::{Error, Hex, Result};
+use crate::keys::{
+    CF_BLOCKS, CF_TX_IDS, TAIL_KEY, TailRecord, TxLocation, block_key, decode_block_key,
+    decode_tail, decode_tx_location, encode_tail, encode_tx_location,
+};
+
+/// A channel's blocks in RocksDB, with the TxID index, the tail record and
+/// the durability policy. Shared between threads by reference (`&self`
+/// everywhere); appends are serialized internally.
+///
+/// Dropping the store stops the group-commit flusher and syncs whatever is
+/// not yet durable; [`BlockStore::close`] does the same and reports a
+/// failed sync.
+pub struct BlockStore {
+    shared: Arc<Shared>,
+    flusher: Option<JoinHandle<()>>,
+}
+
+/// What the flusher thread shares with the store.
+struct Shared {
+    db: DB,
+    path: PathBuf,
+    durability: Durability,
+    /// The writer's view of the tail; holding it serializes appends.
+    writer: Mutex<Tail>,
+    /// Number of blocks readers may see. Stored after the block's batch is
+    /// written, under the writer lock.
+    height: AtomicU64,
+    /// The header hash of block `height - 1`, published with `height`.
+    last_header_hash: RwLock<Option<Hash>>,
+    /// Blocks below this height have been synced to disk.
+    durable_height: AtomicU64,
+    /// Serializes WAL syncs, so concurrent readers share one fsync.
+    sync_lock: Mutex<()>,
+    /// Set when a sync failed; the store then refuses to go on.
+    poisoned: OnceLock<String>,
+    flush_state: Mutex<FlushState>,
+    flush_wake: Condvar,
+    height_tx: watch::Sender<u64>,
+    durable_tx: watch::Sender<u64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Tail {
+    height: u64,
+    header_hash: Option<Hash>,
+}
+
+/// The group-commit flusher's bookkeeping.
+#[derive(Debug, Default)]
+struct FlushState {
+    /// When the oldest not-yet-synced block was appended.
+    first_pending_at: Option<Instant>,
+    shutdown: bool,
+}
+
+impl BlockStore {
+    /// Opens (or creates) the store at `config.path` and checks its tail.
+    ///
+    /// Reads the tail record, checks that no block is stored beyond it, and
+    /// verifies the last `config.verify_tail_blocks` blocks: each decodes,
+    /// has the number of its key and the data hash of its data, links to its
+    /// predecessor, and the tail block's header hash equals the tail
+    /// record's. Any contradiction is [`Error::Corrupt`] naming the block
+    /// (or [`Error::CorruptTail`]). Because every block was written in one
+    /// batch with its tail record, a crash cannot leave them disagreeing;
+    /// a disagreement means the disk or a bug damaged the data.
+    ///
+    /// Everything found is then synced (memtables flushed, WAL synced), so
+    /// `durable_height() == height()` after open.
+    pub fn open(config: &StoreConfig) -> Result<Self> {
+        config.validate()?;
+        let db = open_db(&config.path)?;
+        let tail = read_tail(&db, &config.path)?;
+        verify_tail(&db, &config.path, tail, config.verify_tail_blocks)?;
+        let height = tail.map_or(0, |tail| tail.height);
+        make_everything_durable(&db, height)?;
+
+        let header_hash = tail.map(|tail| tail.header_hash);
+        let shared = Arc::new(Shared {
+            db,
+            path: config.path.clone(),
+            durability: config.durability,
+            writer: Mutex::new(Tail {
+                height,
+                header_hash,
+            }),
+            height: AtomicU64::new(height),
+            last_header_hash: RwLock::new(header_hash),
+            durable_height: AtomicU64::new(height),
+            sync_lock: Mutex::new(()),
+            poisoned: OnceLock::new(),
+            flush_state: Mutex::new(FlushState::default()),
+            flush_wake: Condvar::new(),
+            height_tx: watch::Sender::new(height),
+            durable_tx: watch::Sender::new(height),
+        });
+
+        let flusher = match config.durability {
+            Durability::GroupCommit {
+                blocks_max,
+                interval_ms,
+            } => {
+                let shared = Arc::clone(&shared);
+                let interval = Duration::from_millis(interval_ms);
+                let handle = std::thread::Builder::new()
+                    .name("weft-ledger-flusher".into())
+                    .spawn(move || run_flusher(&shared, u64::from(blocks_max), interval))
+                    .map_err(|source| Error::Flusher { source })?;
+                Some(handle)
+            }
+            Durability::EveryBlock | Durability::None => None,
+        };
+        Ok(Self { shared, flusher })
+    }
+
+    /// Appends the next block, with its metadata, in one atomic batch.
+    ///
+    /// Checks first, writing nothing if any fails: the header is present,
+    /// its number is the height, its previous hash is the tail's header hash
+    /// (for blocks after 0; block 0's previous hash is not checked), and its
+    /// data hash is the SHA-256 of the data. These are the only checks: the
+    /// store does not validate transactions, signatures or metadata.
+    ///
+    /// The batch holds the serialized block, one tx index entry per TxID
+    /// not indexed before (see [`BlockStore::tx_location`]) and the new
+    /// tail record. When this returns, the block survives a process crash;
+    /// whether it survives a machine crash depends on [`Durability`].
+    pub fn append(&self, block: &Block) -> Result<()> {
+        let shared = &*self.shared;
+        shared.check_not_poisoned()?;
+        let mut tail = shared.writer.lock();
+        let number = tail.height;
+        let header = block.header.as_ref().ok_or(Error::MissingHeader {
+            expected_number: number,
+        })?;
+        check_links(header, block, &tail)?;
+        let header_hash = block_header_hash(header);
+        let batch = shared.batch_for(block, number, header_hash)?;
+
+        let every_block = shared.durability == Durability::EveryBlock;
+        let mut options = WriteOptions::default();
+        options.set_sync(every_block);
+        if let Err(source) = shared.db.write_opt(batch, &options) {
+            if every_block {
+                // The WAL sync may have failed: see `Error::Poisoned`.
+                shared.poison(format!("synced write of block {number}: {source}"));
+            }
+            return Err(Error::Write {
+                block_number: number,
+                source,
+            });
+        }
+
+        let height = number + 1;
+        *tail = Tail {
+            height,
+            header_hash: Some(header_hash),
+        };
+        *shared.last_header_hash.write() = Some(header_hash);
+        shared.height.store(height, Ordering::Release);
+        if every_block {
+            shared.mark_durable(height);
+        }
+        // Under the writer lock, so the watch never goes backwards.
+        shared.height_tx.send_replace(height);
+        drop(tail);
+
+        if let Durability::GroupCommit { blocks_max, .. } = shared.durability {
+            shared.note_pending(u64::from(blocks_max));
+        }
+        Ok(())
+    }
+
+    /// The number of blocks stored: the number the next block must have.
+    pub fn height(&self) -> u64 {
+        self.shared.height.load(Ordering::Acquire)
+    }
+
+    /// The number of blocks synced to disk: blocks below it survive a
+    /// machine crash. Equal to `height()` after open and after
+    /// [`BlockStore::sync`]; with `EveryBlock`, always.
+    pub fn durable_height(&self) -> u64 {
+        self.shared.durable_height.load(Ordering::Acquire)
+    }
+
+    /// The header hash of the last block (the next block's previous hash),
+    /// or `None` for an empty store.
+    pub fn last_header_hash(&self) -> Option<Hash> {
+        *self.shared.last_header_hash.read()
+    }
+
+    /// A watch of [`BlockStore::height`], updated after each append: a
+    /// Deliver stream waiting for block `n` awaits
+    /// `receiver.wait_for(|height| *height > n)`.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.shared.height_tx.subscribe()
+    }
+
+    /// A watch of [`BlockStore::durable_height`]: what a commit event that
+    /// promises durability should wait for.
+    pub fn subscribe_durable(&self) -> watch::Receiver<u64> {
+        self.shared.durable_tx.subscribe()
+    }
+
+    /// Syncs every appended block to disk now, in any durability mode.
+    pub fn sync(&self) -> Result<()> {
+        self.shared.sync_through(self.height())
+    }
+
+    /// The stored bytes of block `number` (a serialized `common.Block`),
+    /// for Deliver to send without re-encoding; `None` at or beyond the
+    /// height. Under group commit, syncs first if the block is not yet
+    /// durable.
+    pub fn block_bytes(&self, number: u64) -> Result<Option<Bytes>> {
+        if number >= self.height() {
+            return Ok(None);
+        }
+        self.shared.ensure_durable(number + 1)?;
+        self.shared.read_block_bytes(number).map(Some)
+    }
+
+    /// Block `number`, decoded; `None` at or beyond the height. Under group
+    /// commit, syncs first if the block is not yet durable.
+    pub fn block(&self, number: u64) -> Result<Option<Block>> {
+        match self.block_bytes(number)? {
+            Some(bytes) => self.shared.decode_block(number, bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Reads the blocks from `start` onward, up to whatever the height is
+    /// when the iterator reaches it (see [`Blocks`]).
+    pub fn blocks_from(&self, start: u64) -> Blocks<'_> {
+        Blocks {
+            store: self,
+            next: start,
+        }
+    }
+
+    /// Where the transaction `tx_id` is recorded, or `None` if no stored
+    /// block carries it.
+    ///
+    /// Only the *first* occurrence of a TxID is indexed: the lowest block,
+    /// and within it the lowest position. A later envelope with the same
+    /// TxID (which the committer marks DUPLICATE_TXID) is stored in its
+    /// block but not indexed, so lookups keep answering with the original
+    /// transaction, as Fabric's index does. Transactions of every
+    /// validation code are indexed, so a client can learn why its
+    /// transaction failed; envelopes whose channel header does not decode,
+    /// or whose TxID is empty, are not.
+    ///
+    /// Under group commit, syncs first if the block is not yet durable.
+    pub fn tx_location(&self, tx_id: &str) -> Result<Option<TxLocation>> {
+        let location = self.shared.index_lookup(tx_id)?;
+        if let Some(location) = location {
+            self.shared.ensure_durable(location.block_number + 1)?;
+        }
+        Ok(location)
+    }
+
+    /// The block holding the (first) transaction `tx_id`.
+    pub fn block_by_tx_id(&self, tx_id: &str) -> Result<Option<Block>> {
+        match self.tx_location(tx_id)? {
+            Some(location) => self.block(location.block_number),
+            None => Ok(None),
+        }
+    }
+
+    /// The validation code (`protos.TxValidationCode` as a byte) of the
+    /// transaction `tx_id`, from its block's TRANSACTIONS_FILTER; `None` if
+    /// the TxID is unknown or its block carries no filter entry for it
+    /// (orderer blocks carry none).
+    pub fn tx_validation_code(&self, tx_id: &str) -> Result<Option<u8>> {
+        Ok(self
+            .tx_location(tx_id)?
+            .and_then(|location| location.validation_code))
+    }
+
+    /// Whether a stored block carries `tx_id`: the committer's duplicate
+    /// TxID check. Unlike the other reads it never syncs, since it reports
+    /// nothing to clients.
+    pub fn contains_tx_id(&self, tx_id: &str) -> Result<bool> {
+        Ok(self.shared.index_lookup(tx_id)?.is_some())
+    }
+
+    /// Stops the flusher and syncs what is not yet durable, reporting a
+    /// failed sync (dropping the store does the same, silently).
+    pub fn close(mut self) -> Result<()> {
+        self.shut_down()
+    }
+
+    fn shut_down(&mut self) -> Result<()> {
+        if let Some(flusher) = self.flusher.take() {
+            self.shared.flush_state.lock().shutdown = true;
+            self.shared.flush_wake.notify_all();
+            // A panicking flusher has nothing left to sync for us; the
+            // final sync below covers its work either way.
+            let _ = flusher.join();
+        }
+        self.shared.sync_through(self.height())
+    }
+}
+
+impl Drop for BlockStore {
+    fn drop(&mut self) {
+        // Nowhere to report a failure from drop; `close` reports it.
+        let _ = self.shut_down();
+    }
+}
+
+impl fmt::Debug for BlockStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockStore")
+            .field("path", &self.shared.path)
+            .field("durability", &self.shared.durability)
+            .field("height", &self.height())
+            .field("durable_height", &self.durable_height())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Blocks from a starting number onward, as raw bytes with their numbers.
+///
+/// Each `next` reads the block at the current height, so blocks appended
+/// while iterating are included; `None` means the iterator has caught up
+/// (call `next` again after the height grows, or start a new one at
+/// [`Blocks::next_number`]). Under group commit, reaching a block that is
+/// not yet durable syncs first, so nothing served can be lost.
+#[derive(Debug)]
+pub struct Blocks<'a> {
+    store: &'a BlockStore,
+    next: u64,
+}
+
+impl Blocks<'_> {
+    /// The number of the block the next call to `next` returns.
+    pub fn next_number(&self) -> u64 {
+        self.next
+    }
+}
+
+impl Iterator for Blocks<'_> {
+    type Item = Result<(u64, Bytes)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.store.block_bytes(self.next) {
+            Ok(Some(bytes)) => {
+                let number = self.next;
+                self.next += 1;
+                Some(Ok((number, bytes)))
+            }
+            Ok(None) => None,
+            Err(error) => Some(Err(error)),
+        }
+    }
+}
+
+impl Shared {
+    fn cf(&self, name: &'static str) -> Result<&ColumnFamily> {
+        column_family(&self.db, &self.path, name)
+    }
+
+    /// The batch that appends `block` as number `number`.
+    fn batch_for(&self, block: &Block, number: u64, header_hash: Hash) -> Result<WriteBatch> {
+        let blocks = self.cf(CF_BLOCKS)?;
+        let tx_ids = self.cf(CF_TX_IDS)?;
+        let envelopes = block.data.as_ref().map_or(&[][..], |data| &data.data[..]);
+        let filter = block.metadata.as_ref().and_then(|metadata| {
+            metadata
+                .metadata
+                .get(BlockMetadataIndex::TransactionsFilter as usize)
+        });
+
+        // First occurrences within this block...
+        let ids: Vec<Option<String>> = envelopes.iter().map(tx_id_of).collect();
+        let mut seen = HashSet::with_capacity(ids.len());
+        let candidates: Vec<(usize, &str)> = ids
+            .iter()
+            .enumerate()
+            .filter_map(|(index, id)| Some((index, id.as_deref()?)))
+            .filter(|(_, id)| seen.insert(*id))
+            .collect();
+        // ... and not in any earlier block.
+        let existing = self
+            .db
+            .multi_get_cf(candidates.iter().map(|(_, id)| (tx_ids, id.as_bytes())));
+
+        let mut batch = WriteBatch::default();
+        batch.put_cf(blocks, block_key(number), block.encode_to_vec());
+        for (&(index, id), found) in candidates.iter().zip(existing) {
+            let found = found.map_err(|source| Error::ReadTx {
+                tx_id: id.to_owned(),
+                source,
+            })?;
+            if found.is_some() {
+                continue;
+            }
+            let location = TxLocation {
+                block_number: number,
+                tx_index: index as u64,
+                validation_code: filter.and_then(|filter| filter.get(index).copied()),
+            };
+            batch.put_cf(tx_ids, id.as_bytes(), encode_tx_location(&location));
+        }
+        batch.put(
+            TAIL_KEY,
+            encode_tail(&TailRecord {
+                height: number + 1,
+                header_hash,
+            }),
+        );
+        Ok(batch)
+    }
+
+    fn read_block_bytes(&self, number: u64) -> Result<Bytes> {
+        match read_block_bytes(&self.db, &self.path, number)? {
+            Some(bytes) => Ok(bytes),
+            None => Err(self.corrupt(number, "missing below the height".into())),
+        }
+    }
+
+    /// Decodes a stored block and checks it is the block of its key.
+    fn decode_block(&self, number: u64, bytes: Bytes) -> Result<Block> {
+        let block = Block::decode(bytes)
+            .map_err(|error| self.corrupt(number, format!("does not decode: {error}")))?;
+        let found = block.header.as_ref().map(|header| header.number);
+        if found != Some(number) {
+            return Err(self.corrupt(number, format!("stored block has number {found:?}")));
+        }
+        Ok(block)
+    }
+
+    /// The tx index entry of `tx_id`, if its block is visible.
+    fn index_lookup(&self, tx_id: &str) -> Result<Option<TxLocation>> {
+        let tx_ids = self.cf(CF_TX_IDS)?;
+        let value = self
+            .db
+            .get_cf(tx_ids, tx_id.as_bytes())
+            .map_err(|source| Error::ReadTx {
+                tx_id: tx_id.to_owned(),
+                source,
+            })?;
+        let Some(value) = value else {
+            return Ok(None);
+        };
+        let location = decode_tx_location(&value).ok_or_else(|| Error::CorruptIndex {
+            path: self.path.clone(),
+            tx_id: tx_id.to_owned(),
+        })?;
+        // An append's entries are readable a moment before its height is
+        // published; the block is not committed until then.
+        if location.block_number >= self.height.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        Ok(Some(location))
+    }
+
+    fn corrupt(&self, block_number: u64, reason: String) -> Error {
+        Error::Corrupt {
+            path: self.path.clone(),
+            block_number,
+            reason,
+        }
+    }
+
+    fn check_not_poisoned(&self) -> Result<()> {
+        match self.poisoned.get() {
+            Some(reason) => Err(Error::Poisoned {
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn poison(&self, reason: String) {
+        // The first failure is the one worth reporting.
+        let _ = self.poisoned.set(reason);
+    }
+
+    /// Under group commit, makes blocks below `height` durable before a
+    /// reader is served them.
+    fn ensure_durable(&self, height: u64) -> Result<()> {
+        match self.durability {
+            Durability::GroupCommit { .. } => self.sync_through(height),
+            Durability::EveryBlock | Durability::None => Ok(()),
+        }
+    }
+
+    /// Makes blocks below `height` durable, syncing the WAL if they are not
+    /// yet. One sync covers every block appended before it started.
+    fn sync_through(&self, height: u64) -> Result<()> {
+        if self.durable_height.load(Ordering::Acquire) >= height {
+            return Ok(());
+        }
+        let _sync = self.sync_lock.lock();
+        if self.durable_height.load(Ordering::Acquire) >= height {
+            // Another reader's (or the flusher's) sync covered it.
+            return Ok(());
+        }
+        self.check_not_poisoned()?;
+        // Every block below this height has been written to the WAL.
+        let target = self.height.load(Ordering::Acquire);
+        if let Err(source) = self.db.flush_wal(true) {
+            self.poison(format!("WAL sync below height {target}: {source}"));
+            return Err(Error::Sync {
+                height: target,
+                source,
+            });
+        }
+        self.mark_durable(target);
+        Ok(())
+    }
+
+    fn mark_durable(&self, height: u64) {
+        self.durable_height.fetch_max(height, Ordering::AcqRel);
+        self.durable_tx.send_if_modified(|durable| {
+            let advanced = height > *durable;
+            if advanced {
+                *durable = height;
+            }
+            advanced
+        });
+    }
+
+    fn pending_blocks(&self) -> u64 {
+        let height = self.height.load(Ordering::Acquire);
+        height.saturating_sub(self.durable_height.load(Ordering::Acquire))
+    }
+
+    /// Tells the flusher a block was appended unsynced.
+    fn note_pending(&self, blocks_max: u64) {
+        let mut state = self.flush_state.lock();
+        let first = state.first_pending_at.is_none();
+        if first {
+            state.first_pending_at = Some(Instant::now());
+        }
+        if first || self.pending_blocks() >= blocks_max {
+            self.flush_wake.notify_one();
+        }
+    }
+}
+
+/// The group-commit flusher: syncs when `blocks_max` blocks are pending or
+/// `interval` has passed since the first pending one; exits on shutdown
+/// (the store's drop syncs the rest) or after a failed sync (the store is
+/// poisoned then).
+fn run_flusher(shared: &Shared, blocks_max: u64, interval: Duration) {
+    loop {
+        {
+            let mut state = shared.flush_state.lock();
+            loop {
+                if state.shutdown {
+                    return;
+                }
+                let pending = shared.pending_blocks();
+                if pending == 0 {
+                    state.first_pending_at = None;
+                    shared.flush_wake.wait(&mut state);
+                    continue;
+                }
+                let first = *state.first_pending_at.get_or_insert_with(Instant::now);
+                if pending >= blocks_max {
+                    break;
+                }
+                match first.checked_add(interval) {
+                    Some(deadline) if Instant::now() >= deadline => break,
+                    Some(deadline) => {
+                        shared.flush_wake.wait_until(&mut state, deadline);
+                    }
+                    // An interval too long to represent never expires.
+                    None => shared.flush_wake.wait(&mut state),
+                }
+            }
+            // Blocks appended from here on start a new interval.
+            state.first_pending_at = None;
+        }
+        let height = shared.height.load(Ordering::Acquire);
+        if shared.sync_through(height).is_err() {
+            return;
+        }
+    }
+}
+
+/// The checks `append` makes before writing anything.
+fn check_links(header: &BlockHeader, block: &Block, tail: &Tail) -> Result<()> {
+    let number = header.number;
+    if number != tail.height {
+        return Err(Error::UnexpectedNumber {
+            expected: tail.height,
+            found: number,
+        });
+    }
+    if let Some(expected) = tail.header_hash
+        && header.previous_hash.as_ref() != expected.as_slice()
+    {
+        return Err(Error::PreviousHashMismatch {
+            block_number: number,
+            expected,
+            found: header.previous_hash.clone(),
+        });
+    }
+    let envelopes = block.data.as_ref().map_or(&[][..], |data| &data.data[..]);
+    let computed = data_hash_of(envelopes.iter().map(|envelope| envelope.as_ref()));
+    if header.data_hash.as_ref() != computed.as_slice() {
+        return Err(Error::DataHashMismatch {
+            block_number: number,
+            in_header: header.data_hash.clone(),
+            computed,
+        });
+    }
+    Ok(())
+}
+
+/// The TxID in an envelope's channel header, if it decodes and is not
+/// empty. Decodes only the layers down to the channel header.
+pub(crate) fn tx_id_of(envelope: &Bytes) -> Option<String> {
+    let envelope = Envelope::decode(envelope.clone()).ok()?;
+    let payload = Payload::decode(envelope.payload).ok()?;
+    let channel_header = ChannelHeader::decode(payload.header?.channel_header).ok()?;
+    Some(channel_header.tx_id).filter(|tx_id| !tx_id.is_empty())
+}
+
+fn open_db(path: &Path) -> Result<DB> {
+    let mut options = Options::default();
+    options.create_if_missing(true);
+    options.create_missing_column_families(true);
+    options.set_compression_type(DBCompressionType::Lz4);
+    // RocksDB's info log, not data: keep a few files.
+    options.set_keep_log_file_num(4);
+
+    // Blocks carry repeated PEM certificates, which LZ4 shrinks; keys are
+    // appended in order, so compactions mostly move files.
+    let mut blocks = Options::default();
+    blocks.set_compression_type(DBCompressionType::Lz4);
+    // TxIDs are random: a bloom filter answers "not present" (the common
+    // case of the duplicate check) without reading data blocks.
+    let mut tx_ids = Options::default();
+    tx_ids.set_compression_type(DBCompressionType::Lz4);
+    let mut table = BlockBasedOptions::default();
+    table.set_bloom_filter(10.0, false);
+    tx_ids.set_block_based_table_factory(&table);
+
+    let families = [
+        ColumnFamilyDescriptor::new(CF_BLOCKS, blocks),
+        ColumnFamilyDescriptor::new(CF_TX_IDS, tx_ids),
+    ];
+    DB::open_cf_descriptors(&options, path, families).map_err(|source| Error::Open {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn column_family<'a>(db: &'a DB, path: &Path, name: &'static str) -> Result<&'a ColumnFamily> {
+    db.cf_handle(name).ok_or_else(|| Error::CorruptTail {
+        path: path.to_owned(),
+        reason: format!("column family {name} is missing"),
+    })
+}
+
+fn read_tail(db: &DB, path: &Path) -> Result<Option<TailRecord>> {
+    let value = db.get(TAIL_KEY).map_err(|source| Error::Open {
+        path: path.to_owned(),
+        source,
+    })?;
+    value
+        .map(|bytes| {
+            decode_tail(&bytes).map_err(|reason| Error::CorruptTail {
+                path: path.to_owned(),
+                reason,
+            })
+        })
+        .transpose()
+}
+
+fn read_block_bytes(db: &DB, path: &Path, number: u64) -> Result<Option<Bytes>> {
+    let blocks = column_family(db, path, CF_BLOCKS)?;
+    let value = db
+        .get_cf(blocks, block_key(number))
+        .map_err(|source| Error::ReadBlock {
+            block_number: number,
+            source,
+        })?;
+    Ok(value.map(Bytes::from))
+}
+
+/// The number of the first stored block at or after `number`.
+fn first_block_at_or_after(db: &DB, path: &Path, number: u64) -> Result<Option<u64>> {
+    let blocks = column_family(db, path, CF_BLOCKS)?;
+    let from = block_key(number);
+    let mut iterator = db.iterator_cf(blocks, IteratorMode::From(&from, Direction::Forward));
+    match iterator.next() {
+        None => Ok(None),
+        Some(Err(source)) => Err(Error::ReadBlock {
+            block_number: number,
+            source,
+        }),
+        Some(Ok((key, _))) => match decode_block_key(&key) {
+            Some(found) => Ok(Some(found)),
+            None => Err(Error::CorruptTail {
+                path: path.to_owned(),
+                reason: format!("block key of {} bytes", key.len()),
+            }),
+        },
+    }
+}
+
+/// The checks of [`BlockStore::open`], on the tail and the last
+/// `depth` blocks.
+fn verify_tail(db: &DB, path: &Path, tail: Option<TailRecord>, depth: u32) -> Result<()> {
+    let corrupt = |block_number: u64, reason: String| Error::Corrupt {
+        path: path.to_owned(),
+        block_number,
+        reason,
+    };
+    let Some(tail) = tail else {
+        return match first_block_at_or_after(db, path, 0)? {
+            Some(number) => Err(Error::CorruptTail {
+                path: path.to_owned(),
+                reason: format!("absent, but block {number} is stored"),
+            }),
+            None => Ok(()),
+        };
+    };
+    if let Some(number) = first_block_at_or_after(db, path, tail.height)? {
+        return Err(corrupt(
+            number,
+            format!("stored beyond the tail record's height {}", tail.height),
+        ));
+    }
+
+    let last = tail.height - 1;
+    let first = tail.height.saturating_sub(u64::from(depth.max(1)));
+    // Walking down from the tail: the header of the block above `number`.
+    let mut above: Option<BlockHeader> = None;
+    for number in (first..=last).rev() {
+        let bytes = read_block_bytes(db, path, number)?
+            .ok_or_else(|| corrupt(number, "missing below the height".into()))?;
+        let block = Block::decode(bytes)
+            .map_err(|error| corrupt(number, format!("does not decode: {error}")))?;
+        let header = block
+            .header
+            .clone()
+            .ok_or_else(|| corrupt(number, "has no header".into()))?;
+        if header.number != number {
+            return Err(corrupt(
+                number,
+                format!("header says number {}", header.number),
+            ));
+        }
+        let data_hash = block_data_hash(&block.data.unwrap_or_default());
+        if header.data_hash.as_ref() != data_hash.as_slice() {
+            return Err(corrupt(
+                number,
+                format!(
+                    "data hash {} is not the hash of its data {}",
+                    Hex(&header.data_hash),
+                    Hex(&data_hash)
+                ),
+            ));
+        }
+        let header_hash = block_header_hash(&header);
+        if number == last && header_hash != tail.header_hash {
+            return Err(corrupt(
+                number,
+                format!(
+                    "header hash {} is not the tail record's {}",
+                    Hex(&header_hash),
+                    Hex(&tail.header_hash)
+                ),
+            ));
+        }
+        if let Some(above) = &above
+            && above.previous_hash.as_ref() != header_hash.as_slice()
+        {
+            return Err(corrupt(
+                number + 1,
+                format!(
+                    "previous hash {} is not block {number}'s header hash {}",
+                    Hex(&above.previous_hash),
+                    Hex(&header_hash)
+                ),
+            ));
+        }
+        above = Some(header);
+    }
+    Ok(())
+}
+
+/// Syncs everything RocksDB recovered, so that what `open` reports is
+/// durable: flushes the memtables (RocksDB writes and syncs the SST files
+/// and the manifest) and syncs the live WAL. After a process crash the
+/// recovered WAL may have been in the page cache only.
+fn make_everything_durable(db: &DB, height: u64) -> Result<()> {
+    let sync_error = |source| Error::Sync { height, source };
+    for name in [rocksdb::DEFAULT_COLUMN_FAMILY_NAME, CF_BLOCKS, CF_TX_IDS] {
+        if let Some(family) = db.cf_handle(name) {
+            db.flush_cf(family).map_err(sync_error)?;
+        }
+    }
+    db.flush_wal(true).map_err(sync_error)
+}
+
+#[cfg(test)]
+mod crash_tests;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,34 @@
+//! The peer's committer: turns ordered blocks into validated, committed
+//! blocks.
+//!
+//! Validation is a pipeline whose only serial step is MVCC plus apply
+//! (FastFabric P-II; Thakkar's parallel VSCC):
+//!
+//! 1. **Decode once** ([`weft_protos::view::DecodedBlock`]): every layer of
+//!    every envelope, shared by all later stages.
+//! 2. **Checks, in parallel** ([`checks`]): per transaction, independent of
+//!    the others: structure, channel header, TxID, creator identity (cached)
+//!    and signature, proposal hash, endorsement signatures and policy.
+//! 3. **MVCC, serially** ([`mvcc`]): reads against committed state (bulk
+//!    read) and against earlier valid transactions of the block; range-query
+//!    phantom checks; builds the block's update batch.
+//! 4. **Apply**: the batch to world state, the block (with its
+//!    TRANSACTIONS_FILTER) to the block store.
+//!
+//! Outcomes are Fabric's validation codes; a bad transaction is a value,
+//! not an error. Stages 2 and 3 are pure functions of their inputs plus a
+//! read-only view ([`ChannelContext`], a [`weft_statedb::StateReader`]), so
+//! tests drive them without sockets or disks.
+
+mod channel;
+pub mod checks;
+mod commit;
+mod error;
+pub mod mvcc;
+#[cfg(test)]
+mod tests;
+
+pub use channel::{ChannelContext, DefaultEndorsementPolicies, EndorsementPolicies};
+pub use commit::{ChannelCommitter, CommittedBlock};
+pub use error::{Error, Result};
+pub use weft_protos::protos::TxValidationCode;

@@ -1,0 +1,456 @@
+//! Validation on real Fabric 2.5 blocks, and on those blocks tampered with
+//! and re-signed by the fixture's own keys so that exactly one check fails.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use bytes::Bytes;
+use prost::Message;
+use weft_msp::{Signer, now};
+use weft_protos::common::{Block, ChannelHeader, Envelope, Payload};
+use weft_protos::view::{DecodedBlock, Limits, TxBody};
+
+use crate::checks::check_block;
+use crate::mvcc::mark_duplicate_tx_ids;
+use crate::{ChannelContext, TxValidationCode};
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/fabric-2.5")
+}
+
+fn block(name: &str) -> Block {
+    Block::decode(std::fs::read(fixtures().join(name)).unwrap().as_slice()).unwrap()
+}
+
+fn decoded(block: Block) -> DecodedBlock {
+    DecodedBlock::from_block(block, Limits::default()).unwrap()
+}
+
+/// The channel context of a fixture channel, from its genesis block.
+fn context(channel: &str) -> ChannelContext {
+    let genesis = decoded(block(&format!("{channel}-block-0.block")));
+    let transaction = genesis.transactions[0].as_ref().unwrap();
+    let TxBody::Config(config) = &transaction.body else {
+        panic!("genesis holds a config")
+    };
+    ChannelContext::from_config(channel, 0, config.config.as_ref().unwrap()).unwrap()
+}
+
+fn user1() -> Signer {
+    let dir = fixtures()
+        .join("crypto/peerOrganizations/org1.example.com/users/User1@org1.example.com/msp");
+    weft_msp::folder::load(&dir, "Org1MSP")
+        .unwrap()
+        .signer
+        .unwrap()
+}
+
+/// Rewrites the payload of an envelope with `change`, then signs it again
+/// as User1 (the fixture's submitting client).
+fn resigned(raw: &Bytes, change: impl FnOnce(&mut Payload)) -> Bytes {
+    let envelope = Envelope::decode(raw.clone()).unwrap();
+    let mut payload = Payload::decode(envelope.payload).unwrap();
+    change(&mut payload);
+    let payload_bytes = payload.encode_to_vec();
+    let signature = user1().sign(&payload_bytes).unwrap();
+    Envelope {
+        payload: payload_bytes.into(),
+        signature: signature.into(),
+    }
+    .encode_to_vec()
+    .into()
+}
+
+fn with_envelopes(template: &Block, envelopes: Vec<Bytes>) -> DecodedBlock {
+    let mut block = template.clone();
+    block.data.as_mut().unwrap().data = envelopes;
+    decoded(block)
+}
+
+#[test]
+fn every_fabric_transaction_passes_stage_1() {
+    // Goal: the transactions that Fabric 2.5 committed as VALID pass weft's
+    // parallel checks with the MSPs and policies of their channel's genesis
+    // block: creators, TxIDs, proposal hashes, endorsements against the
+    // default and _lifecycle endorsement policies.
+    for (channel, blocks) in [
+        (
+            "ch10",
+            vec![
+                "ch10-block-1.block",
+                "ch10-block-2.block",
+                "ch10-block-3.block",
+                "ch10-block-4.block",
+            ],
+        ),
+        (
+            "ch100",
+            vec![
+                "ch100-block-1.block",
+                "ch100-block-2.block",
+                "extra/ch100-block-3.block",
+                "extra/ch100-block-4.block",
+            ],
+        ),
+    ] {
+        let context = context(channel);
+        for name in blocks {
+            let block = decoded(block(name));
+            let codes = check_block(&block, &context, now());
+            assert!(!codes.is_empty());
+            assert!(
+                codes.iter().all(|code| *code == TxValidationCode::Valid),
+                "{name}: {codes:?}"
+            );
+        }
+        let stats = context.msps.cache_stats();
+        assert!(
+            stats.hits > stats.misses,
+            "{channel}: identity cache {stats:?}"
+        );
+    }
+}
+
+#[test]
+fn tampered_transactions_get_fabrics_codes() {
+    // Goal: each kind of tampering is caught by the check Fabric assigns it to.
+    let context = context("ch10");
+    let template = block("ch10-block-3.block");
+    let original = template.data.as_ref().unwrap().data[0].clone();
+
+    let mut bad_signature = Envelope::decode(original.clone()).unwrap();
+    let last = bad_signature.signature.len() - 2;
+    let mut signature = bad_signature.signature.to_vec();
+    signature[last] ^= 1;
+    bad_signature.signature = signature.into();
+
+    let wrong_tx_id = resigned(&original, |payload| {
+        let header = payload.header.as_mut().unwrap();
+        let mut channel_header = ChannelHeader::decode(header.channel_header.clone()).unwrap();
+        channel_header.tx_id = "0".repeat(64);
+        header.channel_header = channel_header.encode_to_vec().into();
+    });
+    let no_endorsements = resigned(&original, |payload| {
+        let mut transaction =
+            weft_protos::protos::Transaction::decode(payload.data.clone()).unwrap();
+        let action = &mut transaction.actions[0];
+        let mut action_payload =
+            weft_protos::protos::ChaincodeActionPayload::decode(action.payload.clone()).unwrap();
+        action_payload.action.as_mut().unwrap().endorsements.clear();
+        action.payload = action_payload.encode_to_vec().into();
+        payload.data = transaction.encode_to_vec().into();
+    });
+    let changed_result = resigned(&original, |payload| {
+        // Changing what was endorsed breaks the endorsement signatures.
+        let mut transaction =
+            weft_protos::protos::Transaction::decode(payload.data.clone()).unwrap();
+        let action = &mut transaction.actions[0];
+        let mut action_payload =
+            weft_protos::protos::ChaincodeActionPayload::decode(action.payload.clone()).unwrap();
+        let endorsed = action_payload.action.as_mut().unwrap();
+        let mut response = weft_protos::protos::ProposalResponsePayload::decode(
+            endorsed.proposal_response_payload.clone(),
+        )
+        .unwrap();
+        let mut chaincode_action =
+            weft_protos::protos::ChaincodeAction::decode(response.extension.clone()).unwrap();
+        chaincode_action.response.as_mut().unwrap().message = "tampered".to_owned();
+        response.extension = chaincode_action.encode_to_vec().into();
+        endorsed.proposal_response_payload = response.encode_to_vec().into();
+        action.payload = action_payload.encode_to_vec().into();
+        payload.data = transaction.encode_to_vec().into();
+    });
+    let changed_proposal = resigned(&original, |payload| {
+        let mut transaction =
+            weft_protos::protos::Transaction::decode(payload.data.clone()).unwrap();
+        let action = &mut transaction.actions[0];
+        let mut action_payload =
+            weft_protos::protos::ChaincodeActionPayload::decode(action.payload.clone()).unwrap();
+        let mut proposal = action_payload.chaincode_proposal_payload.to_vec();
+        proposal.extend_from_slice(&[0x2a, 0x00]); // an extra empty field 5
+        action_payload.chaincode_proposal_payload = proposal.into();
+        action.payload = action_payload.encode_to_vec().into();
+        payload.data = transaction.encode_to_vec().into();
+    });
+
+    let cases: Vec<(Bytes, TxValidationCode)> = vec![
+        (original.clone(), TxValidationCode::Valid),
+        (
+            bad_signature.encode_to_vec().into(),
+            TxValidationCode::BadCreatorSignature,
+        ),
+        (wrong_tx_id, TxValidationCode::BadProposalTxid),
+        (no_endorsements, TxValidationCode::EndorsementPolicyFailure),
+        (changed_result, TxValidationCode::EndorsementPolicyFailure),
+        (
+            changed_proposal,
+            TxValidationCode::InvalidEndorserTransaction,
+        ),
+        (
+            Bytes::from_static(b"\xff\x01garbage"),
+            TxValidationCode::BadPayload,
+        ),
+        (Bytes::new(), TxValidationCode::NilEnvelope),
+    ];
+    let (envelopes, expected): (Vec<Bytes>, Vec<TxValidationCode>) = cases.into_iter().unzip();
+    let codes = check_block(&with_envelopes(&template, envelopes), &context, now());
+    assert_eq!(codes, expected);
+}
+
+#[test]
+fn transactions_of_another_channel_or_unknown_creators_are_rejected() {
+    // Goal: a ch100 transaction is not valid on ch10, and a creator whose
+    // MSP the channel does not know fails the creator check.
+    let ch10 = context("ch10");
+    let foreign = block("extra/ch100-block-3.block");
+    let codes = check_block(&decoded(foreign.clone()), &ch10, now());
+    assert_eq!(codes, [TxValidationCode::TargetChainNotFound]);
+
+    let template = block("ch10-block-3.block");
+    let original = template.data.as_ref().unwrap().data[0].clone();
+    let stranger = resigned(&original, |payload| {
+        let header = payload.header.as_mut().unwrap();
+        let mut signature_header =
+            weft_protos::common::SignatureHeader::decode(header.signature_header.clone()).unwrap();
+        let mut creator =
+            weft_protos::msp::SerializedIdentity::decode(signature_header.creator.clone()).unwrap();
+        creator.mspid = "Org9MSP".to_owned();
+        signature_header.creator = creator.encode_to_vec().into();
+        header.signature_header = signature_header.encode_to_vec().into();
+    });
+    let codes = check_block(&with_envelopes(&template, vec![stranger]), &ch10, now());
+    assert_eq!(codes, [TxValidationCode::BadCreatorSignature]);
+}
+
+#[test]
+fn repeated_tx_ids_are_duplicates() {
+    // Goal: a TxID seen earlier in the block, in a block ahead in the
+    // pipeline, or already committed marks the transaction DUPLICATE_TXID.
+    let context = context("ch10");
+    let template = block("ch10-block-3.block");
+    let envelopes = template.data.as_ref().unwrap().data.clone();
+    let block = with_envelopes(
+        &template,
+        vec![
+            envelopes[0].clone(),
+            envelopes[1].clone(),
+            envelopes[0].clone(),
+        ],
+    );
+    let mut codes = check_block(&block, &context, now());
+    let committed = block.transactions[1].as_ref().unwrap().tx_id().to_owned();
+    let mut in_flight = HashSet::new();
+    mark_duplicate_tx_ids(
+        &block,
+        &mut codes,
+        |tx_id| tx_id == committed,
+        &mut in_flight,
+    );
+    assert_eq!(
+        codes,
+        [
+            TxValidationCode::Valid,
+            TxValidationCode::DuplicateTxid,
+            TxValidationCode::DuplicateTxid
+        ]
+    );
+    assert_eq!(in_flight.len(), 2);
+
+    let mut again = check_block(&block, &context, now());
+    mark_duplicate_tx_ids(&block, &mut again, |_| false, &mut in_flight);
+    assert!(
+        again
+            .iter()
+            .all(|code| *code == TxValidationCode::DuplicateTxid),
+        "{again:?}"
+    );
+}
+
+mod commit {
+    //! The whole committer on the real ch10 chain: RocksDB block store and
+    //! the in-memory world state, both on disk in a temporary directory.
+
+    use std::sync::Arc;
+
+    use weft_ledger::{BlockStore, StoreConfig};
+    use weft_protos::common::BlockMetadataIndex;
+    use weft_statedb::memory::{MemoryOptions, MemoryState};
+    use weft_statedb::{StateReader, VersionedState};
+
+    use super::*;
+    use crate::ChannelCommitter;
+
+    struct Peer {
+        dir: tempfile::TempDir,
+    }
+
+    impl Peer {
+        fn new() -> Self {
+            Self {
+                dir: tempfile::tempdir().unwrap(),
+            }
+        }
+
+        fn stores(&self) -> (Arc<MemoryState>, Arc<BlockStore>) {
+            let state = MemoryState::open(&self.dir.path().join("state"), MemoryOptions::default())
+                .unwrap();
+            let ledger =
+                BlockStore::open(&StoreConfig::new(self.dir.path().join("blocks"))).unwrap();
+            (Arc::new(state), Arc::new(ledger))
+        }
+    }
+
+    fn filter_of(block: &Block) -> Bytes {
+        block.metadata.as_ref().unwrap().metadata[BlockMetadataIndex::TransactionsFilter as usize]
+            .clone()
+    }
+
+    /// Keys written in ch10 blocks 3 and 4, with the height that wrote them.
+    fn written_keys() -> Vec<(String, u64, u64)> {
+        let mut keys = Vec::new();
+        for number in [3u64, 4] {
+            let block = decoded(block(&format!("ch10-block-{number}.block")));
+            for (index, transaction) in block.transactions.iter().enumerate() {
+                let TxBody::Endorser(endorser) = &transaction.as_ref().unwrap().body else {
+                    continue;
+                };
+                for namespace in &endorser.actions[0].namespaces {
+                    for write in &namespace.kv.writes {
+                        if namespace.namespace == "kv" {
+                            keys.push((write.key.clone(), number, index as u64));
+                        }
+                    }
+                }
+            }
+        }
+        keys
+    }
+
+    fn commit_chain(committer: &mut ChannelCommitter, numbers: std::ops::Range<u64>) {
+        for number in numbers {
+            let committed = committer
+                .commit(block(&format!("ch10-block-{number}.block")), now())
+                .unwrap();
+            assert_eq!(committed.number, number);
+            assert!(
+                committed
+                    .codes
+                    .iter()
+                    .all(|code| *code == TxValidationCode::Valid),
+                "{committed:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_fabric_chain_commits_as_fabric_committed_it() {
+        // Goal: weft commits ch10 blocks 0–4 with the validation codes the
+        // Fabric peer recorded, and the world state holds every key written
+        // at the height of the transaction that wrote it.
+        let peer = Peer::new();
+        let (state, ledger) = peer.stores();
+        let mut committer =
+            ChannelCommitter::create(block("ch10-block-0.block"), state.clone(), ledger.clone())
+                .unwrap();
+        commit_chain(&mut committer, 1..5);
+        assert_eq!(committer.height(), 5);
+
+        for (name, number) in [
+            ("ch10-block-1.from-peer.block", 1),
+            ("extra/ch10-block-3.from-peer.block", 3),
+        ] {
+            let fabric = block(name);
+            let ours = ledger.block(number).unwrap().unwrap();
+            assert_eq!(filter_of(&ours), filter_of(&fabric), "{name}");
+            assert_eq!(ours.header, fabric.header, "{name}");
+            assert_eq!(ours.data, fabric.data, "{name}");
+        }
+        let keys = written_keys();
+        assert_eq!(keys.len(), 20);
+        for (key, number, index) in &keys {
+            let value = state
+                .get("kv", key)
+                .unwrap()
+                .unwrap_or_else(|| panic!("{key} missing"));
+            assert_eq!(
+                value.version,
+                weft_statedb::Height::new(*number, *index),
+                "{key}"
+            );
+            assert_eq!(value.value.len(), 8, "{key}");
+        }
+        assert!(!state.range("_lifecycle", "", "", 100).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_restarted_peer_replays_what_the_state_had_not_made_durable() {
+        // Goal: after a restart, the state equals what it was, whether the
+        // state was checkpointed (replay from there) or not (replay all).
+        let peer = Peer::new();
+        let (state, ledger) = peer.stores();
+        let mut committer =
+            ChannelCommitter::create(block("ch10-block-0.block"), state, ledger).unwrap();
+        commit_chain(&mut committer, 1..3);
+        assert_eq!(
+            committer.checkpoint().unwrap().map(|h| h.block_num),
+            Some(2)
+        );
+        commit_chain(&mut committer, 3..5);
+        drop(committer);
+
+        let (state, ledger) = peer.stores();
+        assert_eq!(state.durable_height().map(|h| h.block_num), Some(2));
+        let mut committer = ChannelCommitter::open("ch10", state.clone(), ledger).unwrap();
+        assert_eq!(committer.height(), 5);
+        for (key, number, index) in written_keys() {
+            let value = state.get("kv", &key).unwrap().unwrap();
+            assert_eq!(
+                value.version,
+                weft_statedb::Height::new(number, index),
+                "{key}"
+            );
+        }
+        // It goes on committing: block 4 again is the wrong number.
+        let error = committer
+            .commit(block("ch10-block-4.block"), now())
+            .unwrap_err();
+        assert!(error.to_string().contains("expected block 5"), "{error}");
+    }
+
+    #[test]
+    fn a_block_that_breaks_the_chain_is_refused_and_nothing_is_written() {
+        // Goal: a block whose previous hash, data hash or orderer signature
+        // is wrong is refused, and neither the chain nor the state moves.
+        let peer = Peer::new();
+        let (state, ledger) = peer.stores();
+        let mut committer =
+            ChannelCommitter::create(block("ch10-block-0.block"), state.clone(), ledger.clone())
+                .unwrap();
+        commit_chain(&mut committer, 1..3);
+        let mut wrong_previous = block("ch10-block-3.block");
+        wrong_previous.header.as_mut().unwrap().previous_hash = Bytes::from_static(&[0; 32]);
+        assert!(committer.commit(wrong_previous, now()).is_err());
+        let mut wrong_data = block("ch10-block-3.block");
+        wrong_data.data.as_mut().unwrap().data.pop();
+        assert!(committer.commit(wrong_data, now()).is_err());
+        let mut forged = block("ch10-block-3.block");
+        let metadata = &mut forged.metadata.as_mut().unwrap().metadata
+            [BlockMetadataIndex::Signatures as usize];
+        let mut signatures = weft_protos::common::Metadata::decode(metadata.clone()).unwrap();
+        let mut signature = signatures.signatures[0].signature.to_vec();
+        let last = signature.len() - 1;
+        signature[last] ^= 1;
+        signatures.signatures[0].signature = signature.into();
+        *metadata = signatures.encode_to_vec().into();
+        let error = committer.commit(forged, now()).unwrap_err();
+        assert!(error.to_string().contains("orderer signatures"), "{error}");
+        let mut unsigned = block("ch10-block-3.block");
+        unsigned.metadata.as_mut().unwrap().metadata[BlockMetadataIndex::Signatures as usize] =
+            Bytes::new();
+        assert!(committer.commit(unsigned, now()).is_err());
+
+        assert_eq!(ledger.height(), 3);
+        assert_eq!(state.height().map(|h| h.block_num), Some(2));
+        commit_chain(&mut committer, 3..5);
+    }
+}
