@@ -115,3 +115,13 @@ fn describe_rejected_key(pkcs8: &[u8]) -> String {
         "not a PKCS#8 ECDSA P-256 private key".to_owned()
     }
 }
+
+impl weft_protos::tx::Sign for Signer {
+    fn identity(&self) -> Bytes {
+        self.serialized_identity.clone()
+    }
+
+    fn sign(&self, message: &[u8]) -> Result<Vec<u8>, weft_protos::tx::SignError> {
+        Signer::sign(self, message).map_err(|e| weft_protos::tx::SignError(e.to_string()))
+    }
+}

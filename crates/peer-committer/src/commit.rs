@@ -10,6 +10,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use parking_lot::RwLock;
+
 use bytes::Bytes;
 use prost::Message;
 use rayon::prelude::*;
@@ -183,10 +185,107 @@ impl ChannelCommitter {
 
     /// Validates `block` and commits it. Invalid transactions are committed
     /// with their codes; an error means the block itself was refused (wrong
-    /// number or previous hash, storage failure) and nothing was written.
+    /// number, broken chain, bad orderer signature, storage failure) and
+    /// nothing was written.
     pub fn commit(&mut self, block: Block, now: UnixTime) -> Result<CommittedBlock> {
-        let mut block = block;
-        let decoded = decode(block.clone(), self.limits);
+        let prepared = prepare(
+            block,
+            self.context.clone(),
+            self.previous_hash(),
+            now,
+            self.limits,
+        );
+        self.commit_prepared(prepared, now)
+    }
+
+    /// Commits a stream of blocks with up to `depth` blocks being prepared
+    /// (decoded, integrity-checked, stage-1 checked, on the rayon pool)
+    /// while the oldest goes through MVCC and apply. `sink` receives each
+    /// outcome in order and returns whether to go on; the stream stops at
+    /// the first refused block, since every later block depends on it.
+    pub fn commit_stream<I>(
+        &mut self,
+        blocks: I,
+        depth: usize,
+        now: impl Fn() -> UnixTime + Sync,
+        mut sink: impl FnMut(&Result<CommittedBlock>) -> bool,
+    ) where
+        I: Iterator<Item = Block> + Send,
+    {
+        let depth = depth.max(1);
+        let shared_context = RwLock::new(self.context.clone());
+        let limits = self.limits;
+        let first_previous = self.previous_hash();
+        std::thread::scope(|scope| {
+            let (queue, in_order) =
+                std::sync::mpsc::sync_channel::<std::sync::mpsc::Receiver<Prepared>>(depth);
+            let shared = &shared_context;
+            let now = &now;
+            scope.spawn(move || {
+                let mut previous = first_previous;
+                for block in blocks {
+                    let next_previous = block
+                        .header
+                        .as_ref()
+                        .map(weft_protos::hash::block_header_hash);
+                    let (done, result) = std::sync::mpsc::sync_channel(1);
+                    let context = shared.read().clone();
+                    let at = now();
+                    let expected_previous = previous;
+                    rayon::spawn(move || {
+                        // The receiver is gone only when the committer stopped.
+                        let _ = done.send(prepare(block, context, expected_previous, at, limits));
+                    });
+                    if queue.send(result).is_err() {
+                        return;
+                    }
+                    previous = next_previous;
+                }
+            });
+            for result in in_order {
+                let Ok(prepared) = result.recv() else { break };
+                let outcome = self.commit_prepared(prepared, now());
+                if let Ok(committed) = &outcome
+                    && committed.reconfigured
+                {
+                    *shared_context.write() = self.context.clone();
+                }
+                let refused = outcome.is_err();
+                if !sink(&outcome) || refused {
+                    break;
+                }
+            }
+        });
+    }
+
+    /// The header hash the next block must name as its previous hash.
+    fn previous_hash(&self) -> Option<weft_protos::hash::Hash> {
+        self.ledger.last_header_hash()
+    }
+
+    /// The serial part of committing: duplicates, MVCC, append, apply.
+    fn commit_prepared(&mut self, prepared: Prepared, now: UnixTime) -> Result<CommittedBlock> {
+        // A block prepared before a config change, or against a chain tip
+        // that has moved, is prepared again with what holds now.
+        let stale = !Arc::ptr_eq(&prepared.context, &self.context)
+            || prepared.expected_previous != self.previous_hash();
+        let Prepared {
+            mut block,
+            decoded,
+            mut codes,
+            integrity,
+            ..
+        } = if stale {
+            prepare(
+                prepared.block,
+                self.context.clone(),
+                self.previous_hash(),
+                now,
+                self.limits,
+            )
+        } else {
+            prepared
+        };
         let number = decoded.header.number;
         if number != self.ledger.height() {
             return Err(Error::BadBlock {
@@ -195,8 +294,11 @@ impl ChannelCommitter {
                 reason: format!("expected block {}", self.ledger.height()),
             });
         }
-        self.check_block_integrity(&block, &decoded, now)?;
-        let mut codes = check_block(&decoded, &self.context, now);
+        integrity.map_err(|reason| Error::BadBlock {
+            channel: self.channel_id.clone(),
+            block: number,
+            reason,
+        })?;
         let mut committed = HashSet::new();
         for transaction in decoded.transactions.iter().flatten() {
             if self.ledger.contains_tx_id(transaction.tx_id())? {
@@ -244,45 +346,69 @@ impl ChannelCommitter {
     }
 }
 
-impl ChannelCommitter {
-    /// Refuses a block that does not extend the chain or that the orderers
-    /// did not sign: previous hash, data hash, and the SIGNATURES metadata
-    /// against the channel's `/Channel/Orderer/BlockValidation` policy.
-    fn check_block_integrity(
-        &self,
-        block: &Block,
-        decoded: &DecodedBlock,
-        now: UnixTime,
-    ) -> Result<()> {
-        let refuse = |reason: String| Error::BadBlock {
-            channel: self.channel_id.clone(),
-            block: decoded.header.number,
-            reason,
-        };
-        let expected_previous = self.ledger.last_header_hash();
-        if expected_previous.as_ref().map(|hash| hash.as_slice())
-            != Some(decoded.header.previous_hash.as_ref())
-        {
-            return Err(refuse("previous hash does not match the chain".to_owned()));
-        }
-        let data_hash =
-            weft_protos::hash::data_hash_of(decoded.raw_envelopes.iter().map(|e| e.as_ref()));
-        if data_hash.as_slice() != decoded.header.data_hash.as_ref() {
-            return Err(refuse(
-                "data hash does not match the block's data".to_owned(),
-            ));
-        }
-        let signatures = block_signatures(block, &decoded.header).map_err(refuse)?;
-        self.context
-            .policies
-            .evaluate(
-                BLOCK_VALIDATION_POLICY,
-                &signatures,
-                &self.context.msps,
-                now,
-            )
-            .map_err(|e| refuse(format!("orderer signatures: {e}")))
+/// A block with the work done that needs no other block: decoded,
+/// integrity checked and through stage 1, against `context`.
+struct Prepared {
+    block: Block,
+    decoded: DecodedBlock,
+    codes: Vec<TxValidationCode>,
+    /// Hashes and orderer signatures: `Err` holds why the block is refused.
+    integrity: std::result::Result<(), String>,
+    context: Arc<ChannelContext>,
+    /// The chain tip this block was checked against.
+    expected_previous: Option<weft_protos::hash::Hash>,
+}
+
+/// Prepares a block for commit; runs on any thread.
+fn prepare(
+    block: Block,
+    context: Arc<ChannelContext>,
+    expected_previous: Option<weft_protos::hash::Hash>,
+    now: UnixTime,
+    limits: Limits,
+) -> Prepared {
+    let decoded = decode(block.clone(), limits);
+    let integrity =
+        check_block_integrity(&block, &decoded, expected_previous.as_ref(), &context, now);
+    let codes = if integrity.is_ok() {
+        check_block(&decoded, &context, now)
+    } else {
+        vec![TxValidationCode::NotValidated; decoded.transactions.len()]
+    };
+    Prepared {
+        block,
+        decoded,
+        codes,
+        integrity,
+        context,
+        expected_previous,
     }
+}
+
+/// Refuses a block that does not extend the chain or that the orderers did
+/// not sign: previous hash, data hash, and the SIGNATURES metadata against
+/// the channel's `/Channel/Orderer/BlockValidation` policy.
+fn check_block_integrity(
+    block: &Block,
+    decoded: &DecodedBlock,
+    expected_previous: Option<&weft_protos::hash::Hash>,
+    context: &ChannelContext,
+    now: UnixTime,
+) -> std::result::Result<(), String> {
+    if expected_previous.map(|hash| hash.as_slice()) != Some(decoded.header.previous_hash.as_ref())
+    {
+        return Err("previous hash does not match the chain".to_owned());
+    }
+    let data_hash =
+        weft_protos::hash::data_hash_of(decoded.raw_envelopes.iter().map(|e| e.as_ref()));
+    if data_hash.as_slice() != decoded.header.data_hash.as_ref() {
+        return Err("data hash does not match the block's data".to_owned());
+    }
+    let signatures = block_signatures(block, &decoded.header)?;
+    context
+        .policies
+        .evaluate(BLOCK_VALIDATION_POLICY, &signatures, &context.msps, now)
+        .map_err(|e| format!("orderer signatures: {e}"))
 }
 
 /// The policy a block's orderer signatures must satisfy.

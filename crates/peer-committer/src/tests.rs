@@ -453,4 +453,69 @@ mod commit {
         assert_eq!(state.height().map(|h| h.block_num), Some(2));
         commit_chain(&mut committer, 3..5);
     }
+
+    #[test]
+    fn the_pipeline_commits_the_chain_as_commit_does() {
+        // Goal: with several blocks prepared in parallel ahead of the one
+        // committing, the outcome equals committing one block at a time.
+        for depth in [1, 2, 4] {
+            let peer = Peer::new();
+            let (state, ledger) = peer.stores();
+            let mut committer = ChannelCommitter::create(
+                block("ch10-block-0.block"),
+                state.clone(),
+                ledger.clone(),
+            )
+            .unwrap();
+            let blocks = (1..5).map(|number| block(&format!("ch10-block-{number}.block")));
+            let mut outcomes = Vec::new();
+            committer.commit_stream(blocks, depth, now, |outcome| {
+                outcomes.push(
+                    outcome
+                        .as_ref()
+                        .map(|c| (c.number, c.codes.clone()))
+                        .map_err(|e| e.to_string()),
+                );
+                true
+            });
+            assert_eq!(outcomes.len(), 4, "depth {depth}");
+            for (index, outcome) in outcomes.iter().enumerate() {
+                let (number, codes) = outcome.as_ref().unwrap();
+                assert_eq!(*number, index as u64 + 1);
+                assert!(codes.iter().all(|code| *code == TxValidationCode::Valid));
+            }
+            assert_eq!(ledger.height(), 5);
+            for (key, number, index) in written_keys() {
+                assert_eq!(
+                    state.get("kv", &key).unwrap().unwrap().version,
+                    weft_statedb::Height::new(number, index)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_pipeline_stops_at_a_refused_block() {
+        // Goal: a forged block in the stream is refused, nothing after it is
+        // committed, and the committer can go on from the last good block.
+        let peer = Peer::new();
+        let (state, ledger) = peer.stores();
+        let mut committer =
+            ChannelCommitter::create(block("ch10-block-0.block"), state, ledger.clone()).unwrap();
+        let mut forged = block("ch10-block-2.block");
+        forged.data.as_mut().unwrap().data[0] = Bytes::from_static(b"not what the orderer signed");
+        let blocks = vec![
+            block("ch10-block-1.block"),
+            forged,
+            block("ch10-block-3.block"),
+        ];
+        let mut outcomes = Vec::new();
+        committer.commit_stream(blocks.into_iter(), 3, now, |outcome| {
+            outcomes.push(outcome.is_ok());
+            true
+        });
+        assert_eq!(outcomes, [true, false]);
+        assert_eq!(ledger.height(), 2);
+        commit_chain(&mut committer, 2..5);
+    }
 }

@@ -13,6 +13,8 @@
 //!   (payload, headers, transaction, actions, proposal response payload,
 //!   chaincode action, read/write sets), which all later stages share instead
 //!   of unmarshalling the same bytes again (FastFabric P-III);
+//! - [`tx`]: building proposals, endorsements and transactions as Fabric
+//!   clients and endorsers do;
 //! - [`json`]: the protobuf JSON mapping of any Fabric message, with nested
 //!   serialized layers expanded, for humans reading blocks.
 //!
@@ -22,6 +24,7 @@
 
 pub mod hash;
 pub mod json;
+pub mod tx;
 pub mod view;
 
 mod error;

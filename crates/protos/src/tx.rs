@@ -1,0 +1,251 @@
+//! Building Fabric transactions as a client and an endorser do.
+//!
+//! The flow of an endorser transaction, in Fabric's encoding:
+//!
+//! 1. [`Proposal::new`]: a client names a channel, chaincode and arguments;
+//!    the TxID is derived from a fresh nonce and the creator.
+//! 2. [`Proposal::signed`]: the client signs it (`SignedProposal`).
+//! 3. [`endorse`]: an endorser simulates it and signs the result
+//!    (`ProposalResponse` with the read/write set, as ESCC does): the
+//!    endorsement covers the proposal response payload followed by the
+//!    endorser's identity.
+//! 4. [`Proposal::transaction`]: the client assembles the endorsements into
+//!    a transaction envelope and signs it for the orderer.
+//!
+//! Signing is delegated to a [`Sign`] implementation (weft's MSP signer
+//! implements it), so this module stays free of key handling and I/O.
+
+use bytes::Bytes;
+use prost::Message;
+
+use crate::common::{ChannelHeader, Envelope, Header, HeaderType, Payload, SignatureHeader};
+use crate::hash::{compute_tx_id, sha256};
+use crate::protos::{
+    ChaincodeAction, ChaincodeActionPayload, ChaincodeEndorsedAction, ChaincodeHeaderExtension,
+    ChaincodeId, ChaincodeInput, ChaincodeInvocationSpec, ChaincodeProposalPayload, ChaincodeSpec,
+    Endorsement, ProposalResponse, ProposalResponsePayload, Response, SignedProposal, Transaction,
+    TransactionAction,
+};
+
+/// Something that signs with an identity: a client, an endorser.
+pub trait Sign {
+    /// The serialized `msp.SerializedIdentity` of the signer.
+    fn identity(&self) -> Bytes;
+    /// A signature over `message`, in the form the channel's MSPs accept.
+    fn sign(&self, message: &[u8]) -> Result<Vec<u8>, SignError>;
+}
+
+/// The signer could not sign.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("signing failed: {0}")]
+pub struct SignError(pub String);
+
+/// A chaincode invocation proposal, kept with the bytes that were signed.
+#[derive(Debug, Clone)]
+pub struct Proposal {
+    pub tx_id: String,
+    pub channel_header: Bytes,
+    pub signature_header: Bytes,
+    /// The `ChaincodeProposalPayload` (without transient data).
+    pub chaincode_proposal_payload: Bytes,
+    /// The serialized `protos.Proposal`.
+    pub bytes: Bytes,
+}
+
+/// What is needed to propose an invocation.
+#[derive(Debug, Clone)]
+pub struct Invocation<'a> {
+    pub channel_id: &'a str,
+    pub chaincode: &'a str,
+    pub args: Vec<Bytes>,
+    /// A fresh random nonce (Fabric uses 24 bytes).
+    pub nonce: Bytes,
+    /// Seconds since the Unix epoch.
+    pub timestamp_seconds: i64,
+}
+
+impl Proposal {
+    /// A proposal by `creator` (serialized identity) for `invocation`.
+    pub fn new(invocation: &Invocation<'_>, creator: Bytes) -> Self {
+        let tx_id = compute_tx_id(&invocation.nonce, &creator);
+        let chaincode_id = ChaincodeId {
+            name: invocation.chaincode.to_owned(),
+            ..ChaincodeId::default()
+        };
+        let channel_header = ChannelHeader {
+            r#type: HeaderType::EndorserTransaction as i32,
+            version: 0,
+            timestamp: Some(prost_types::Timestamp {
+                seconds: invocation.timestamp_seconds,
+                nanos: 0,
+            }),
+            channel_id: invocation.channel_id.to_owned(),
+            tx_id: tx_id.clone(),
+            epoch: 0,
+            extension: ChaincodeHeaderExtension {
+                chaincode_id: Some(chaincode_id.clone()),
+            }
+            .encode_to_vec()
+            .into(),
+            tls_cert_hash: Bytes::new(),
+        }
+        .encode_to_vec();
+        let signature_header = SignatureHeader {
+            creator,
+            nonce: invocation.nonce.clone(),
+        }
+        .encode_to_vec();
+        let spec = ChaincodeInvocationSpec {
+            chaincode_spec: Some(ChaincodeSpec {
+                r#type: 0,
+                chaincode_id: Some(chaincode_id),
+                input: Some(ChaincodeInput {
+                    args: invocation.args.clone(),
+                    ..ChaincodeInput::default()
+                }),
+                timeout: 0,
+            }),
+        };
+        let chaincode_proposal_payload = ChaincodeProposalPayload {
+            input: spec.encode_to_vec().into(),
+            transient_map: Default::default(),
+        }
+        .encode_to_vec();
+        let header = Header {
+            channel_header: channel_header.clone().into(),
+            signature_header: signature_header.clone().into(),
+        };
+        let bytes = crate::protos::Proposal {
+            header: header.encode_to_vec().into(),
+            payload: chaincode_proposal_payload.clone().into(),
+            extension: Bytes::new(),
+        }
+        .encode_to_vec();
+        Self {
+            tx_id,
+            channel_header: channel_header.into(),
+            signature_header: signature_header.into(),
+            chaincode_proposal_payload: chaincode_proposal_payload.into(),
+            bytes: bytes.into(),
+        }
+    }
+
+    /// Fabric's proposal hash: SHA-256 over channel header, signature header
+    /// and chaincode proposal payload. Endorsements bind to it.
+    pub fn hash(&self) -> [u8; 32] {
+        let mut bytes = Vec::with_capacity(
+            self.channel_header.len()
+                + self.signature_header.len()
+                + self.chaincode_proposal_payload.len(),
+        );
+        bytes.extend_from_slice(&self.channel_header);
+        bytes.extend_from_slice(&self.signature_header);
+        bytes.extend_from_slice(&self.chaincode_proposal_payload);
+        sha256(&bytes)
+    }
+
+    /// The proposal signed by its creator.
+    pub fn signed(&self, creator: &dyn Sign) -> Result<SignedProposal, SignError> {
+        Ok(SignedProposal {
+            proposal_bytes: self.bytes.clone(),
+            signature: creator.sign(&self.bytes)?.into(),
+        })
+    }
+
+    /// The transaction envelope carrying the endorsed result, signed by the
+    /// creator. All `responses` must carry the same payload.
+    pub fn transaction(
+        &self,
+        responses: &[ProposalResponse],
+        creator: &dyn Sign,
+    ) -> Result<Envelope, SignError> {
+        let first = responses
+            .first()
+            .ok_or_else(|| SignError("a transaction needs at least one endorsement".to_owned()))?;
+        if responses
+            .iter()
+            .any(|response| response.payload != first.payload)
+        {
+            return Err(SignError(
+                "endorsements disagree on the proposal response payload".to_owned(),
+            ));
+        }
+        let action = ChaincodeActionPayload {
+            chaincode_proposal_payload: self.chaincode_proposal_payload.clone(),
+            action: Some(ChaincodeEndorsedAction {
+                proposal_response_payload: first.payload.clone(),
+                endorsements: responses
+                    .iter()
+                    .filter_map(|response| response.endorsement.clone())
+                    .collect(),
+            }),
+        };
+        let transaction = Transaction {
+            actions: vec![TransactionAction {
+                header: self.signature_header.clone(),
+                payload: action.encode_to_vec().into(),
+            }],
+        };
+        let payload = Payload {
+            header: Some(Header {
+                channel_header: self.channel_header.clone(),
+                signature_header: self.signature_header.clone(),
+            }),
+            data: transaction.encode_to_vec().into(),
+        }
+        .encode_to_vec();
+        Ok(Envelope {
+            signature: creator.sign(&payload)?.into(),
+            payload: payload.into(),
+        })
+    }
+}
+
+/// The result of simulating a proposal, as an endorser reports it.
+#[derive(Debug, Clone, Default)]
+pub struct SimulationResult {
+    /// The serialized `rwset.TxReadWriteSet`.
+    pub results: Bytes,
+    /// The serialized `protos.ChaincodeEvent`, if any.
+    pub events: Bytes,
+    pub response: Response,
+    pub chaincode_id: ChaincodeId,
+}
+
+/// An endorser's signed response to `proposal` (what ESCC produces): the
+/// signature covers the proposal response payload followed by the
+/// endorser's serialized identity.
+pub fn endorse(
+    proposal: &Proposal,
+    result: &SimulationResult,
+    endorser: &dyn Sign,
+) -> Result<ProposalResponse, SignError> {
+    let payload: Bytes = ProposalResponsePayload {
+        proposal_hash: Bytes::copy_from_slice(&proposal.hash()),
+        extension: ChaincodeAction {
+            results: result.results.clone(),
+            events: result.events.clone(),
+            response: Some(result.response.clone()),
+            chaincode_id: Some(result.chaincode_id.clone()),
+        }
+        .encode_to_vec()
+        .into(),
+    }
+    .encode_to_vec()
+    .into();
+    let identity = endorser.identity();
+    let mut signed = Vec::with_capacity(payload.len() + identity.len());
+    signed.extend_from_slice(&payload);
+    signed.extend_from_slice(&identity);
+    Ok(ProposalResponse {
+        version: 1,
+        timestamp: None,
+        response: Some(result.response.clone()),
+        payload,
+        endorsement: Some(Endorsement {
+            signature: endorser.sign(&signed)?.into(),
+            endorser: identity,
+        }),
+        interest: None,
+    })
+}
