@@ -122,6 +122,12 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A block below the height is not in the store: the store is damaged.
+    #[error("block {block_number} is below the height but missing")]
+    MissingBlock { block_number: u64 },
+    /// A blocking read task died before answering.
+    #[error("a block read task failed: {reason}")]
+    ReadTask { reason: String },
 }
 
 /// The block store's result type.

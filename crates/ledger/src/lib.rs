@@ -42,6 +42,7 @@
 //! recovered, and a clean close syncs in every mode.
 
 mod config;
+pub mod deliver;
 mod error;
 mod keys;
 pub mod seek;

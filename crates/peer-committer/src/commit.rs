@@ -43,6 +43,8 @@ pub struct CommittedBlock {
 pub struct ChannelCommitter {
     channel_id: String,
     context: Arc<ChannelContext>,
+    /// The current context, for services that read the channel (Deliver).
+    published: Arc<RwLock<Arc<ChannelContext>>>,
     state: Arc<dyn VersionedState>,
     ledger: Arc<BlockStore>,
     limits: Limits,
@@ -84,9 +86,11 @@ impl ChannelCommitter {
         set_filter(&mut genesis, &[TxValidationCode::Valid]);
         ledger.append(&genesis)?;
         state.apply(&weft_statedb::UpdateBatch::new(), Height::new(0, 0))?;
+        let context = Arc::new(context);
         Ok(Self {
             channel_id,
-            context: Arc::new(context),
+            published: Arc::new(RwLock::new(context.clone())),
+            context,
             state,
             ledger,
             limits: Limits::default(),
@@ -152,9 +156,11 @@ impl ChannelCommitter {
             let batch = update_batch(&decoded, &codes);
             state.apply(&batch, last_height(number, codes.len()))?;
         }
+        let context = Arc::new(context);
         Ok(Self {
             channel_id: channel_id.to_owned(),
-            context: Arc::new(context),
+            published: Arc::new(RwLock::new(context.clone())),
+            context,
             state,
             ledger,
             limits: Limits::default(),
@@ -173,6 +179,15 @@ impl ChannelCommitter {
     /// The channel's current MSPs and policies.
     pub fn context(&self) -> &Arc<ChannelContext> {
         &self.context
+    }
+
+    /// What the peer's services need to serve this channel: its block store
+    /// and its current configuration, kept up to date by this committer.
+    pub fn handle(&self) -> crate::ChannelHandle {
+        crate::ChannelHandle {
+            ledger: self.ledger.clone(),
+            context: self.published.clone(),
+        }
     }
 
     /// Makes the world state durable up to the last committed block. The

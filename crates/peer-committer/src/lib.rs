@@ -23,6 +23,7 @@
 mod channel;
 pub mod checks;
 mod commit;
+pub mod deliver;
 mod error;
 pub mod mvcc;
 #[cfg(test)]
@@ -30,5 +31,6 @@ mod tests;
 
 pub use channel::{ChannelContext, DefaultEndorsementPolicies, EndorsementPolicies};
 pub use commit::{ChannelCommitter, CommittedBlock};
+pub use deliver::{ChannelHandle, Channels, DeliverService};
 pub use error::{Error, Result};
 pub use weft_protos::protos::TxValidationCode;

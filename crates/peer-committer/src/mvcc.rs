@@ -25,26 +25,39 @@ use crate::TxValidationCode;
 type BlockWrites = BTreeMap<(String, String), Option<Height>>;
 
 /// Marks as `DuplicateTxid` every transaction, valid so far, whose TxID is
-/// already committed (`is_committed`) or appeared earlier (in this block or
-/// in `in_flight`, the TxIDs of blocks ahead of this one in the pipeline).
-/// The TxIDs of this block are added to `in_flight`.
+/// already committed (`is_committed`), is in `in_flight` (the TxIDs of
+/// blocks ahead of this one in the pipeline), or was claimed earlier in
+/// this block by a transaction also valid so far. The TxIDs of this block
+/// are added to `in_flight`.
+///
+/// The two sides differ as Fabric's do: every TxID of an earlier block
+/// counts, whatever its code, because the ledger indexes them all; within a
+/// block only transactions that passed stage 1 claim their TxID (Fabric's
+/// `markTXIdDuplicates`), so a corrupted copy placed before the original
+/// cannot invalidate it.
 pub fn mark_duplicate_tx_ids(
     block: &DecodedBlock,
     codes: &mut [TxValidationCode],
     is_committed: impl Fn(&str) -> bool,
     in_flight: &mut HashSet<String>,
 ) {
+    let mut claimed = HashSet::new();
     for (transaction, code) in block.transactions.iter().zip(codes.iter_mut()) {
         let Ok(transaction) = transaction else {
             continue;
         };
         let tx_id = transaction.tx_id();
-        if tx_id.is_empty() {
+        if tx_id.is_empty() || *code != TxValidationCode::Valid {
             continue;
         }
-        let repeated = !in_flight.insert(tx_id.to_owned());
-        if *code == TxValidationCode::Valid && (repeated || is_committed(tx_id)) {
+        if in_flight.contains(tx_id) || is_committed(tx_id) || !claimed.insert(tx_id) {
             *code = TxValidationCode::DuplicateTxid;
+        }
+    }
+    for transaction in block.transactions.iter().flatten() {
+        let tx_id = transaction.tx_id();
+        if !tx_id.is_empty() {
+            in_flight.insert(tx_id.to_owned());
         }
     }
 }

@@ -266,6 +266,43 @@ fn repeated_tx_ids_are_duplicates() {
     );
 }
 
+#[test]
+fn a_broken_copy_claims_its_tx_id_only_across_blocks() {
+    // Goal: as in Fabric, a transaction that failed stage 1 does not make a
+    // later one of its block with the same TxID a duplicate (so a corrupted
+    // copy cannot knock out the original), but once stored it does for
+    // later blocks (the ledger indexes every TxID).
+    let context = context("ch10");
+    let template = block("ch10-block-3.block");
+    let original = template.data.as_ref().unwrap().data[0].clone();
+    let mut copy = Envelope::decode(original.clone()).unwrap();
+    let mut signature = copy.signature.to_vec();
+    signature[10] ^= 1;
+    copy.signature = signature.into();
+    let block = with_envelopes(&template, vec![copy.encode_to_vec().into(), original]);
+    let mut codes = check_block(&block, &context, now());
+    let mut in_flight = HashSet::new();
+    mark_duplicate_tx_ids(&block, &mut codes, |_| false, &mut in_flight);
+    assert_eq!(
+        codes,
+        [
+            TxValidationCode::BadCreatorSignature,
+            TxValidationCode::Valid
+        ]
+    );
+    assert_eq!(in_flight.len(), 1);
+
+    let mut next = check_block(&block, &context, now());
+    mark_duplicate_tx_ids(&block, &mut next, |_| false, &mut in_flight);
+    assert_eq!(
+        next,
+        [
+            TxValidationCode::BadCreatorSignature,
+            TxValidationCode::DuplicateTxid
+        ]
+    );
+}
+
 mod commit {
     //! The whole committer on the real ch10 chain: RocksDB block store and
     //! the in-memory world state, both on disk in a temporary directory.

@@ -15,6 +15,7 @@
 //!   of unmarshalling the same bytes again (FastFabric P-III);
 //! - [`tx`]: building proposals, endorsements and transactions as Fabric
 //!   clients and endorsers do;
+//! - [`block`]: building blocks and signing them as Fabric orderers do;
 //! - [`json`]: the protobuf JSON mapping of any Fabric message, with nested
 //!   serialized layers expanded, for humans reading blocks.
 //!
@@ -22,6 +23,7 @@
 
 #![allow(clippy::doc_markdown, missing_debug_implementations)]
 
+pub mod block;
 pub mod hash;
 pub mod json;
 pub mod tx;

@@ -1,0 +1,326 @@
+//! The peer's Deliver service (`protos.Deliver`): committed blocks, filtered
+//! blocks with each transaction's validation code, and blocks with (empty)
+//! private data, with Fabric's seek semantics and access control.
+//!
+//! Each request is a signed envelope whose payload is an `orderer.SeekInfo`
+//! and whose channel header (type DELIVER_SEEK_INFO) names the channel. The
+//! creator must validate against the channel's MSPs, its signature must
+//! verify, and it must satisfy the channel's application Readers policy
+//! (Fabric's `event/Block` and `event/FilteredBlock` ACLs). A stream may
+//! carry several requests, answered one after the other; each ends with a
+//! status message.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+use prost::Message;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status as GrpcStatus, Streaming};
+use weft_ledger::deliver::{StreamEnd, stream_range};
+use weft_ledger::{BlockStore, resolve_seek};
+use weft_policy::SignedData;
+use weft_protos::common::{
+    Block, BlockMetadataIndex, ChannelHeader, Envelope, HeaderType, Payload, SignatureHeader,
+    Status,
+};
+use weft_protos::orderer::SeekInfo;
+use weft_protos::protos::deliver_response::Type as ResponseType;
+use weft_protos::protos::deliver_server::Deliver;
+use weft_protos::protos::filtered_transaction::Data as FilteredData;
+use weft_protos::protos::{
+    BlockAndPrivateData, DeliverResponse, FilteredBlock, FilteredChaincodeAction,
+    FilteredTransaction, FilteredTransactionActions,
+};
+use weft_protos::view::{Limits, TxBody, TxEnvelope};
+
+use crate::ChannelContext;
+
+/// Requests buffered per stream before the client must read.
+const RESPONSES_IN_FLIGHT_MAX: usize = 16;
+/// The largest seek request accepted.
+const REQUEST_BYTES_MAX: usize = 1024 * 1024;
+/// The policy a Deliver client must satisfy on a peer.
+const READERS_POLICY: &str = "/Channel/Application/Readers";
+
+/// What the peer's services need to serve one channel.
+#[derive(Clone)]
+pub struct ChannelHandle {
+    pub ledger: Arc<BlockStore>,
+    /// The channel's current configuration, replaced by its committer when
+    /// a config block commits.
+    pub context: Arc<RwLock<Arc<ChannelContext>>>,
+}
+
+impl std::fmt::Debug for ChannelHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelHandle")
+            .field("height", &self.ledger.height())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The channels a peer serves, by channel ID.
+#[derive(Debug, Clone, Default)]
+pub struct Channels {
+    channels: Arc<RwLock<HashMap<String, ChannelHandle>>>,
+}
+
+impl Channels {
+    pub fn insert(&self, channel_id: &str, handle: ChannelHandle) {
+        self.channels.write().insert(channel_id.to_owned(), handle);
+    }
+
+    pub fn get(&self, channel_id: &str) -> Option<ChannelHandle> {
+        self.channels.read().get(channel_id).cloned()
+    }
+}
+
+/// The shape of the blocks a request asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Block,
+    Filtered,
+    WithPrivateData,
+}
+
+/// `protos.Deliver` over the peer's channels.
+#[derive(Debug, Clone)]
+pub struct DeliverService {
+    channels: Channels,
+    now: fn() -> weft_msp::UnixTime,
+}
+
+impl DeliverService {
+    pub fn new(channels: Channels) -> Self {
+        Self {
+            channels,
+            now: weft_msp::now,
+        }
+    }
+
+    fn serve(&self, requests: Streaming<Envelope>, shape: Shape) -> ResponseStream {
+        let (sender, receiver) = tokio::sync::mpsc::channel(RESPONSES_IN_FLIGHT_MAX);
+        let service = self.clone();
+        tokio::spawn(async move { service.answer_all(requests, shape, sender).await });
+        Box::pin(ReceiverStream::new(receiver))
+    }
+
+    async fn answer_all(
+        &self,
+        mut requests: Streaming<Envelope>,
+        shape: Shape,
+        sender: tokio::sync::mpsc::Sender<Result<DeliverResponse, GrpcStatus>>,
+    ) {
+        loop {
+            let envelope = match requests.message().await {
+                Ok(Some(envelope)) => envelope,
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::debug!(%error, "deliver: request stream failed");
+                    return;
+                }
+            };
+            let status = match self.answer(envelope, shape, &sender).await {
+                Ok(StreamEnd::Status(status)) => status,
+                Ok(StreamEnd::Disconnected) => return,
+                Err(status) => status,
+            };
+            if status != Status::Success {
+                tracing::info!(
+                    status = status.as_str_name(),
+                    "deliver: request refused or ended early"
+                );
+            }
+            let message = DeliverResponse {
+                r#type: Some(ResponseType::Status(status as i32)),
+            };
+            if sender.send(Ok(message)).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Answers one seek request; `Err` is the status that refuses it.
+    async fn answer(
+        &self,
+        envelope: Envelope,
+        shape: Shape,
+        sender: &tokio::sync::mpsc::Sender<Result<DeliverResponse, GrpcStatus>>,
+    ) -> Result<StreamEnd, Status> {
+        let request = SeekRequest::decode(&envelope)?;
+        let channel = self
+            .channels
+            .get(&request.channel_id)
+            .ok_or(Status::NotFound)?;
+        let context = channel.context.read().clone();
+        let signed = [SignedData {
+            data: envelope.payload.clone(),
+            identity: request.creator.clone(),
+            signature: envelope.signature.clone(),
+        }];
+        context
+            .policies
+            .evaluate(READERS_POLICY, &signed, &context.msps, (self.now)())
+            .map_err(|_| Status::Forbidden)?;
+        let range = resolve_seek(&request.seek, channel.ledger.height()).map_err(|e| e.status())?;
+        let channel_id = request.channel_id.clone();
+        stream_range(channel.ledger.clone(), range, |_, bytes| {
+            let response = shape_block(&channel_id, bytes, shape);
+            async move {
+                match response {
+                    Some(response) => sender.send(Ok(response)).await.is_ok(),
+                    None => false,
+                }
+            }
+        })
+        .await
+        .map_err(|error| {
+            tracing::error!(%error, "deliver: reading the block store failed");
+            Status::InternalServerError
+        })
+    }
+}
+
+/// A decoded, not yet authorised, seek request.
+struct SeekRequest {
+    channel_id: String,
+    creator: Bytes,
+    seek: SeekInfo,
+}
+
+impl SeekRequest {
+    fn decode(envelope: &Envelope) -> Result<Self, Status> {
+        if envelope.payload.len() > REQUEST_BYTES_MAX {
+            return Err(Status::BadRequest);
+        }
+        let payload = Payload::decode(envelope.payload.clone()).map_err(|_| Status::BadRequest)?;
+        let header = payload.header.ok_or(Status::BadRequest)?;
+        let channel_header =
+            ChannelHeader::decode(header.channel_header).map_err(|_| Status::BadRequest)?;
+        if channel_header.r#type != HeaderType::DeliverSeekInfo as i32 {
+            return Err(Status::BadRequest);
+        }
+        let signature_header =
+            SignatureHeader::decode(header.signature_header).map_err(|_| Status::BadRequest)?;
+        let seek = SeekInfo::decode(payload.data).map_err(|_| Status::BadRequest)?;
+        Ok(Self {
+            channel_id: channel_header.channel_id,
+            creator: signature_header.creator,
+            seek,
+        })
+    }
+}
+
+/// The response for one stored block, in the shape the client asked for.
+fn shape_block(channel_id: &str, bytes: Bytes, shape: Shape) -> Option<DeliverResponse> {
+    let block = match Block::decode(bytes) {
+        Ok(block) => block,
+        Err(error) => {
+            tracing::error!(%error, "deliver: a stored block does not decode");
+            return None;
+        }
+    };
+    let r#type = match shape {
+        Shape::Block => ResponseType::Block(block),
+        Shape::WithPrivateData => ResponseType::BlockAndPrivateData(BlockAndPrivateData {
+            block: Some(block),
+            private_data_map: Default::default(),
+        }),
+        Shape::Filtered => ResponseType::FilteredBlock(filtered(channel_id, block)),
+    };
+    Some(DeliverResponse {
+        r#type: Some(r#type),
+    })
+}
+
+/// A block reduced to what event listeners need: per transaction its ID,
+/// type, validation code and chaincode events without payloads.
+fn filtered(channel_id: &str, block: Block) -> FilteredBlock {
+    let number = block.header.as_ref().map_or(0, |header| header.number);
+    let codes = block
+        .metadata
+        .as_ref()
+        .and_then(|metadata| {
+            metadata
+                .metadata
+                .get(BlockMetadataIndex::TransactionsFilter as usize)
+        })
+        .cloned()
+        .unwrap_or_default();
+    let envelopes = block.data.map(|data| data.data).unwrap_or_default();
+    let filtered_transactions = envelopes
+        .into_iter()
+        .enumerate()
+        .filter_map(|(index, raw)| {
+            let transaction = TxEnvelope::decode(raw, Limits::default()).ok()?;
+            let events = match &transaction.body {
+                TxBody::Endorser(endorser) => endorser
+                    .actions
+                    .iter()
+                    .map(|action| FilteredChaincodeAction {
+                        chaincode_event: action.event.clone().map(|mut event| {
+                            event.payload = Bytes::new();
+                            event
+                        }),
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            Some(FilteredTransaction {
+                txid: transaction.tx_id().to_owned(),
+                r#type: transaction.channel_header.r#type,
+                tx_validation_code: codes.get(index).map_or(0, |code| i32::from(*code)),
+                data: Some(FilteredData::TransactionActions(
+                    FilteredTransactionActions {
+                        chaincode_actions: events,
+                    },
+                )),
+            })
+        })
+        .collect();
+    FilteredBlock {
+        channel_id: channel_id.to_owned(),
+        number,
+        filtered_transactions,
+    }
+}
+
+type ResponseStream = Pin<Box<dyn Stream<Item = Result<DeliverResponse, GrpcStatus>> + Send>>;
+
+#[tonic::async_trait]
+impl Deliver for DeliverService {
+    type DeliverStream = ResponseStream;
+    type DeliverFilteredStream = ResponseStream;
+    type DeliverWithPrivateDataStream = ResponseStream;
+
+    async fn deliver(
+        &self,
+        request: Request<Streaming<Envelope>>,
+    ) -> Result<Response<Self::DeliverStream>, GrpcStatus> {
+        Ok(Response::new(
+            self.serve(request.into_inner(), Shape::Block),
+        ))
+    }
+
+    async fn deliver_filtered(
+        &self,
+        request: Request<Streaming<Envelope>>,
+    ) -> Result<Response<Self::DeliverFilteredStream>, GrpcStatus> {
+        Ok(Response::new(
+            self.serve(request.into_inner(), Shape::Filtered),
+        ))
+    }
+
+    async fn deliver_with_private_data(
+        &self,
+        request: Request<Streaming<Envelope>>,
+    ) -> Result<Response<Self::DeliverWithPrivateDataStream>, GrpcStatus> {
+        Ok(Response::new(
+            self.serve(request.into_inner(), Shape::WithPrivateData),
+        ))
+    }
+}
