@@ -555,4 +555,143 @@ mod commit {
         assert_eq!(ledger.height(), 2);
         commit_chain(&mut committer, 2..5);
     }
+
+    mod deliver {
+        //! The peer's Deliver over real gRPC on 127.0.0.1.
+
+        use tokio_stream::wrappers::TcpListenerStream;
+        use weft_protos::common::{Envelope, Header, HeaderType, SignatureHeader, Status};
+        use weft_protos::orderer::seek_position::Type as Position;
+        use weft_protos::orderer::{SeekInfo, SeekNewest, SeekOldest, SeekPosition};
+        use weft_protos::protos::deliver_client::DeliverClient;
+        use weft_protos::protos::deliver_response::Type as ResponseType;
+        use weft_protos::protos::deliver_server::DeliverServer;
+        use weft_protos::tx::Sign;
+
+        use super::*;
+        use crate::{Channels, DeliverService};
+
+        fn seek_envelope(channel: &str, signer: &dyn Sign) -> Envelope {
+            let seek = SeekInfo {
+                start: Some(SeekPosition {
+                    r#type: Some(Position::Oldest(SeekOldest {})),
+                }),
+                stop: Some(SeekPosition {
+                    r#type: Some(Position::Newest(SeekNewest {})),
+                }),
+                ..SeekInfo::default()
+            };
+            let payload = Payload {
+                header: Some(Header {
+                    channel_header: ChannelHeader {
+                        r#type: HeaderType::DeliverSeekInfo as i32,
+                        channel_id: channel.to_owned(),
+                        ..ChannelHeader::default()
+                    }
+                    .encode_to_vec()
+                    .into(),
+                    signature_header: SignatureHeader {
+                        creator: signer.identity(),
+                        nonce: Bytes::from_static(b"0123456789abcdef01234567"),
+                    }
+                    .encode_to_vec()
+                    .into(),
+                }),
+                data: seek.encode_to_vec().into(),
+            }
+            .encode_to_vec();
+            Envelope {
+                signature: signer.sign(&payload).unwrap().into(),
+                payload: payload.into(),
+            }
+        }
+
+        /// Sends one request and collects the responses up to its status.
+        async fn request(
+            client: &mut DeliverClient<tonic::transport::Channel>,
+            envelope: Envelope,
+            filtered: bool,
+        ) -> Vec<ResponseType> {
+            let requests = tokio_stream::iter(vec![envelope]);
+            let mut stream = if filtered {
+                client
+                    .deliver_filtered(requests)
+                    .await
+                    .unwrap()
+                    .into_inner()
+            } else {
+                client.deliver(requests).await.unwrap().into_inner()
+            };
+            let mut responses = Vec::new();
+            while let Some(response) = stream.message().await.unwrap() {
+                let response = response.r#type.unwrap();
+                let done = matches!(response, ResponseType::Status(_));
+                responses.push(response);
+                if done {
+                    break;
+                }
+            }
+            responses
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn deliver_serves_committed_blocks_to_readers_only() {
+            // Goal: a Fabric client of Org1 reads the committed ch10 chain,
+            // whole and filtered with validation codes; an unknown channel is
+            // NOT_FOUND and a creator the channel does not know is FORBIDDEN.
+            let peer = Peer::new();
+            let (state, ledger) = peer.stores();
+            let mut committer =
+                ChannelCommitter::create(block("ch10-block-0.block"), state, ledger).unwrap();
+            commit_chain(&mut committer, 1..5);
+            let channels = Channels::default();
+            channels.insert("ch10", committer.handle());
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let address = listener.local_addr().unwrap();
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(DeliverServer::new(DeliverService::new(channels)))
+                    .serve_with_incoming(TcpListenerStream::new(listener)),
+            );
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let mut client = DeliverClient::new(channel);
+            let user = user1();
+
+            let responses = request(&mut client, seek_envelope("ch10", &user), false).await;
+            assert_eq!(responses.len(), 6);
+            for (number, response) in responses[..5].iter().enumerate() {
+                let ResponseType::Block(served) = response else {
+                    panic!("{response:?}")
+                };
+                let stored = block(&format!("ch10-block-{number}.block"));
+                assert_eq!(served.header, stored.header);
+                assert_eq!(served.data, stored.data);
+            }
+            assert_eq!(responses[5], ResponseType::Status(Status::Success as i32));
+
+            let responses = request(&mut client, seek_envelope("ch10", &user), true).await;
+            let ResponseType::FilteredBlock(filtered) = &responses[3] else {
+                panic!("{:?}", responses[3])
+            };
+            assert_eq!(filtered.number, 3);
+            assert_eq!(filtered.filtered_transactions.len(), 10);
+            assert!(
+                filtered
+                    .filtered_transactions
+                    .iter()
+                    .all(|tx| tx.tx_validation_code == 0 && tx.txid.len() == 64)
+            );
+
+            let responses = request(&mut client, seek_envelope("nochannel", &user), false).await;
+            assert_eq!(responses, [ResponseType::Status(Status::NotFound as i32)]);
+            let stranger =
+                weft_msp::testing::TestOrg::new("Org1MSP").signer(weft_msp::NodeRole::Client);
+            let responses = request(&mut client, seek_envelope("ch10", &stranger), false).await;
+            assert_eq!(responses, [ResponseType::Status(Status::Forbidden as i32)]);
+        }
+    }
 }
