@@ -19,10 +19,10 @@ use bytes::Bytes;
 use prost::Message;
 use ring::rand::SecureRandom;
 use weft_protos::common::{
-    Block, BlockData, BlockDataHashingStructure, BlockHeader, BlockMetadata, ChannelHeader, Config,
-    ConfigEnvelope, ConfigGroup, ConfigPolicy, ConfigValue, Envelope, HashingAlgorithm, Header,
-    HeaderType, ImplicitMetaPolicy, LastConfig, Metadata, OrdererAddresses, OrdererBlockMetadata,
-    Payload, Policy, SignatureHeader, implicit_meta_policy, policy::PolicyType,
+    Block, BlockDataHashingStructure, BlockMetadataIndex, ChannelHeader, Config, ConfigEnvelope,
+    ConfigGroup, ConfigPolicy, ConfigValue, Envelope, HashingAlgorithm, Header, HeaderType,
+    ImplicitMetaPolicy, LastConfig, Metadata, OrdererAddresses, OrdererBlockMetadata, Payload,
+    Policy, SignatureHeader, implicit_meta_policy, policy::PolicyType,
 };
 use weft_protos::msp::MspConfig;
 use weft_protos::{etcdraft, orderer, protos};
@@ -32,8 +32,6 @@ use profile::{OrganizationSpec, PolicySpec};
 const ADMINS: &str = "Admins";
 /// Channel header version configtxgen writes for config transactions.
 const CONFIG_HEADER_VERSION: i32 = 1;
-/// Fabric's block metadata has five slots (SIGNATURES … COMMIT_HASH).
-const BLOCK_METADATA_SLOTS: usize = 5;
 
 /// Builds the genesis block of `channel` from the configtx.yaml `config_path`.
 pub fn genesis_block(
@@ -94,9 +92,7 @@ pub fn genesis_block_of(channel: &str, channel_group: ConfigGroup) -> Result<Blo
         .into(),
         signature: Bytes::new(),
     };
-    let data = BlockData {
-        data: vec![envelope.encode_to_vec().into()],
-    };
+    let mut block = weft_protos::block::new_block(0, &[], vec![envelope.encode_to_vec().into()]);
     let signatures_slot = Metadata {
         value: OrdererBlockMetadata {
             last_config: Some(LastConfig { index: 0 }),
@@ -106,17 +102,12 @@ pub fn genesis_block_of(channel: &str, channel_group: ConfigGroup) -> Result<Blo
         .into(),
         signatures: Vec::new(),
     };
-    let mut metadata = vec![Bytes::new(); BLOCK_METADATA_SLOTS];
-    metadata[0] = signatures_slot.encode_to_vec().into();
-    Ok(Block {
-        header: Some(BlockHeader {
-            number: 0,
-            previous_hash: Bytes::new(),
-            data_hash: Bytes::copy_from_slice(&weft_protos::hash::block_data_hash(&data)),
-        }),
-        data: Some(data),
-        metadata: Some(BlockMetadata { metadata }),
-    })
+    weft_protos::block::set_metadata_slot(
+        &mut block,
+        BlockMetadataIndex::Signatures,
+        signatures_slot.encode_to_vec().into(),
+    );
+    Ok(block)
 }
 
 /// Fabric's channel name rule: lowercase letters, digits, `.` and `-`,

@@ -25,9 +25,6 @@ use crate::checks::check_block;
 use crate::mvcc::{mark_duplicate_tx_ids, update_batch, validate_block};
 use crate::{ChannelContext, Error, Result, TxValidationCode};
 
-/// Fabric's block metadata has five slots.
-const METADATA_SLOTS: usize = 5;
-
 /// What committing a block produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommittedBlock {
@@ -491,13 +488,13 @@ fn last_height(number: u64, transactions: usize) -> Height {
 }
 
 fn set_filter(block: &mut Block, codes: &[TxValidationCode]) {
-    let metadata = block.metadata.get_or_insert_with(Default::default);
-    if metadata.metadata.len() < METADATA_SLOTS {
-        metadata.metadata.resize(METADATA_SLOTS, Bytes::new());
-    }
     // Validation codes are below 256 by Fabric's definition.
     let filter: Vec<u8> = codes.iter().map(|code| *code as i32 as u8).collect();
-    metadata.metadata[BlockMetadataIndex::TransactionsFilter as usize] = filter.into();
+    weft_protos::block::set_metadata_slot(
+        block,
+        BlockMetadataIndex::TransactionsFilter,
+        filter.into(),
+    );
 }
 
 fn stored_codes(block: &Block) -> Option<Vec<TxValidationCode>> {

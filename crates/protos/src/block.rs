@@ -93,12 +93,18 @@ pub fn sign_block(
         }],
     }
     .encode_to_vec();
+    set_metadata_slot(block, BlockMetadataIndex::Signatures, slot.into());
+    Ok(())
+}
+
+/// Writes `value` into metadata slot `index` of `block`, creating the five
+/// slots first if the block lacks them.
+pub fn set_metadata_slot(block: &mut Block, index: BlockMetadataIndex, value: Bytes) {
     let metadata = block.metadata.get_or_insert_with(BlockMetadata::default);
     if metadata.metadata.len() < METADATA_SLOTS {
         metadata.metadata.resize(METADATA_SLOTS, Bytes::new());
     }
-    metadata.metadata[BlockMetadataIndex::Signatures as usize] = slot.into();
-    Ok(())
+    metadata.metadata[index as usize] = value;
 }
 
 #[cfg(test)]
