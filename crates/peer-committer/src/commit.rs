@@ -330,18 +330,14 @@ impl ChannelCommitter {
         self.ledger.append(&block)?;
         self.state.apply(&batch, last_height(number, codes.len()))?;
 
-        let new_config = decoded
-            .transactions
-            .iter()
-            .zip(&codes)
-            .filter(|(_, code)| **code == TxValidationCode::Valid)
-            .find_map(|(transaction, _)| match transaction {
-                Ok(TxEnvelope {
-                    body: TxBody::Config(envelope),
-                    ..
-                }) => envelope.config.clone(),
-                _ => None,
-            });
+        let new_config = config_in(
+            decoded
+                .transactions
+                .iter()
+                .zip(&codes)
+                .filter(|(_, code)| **code == TxValidationCode::Valid)
+                .map(|(transaction, _)| transaction),
+        );
         let reconfigured = new_config.is_some();
         if let Some(config) = new_config {
             self.context = Arc::new(ChannelContext::from_config(
@@ -522,14 +518,17 @@ fn last_config_index(block: &Block) -> Option<u64> {
 }
 
 fn config_of(block: &DecodedBlock) -> Option<Config> {
-    block
-        .transactions
-        .iter()
-        .find_map(|transaction| match transaction {
-            Ok(TxEnvelope {
-                body: TxBody::Config(envelope),
-                ..
-            }) => envelope.config.clone(),
+    config_in(block.transactions.iter())
+}
+
+/// The config carried by the first config transaction among `transactions`.
+fn config_in<'a>(
+    transactions: impl Iterator<Item = &'a std::result::Result<TxEnvelope, weft_protos::DecodeError>>,
+) -> Option<Config> {
+    transactions
+        .flatten()
+        .find_map(|transaction| match &transaction.body {
+            TxBody::Config(envelope) => envelope.config.clone(),
             _ => None,
         })
 }
