@@ -2,11 +2,9 @@
 
 use std::sync::Arc;
 
-use prost::Message;
-use weft_msp::{Msp, MspManager};
-use weft_policy::PolicyTree;
-use weft_protos::common::{Config, ConfigGroup};
-use weft_protos::msp::{FabricMspConfig, MspConfig};
+use weft_msp::MspManager;
+use weft_policy::{ChannelAuthority, PolicyTree};
+use weft_protos::common::Config;
 
 use crate::{Error, Result};
 
@@ -58,47 +56,17 @@ impl std::fmt::Debug for ChannelContext {
 impl ChannelContext {
     /// Builds the context of `config`, found in block `block` of `channel_id`.
     pub fn from_config(channel_id: &str, block: u64, config: &Config) -> Result<Self> {
-        let bad = |reason: String| Error::BadConfig {
-            channel: channel_id.to_owned(),
-            block,
-            reason,
-        };
-        let root = config
-            .channel_group
-            .as_ref()
-            .ok_or_else(|| bad("the config has no channel group".to_owned()))?;
-        let mut msps = Vec::new();
-        for section in ["Orderer", "Application"] {
-            if let Some(group) = root.groups.get(section) {
-                for (name, org) in &group.groups {
-                    msps.push(
-                        org_msp(org)
-                            .map_err(|reason| bad(format!("{section}/{name}: {reason}")))?,
-                    );
-                }
-            }
-        }
-        let policies = PolicyTree::from_config(root).map_err(|e| bad(e.to_string()))?;
+        let ChannelAuthority { msps, policies } =
+            ChannelAuthority::from_config(config).map_err(|e| Error::BadConfig {
+                channel: channel_id.to_owned(),
+                block,
+                reason: e.0,
+            })?;
         Ok(Self {
             channel_id: channel_id.to_owned(),
-            msps: MspManager::new(msps),
+            msps,
             policies,
             endorsement: Arc::new(DefaultEndorsementPolicies),
         })
     }
-}
-
-fn org_msp(org: &ConfigGroup) -> std::result::Result<Msp, String> {
-    let value = org.values.get("MSP").ok_or("no MSP value")?;
-    let msp_config =
-        MspConfig::decode(value.value.clone()).map_err(|e| format!("MSP value: {e}"))?;
-    if msp_config.r#type != 0 {
-        return Err(format!(
-            "MSP type {} is not supported (X.509 only)",
-            msp_config.r#type
-        ));
-    }
-    let fabric =
-        FabricMspConfig::decode(msp_config.config).map_err(|e| format!("FabricMSPConfig: {e}"))?;
-    Msp::from_config(fabric).map_err(|e| e.to_string())
 }

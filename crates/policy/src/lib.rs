@@ -15,9 +15,13 @@
 //!   and evaluates `ImplicitMeta` policies (ANY / ALL / MAJORITY of the
 //!   sub-groups' policies of a name).
 //!
+//! - [`ChannelAuthority`] is a channel config's MSPs and policy tree
+//!   together: what orderers and peers consult to authorise requests.
+//!
 //! This crate does no I/O: identities are resolved through a
 //! [`weft_msp::MspManager`] and the time is an argument.
 
+mod channel;
 pub mod dsl;
 mod error;
 mod signature;
@@ -25,6 +29,7 @@ mod signature;
 mod tests;
 mod tree;
 
+pub use channel::{ChannelAuthority, ConfigError};
 pub use error::{ParseError, PolicyError};
 pub use signature::{Principal, SignaturePolicy, SignedData, valid_identities};
 pub use tree::{Policy, PolicyTree};
