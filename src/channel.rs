@@ -9,7 +9,7 @@
 //! policies). Values, policies and groups are laid out as configtxgen lays
 //! them out, so Fabric's tools read our blocks and we read theirs.
 
-mod profile;
+pub mod profile;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -39,8 +39,20 @@ pub fn genesis_block(
     profile_name: Option<&str>,
     channel: &str,
 ) -> Result<Block> {
+    genesis_block_with(config_path, profile_name, channel, |_| {})
+}
+
+/// [`genesis_block`] with a change to the profile before it is built (a
+/// benchmark's endorsement policy, for instance).
+pub fn genesis_block_with(
+    config_path: &Path,
+    profile_name: Option<&str>,
+    channel: &str,
+    adjust: impl FnOnce(&mut profile::Profile),
+) -> Result<Block> {
     check_channel_name(channel)?;
-    let (profile, key_path) = profile::load(config_path, profile_name)?;
+    let (mut profile, key_path) = profile::load(config_path, profile_name)?;
+    adjust(&mut profile);
     let base_dir = config_path.parent().unwrap_or(Path::new("."));
     let channel_group = channel_group(&profile, base_dir, &key_path)
         .with_context(|| format!("{}", config_path.display()))?;
@@ -112,7 +124,9 @@ pub fn genesis_block_of(channel: &str, channel_group: ConfigGroup) -> Result<Blo
 
 /// Fabric's channel name rule: lowercase letters, digits, `.` and `-`,
 /// starting with a letter, under 250 characters.
-fn check_channel_name(channel: &str) -> Result<()> {
+/// Fabric's rule for channel names: `[a-z][a-z0-9.-]*`, under 250
+/// characters. Channel names also become directory names.
+pub fn check_channel_name(channel: &str) -> Result<()> {
     let valid = channel.len() < 250
         && channel.starts_with(|c: char| c.is_ascii_lowercase())
         && channel

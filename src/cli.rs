@@ -26,6 +26,19 @@ enum Command {
     /// Read blocks.
     #[command(subcommand)]
     Block(BlockCommand),
+    /// Run a peer.
+    #[command(subcommand)]
+    Peer(PeerCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum PeerCommand {
+    /// Start a peer: commit the configured channels' blocks and serve them.
+    Start {
+        /// The peer's configuration (see config/peer.yaml).
+        #[arg(long, default_value = "config/peer.yaml")]
+        config: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -96,5 +109,6 @@ pub fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Block(BlockCommand::Inspect { file }) => block::inspect(&file),
+        Command::Peer(PeerCommand::Start { config }) => crate::peer::start(&config),
     }
 }

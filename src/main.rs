@@ -7,6 +7,9 @@
 mod channel;
 mod cli;
 mod cryptogen;
+mod ops;
+mod peer;
+mod settings;
 
 use std::process::ExitCode;
 
@@ -14,11 +17,43 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let command = cli::Cli::parse();
+    init_logging();
     match cli::run(command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Logs to standard error; `WEFT_LOG` (or `RUST_LOG`) sets the filter in
+/// `tracing`'s syntax, `info` by default.
+fn init_logging() {
+    let filter = std::env::var("WEFT_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| "info".to_owned());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Completes on Ctrl-C or SIGTERM: how a node is asked to stop.
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
     }
 }

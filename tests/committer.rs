@@ -39,10 +39,8 @@ use weft_peer_committer::{ChannelCommitter, TxValidationCode};
 use weft_protos::block::{new_block, sign_block};
 use weft_protos::common::{Block, BlockMetadataIndex, Envelope};
 use weft_protos::hash::{Hash, block_header_hash, sha256};
-use weft_protos::kvrwset::{KvRead, KvWrite, KvrwSet, Version};
 use weft_protos::protos::{ChaincodeId, Response};
-use weft_protos::rwset::{NsReadWriteSet, TxReadWriteSet, tx_read_write_set::DataModel};
-use weft_protos::tx::{Invocation, Proposal, SimulationResult, endorse};
+use weft_protos::tx::{Invocation, Proposal, ReadWriteSetBuilder, SimulationResult, endorse};
 use weft_statedb::memory::{MemoryOptions, MemoryState};
 use weft_statedb::rocks::{RocksOptions, RocksState};
 use weft_statedb::{Height, StateReader, VersionedState};
@@ -780,38 +778,18 @@ fn transaction(
         timestamp_seconds: 1_800_000_000,
     };
     let proposal = Proposal::new(&invocation, parties.client.serialized_identity().clone());
-    let kv = KvrwSet {
-        reads: reads
-            .iter()
-            .map(|(key, version)| KvRead {
-                key: key.clone(),
-                version: version.map(|at| Version {
-                    block_num: at.block_num,
-                    tx_num: at.tx_num,
-                }),
-            })
-            .collect(),
-        range_queries_info: Vec::new(),
-        writes: writes
-            .iter()
-            .map(|(key, value)| KvWrite {
-                key: key.clone(),
-                is_delete: value.is_none(),
-                value: value.clone().unwrap_or_default(),
-            })
-            .collect(),
-        metadata_writes: Vec::new(),
-    };
-    let results = TxReadWriteSet {
-        data_model: DataModel::Kv as i32,
-        ns_rwset: vec![NsReadWriteSet {
-            namespace: CHAINCODE.to_owned(),
-            rwset: kv.encode_to_vec().into(),
-            collection_hashed_rwset: Vec::new(),
-        }],
-    };
+    let mut rwset = ReadWriteSetBuilder::new();
+    for (key, version) in &reads {
+        rwset.read(CHAINCODE, key, version.map(|at| (at.block_num, at.tx_num)));
+    }
+    for (key, value) in &writes {
+        match value {
+            Some(value) => rwset.write(CHAINCODE, key, value.clone()),
+            None => rwset.delete(CHAINCODE, key),
+        };
+    }
     let simulation = SimulationResult {
-        results: results.encode_to_vec().into(),
+        results: rwset.encode(),
         events: Bytes::new(),
         response: Response {
             status: 200,

@@ -69,4 +69,7 @@ pub enum SignatureError {
     HighS,
     #[error("signature does not verify")]
     Invalid,
+    /// Signing needs fresh randomness and the system could not supply it.
+    #[error("the system random generator failed")]
+    RandomSource,
 }

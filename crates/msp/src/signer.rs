@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use prost::Message;
-use ring::rand::SystemRandom;
+use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, KeyPair};
 use weft_protos::msp::SerializedIdentity;
 
@@ -11,6 +11,9 @@ use crate::{Certificate, MspError, SignatureError, crypto};
 /// OID bytes used only to name the algorithm of a rejected key.
 const OID_RSA_ENCRYPTION: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
 const OID_SECP384R1: &[u8] = &[0x2b, 0x81, 0x04, 0x00, 0x22];
+
+/// The nonce size Fabric's SDKs and nodes use.
+const NONCE_BYTES: usize = 24;
 
 /// A signing identity: a P-256 private key with its certificate, as found
 /// in an MSP folder's `keystore` and `signcerts`.
@@ -86,8 +89,18 @@ impl Signer {
         let signature = self
             .key_pair
             .sign(&self.rng, message)
-            .map_err(|_| SignatureError::Malformed)?;
+            .map_err(|_| SignatureError::RandomSource)?;
         crypto::normalize_low_s(signature.as_ref())
+    }
+
+    /// A fresh random nonce of Fabric's size (24 bytes), for the signature
+    /// headers this signer writes.
+    pub fn new_nonce(&self) -> Result<Bytes, SignatureError> {
+        let mut nonce = [0u8; NONCE_BYTES];
+        self.rng
+            .fill(&mut nonce)
+            .map_err(|_| SignatureError::RandomSource)?;
+        Ok(Bytes::copy_from_slice(&nonce))
     }
 
     /// The `msp.SerializedIdentity` bytes of this signer: what goes into a

@@ -9,6 +9,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 
@@ -34,6 +35,23 @@ pub struct CommittedBlock {
     /// Whether the block carried a valid config transaction (the channel's
     /// MSPs and policies changed).
     pub reconfigured: bool,
+    /// Where the time went, stage by stage.
+    pub timings: StageTimings,
+}
+
+/// Wall-clock time one block spent in each stage of the committer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StageTimings {
+    /// Decode, block integrity (hashes, orderer signatures) and the
+    /// per-transaction checks: signatures and endorsement policies (Fabric's
+    /// VSCC). Runs on the rayon pool, overlapping other blocks' stages.
+    pub validate: Duration,
+    /// Duplicate TxIDs against the ledger, MVCC and the update batch.
+    pub mvcc: Duration,
+    /// Appending the block to the block store.
+    pub block_store: Duration,
+    /// Applying the update batch to the world state.
+    pub state: Duration,
 }
 
 /// Validates and commits the blocks of one channel, in order.
@@ -191,8 +209,16 @@ impl ChannelCommitter {
     /// block store is synced first, so a durable state never runs ahead of
     /// the durable chain it is replayed from.
     pub fn checkpoint(&self) -> Result<Option<Height>> {
-        self.ledger.sync()?;
-        Ok(self.state.checkpoint()?)
+        self.checkpointer().checkpoint()
+    }
+
+    /// Checkpoints this channel from the sink of
+    /// [`commit_stream`](Self::commit_stream), between two commits.
+    pub(crate) fn checkpointer(&self) -> Checkpointer {
+        Checkpointer {
+            ledger: self.ledger.clone(),
+            state: self.state.clone(),
+        }
     }
 
     /// Validates `block` and commits it. Invalid transactions are committed
@@ -213,8 +239,10 @@ impl ChannelCommitter {
     /// Commits a stream of blocks with up to `depth` blocks being prepared
     /// (decoded, integrity-checked, stage-1 checked, on the rayon pool)
     /// while the oldest goes through MVCC and apply. `sink` receives each
-    /// outcome in order and returns whether to go on; the stream stops at
-    /// the first refused block, since every later block depends on it.
+    /// outcome in order and returns whether to go on. After a refused block
+    /// the blocks already prepared behind it are refused too (they do not
+    /// extend the chain); a sink that goes on lets the source offer the
+    /// refused block again, from another orderer.
     pub fn commit_stream<I>(
         &mut self,
         blocks: I,
@@ -262,8 +290,7 @@ impl ChannelCommitter {
                 {
                     *shared_context.write() = self.context.clone();
                 }
-                let refused = outcome.is_err();
-                if !sink(&outcome) || refused {
+                if !sink(&outcome) {
                     break;
                 }
             }
@@ -277,6 +304,14 @@ impl ChannelCommitter {
 
     /// The serial part of committing: duplicates, MVCC, append, apply.
     fn commit_prepared(&mut self, prepared: Prepared, now: UnixTime) -> Result<CommittedBlock> {
+        let number = prepared.decoded.header.number;
+        if number != self.ledger.height() {
+            return Err(Error::BadBlock {
+                channel: self.channel_id.clone(),
+                block: number,
+                reason: format!("expected block {}", self.ledger.height()),
+            });
+        }
         // A block prepared before a config change, or against a chain tip
         // that has moved, is prepared again with what holds now.
         let stale = !Arc::ptr_eq(&prepared.context, &self.context)
@@ -286,6 +321,7 @@ impl ChannelCommitter {
             decoded,
             mut codes,
             integrity,
+            validate_time,
             ..
         } = if stale {
             prepare(
@@ -298,19 +334,12 @@ impl ChannelCommitter {
         } else {
             prepared
         };
-        let number = decoded.header.number;
-        if number != self.ledger.height() {
-            return Err(Error::BadBlock {
-                channel: self.channel_id.clone(),
-                block: number,
-                reason: format!("expected block {}", self.ledger.height()),
-            });
-        }
         integrity.map_err(|reason| Error::BadBlock {
             channel: self.channel_id.clone(),
             block: number,
             reason,
         })?;
+        let mvcc_started = Instant::now();
         let mut committed = HashSet::new();
         for transaction in decoded.transactions.iter().flatten() {
             if self.ledger.contains_tx_id(transaction.tx_id())? {
@@ -325,10 +354,15 @@ impl ChannelCommitter {
         );
         validate_block(&decoded, &mut codes, self.state.as_ref())?;
         let batch = update_batch(&decoded, &codes);
+        let mvcc = mvcc_started.elapsed();
 
         set_filter(&mut block, &codes);
+        let append_started = Instant::now();
         self.ledger.append(&block)?;
+        let block_store = append_started.elapsed();
+        let apply_started = Instant::now();
         self.state.apply(&batch, last_height(number, codes.len()))?;
+        let state = apply_started.elapsed();
 
         let new_config = config_in(
             decoded
@@ -345,12 +379,34 @@ impl ChannelCommitter {
                 number,
                 &config,
             )?);
+            *self.published.write() = self.context.clone();
         }
         Ok(CommittedBlock {
             number,
             codes,
             reconfigured,
+            timings: StageTimings {
+                validate: validate_time,
+                mvcc,
+                block_store,
+                state,
+            },
         })
+    }
+}
+
+/// Makes a channel's world state durable, after its block store. Only
+/// between two commits: a checkpoint taken while a block is being applied
+/// could make durable a state ahead of the synced chain.
+pub(crate) struct Checkpointer {
+    ledger: Arc<BlockStore>,
+    state: Arc<dyn VersionedState>,
+}
+
+impl Checkpointer {
+    pub(crate) fn checkpoint(&self) -> Result<Option<Height>> {
+        self.ledger.sync()?;
+        Ok(self.state.checkpoint()?)
     }
 }
 
@@ -365,6 +421,7 @@ struct Prepared {
     context: Arc<ChannelContext>,
     /// The chain tip this block was checked against.
     expected_previous: Option<weft_protos::hash::Hash>,
+    validate_time: Duration,
 }
 
 /// Prepares a block for commit; runs on any thread.
@@ -375,6 +432,7 @@ fn prepare(
     now: UnixTime,
     limits: Limits,
 ) -> Prepared {
+    let started = Instant::now();
     let decoded = decode(block.clone(), limits);
     let integrity =
         check_block_integrity(&block, &decoded, expected_previous.as_ref(), &context, now);
@@ -390,6 +448,7 @@ fn prepare(
         integrity,
         context,
         expected_previous,
+        validate_time: started.elapsed(),
     }
 }
 

@@ -15,6 +15,10 @@
 //! 4. **Apply**: the batch to world state, the block (with its
 //!    TRANSACTIONS_FILTER) to the block store.
 //!
+//! [`Intake`] feeds a channel's committer from the orderers' Deliver, with
+//! failover; [`DeliverService`] serves the committed chain to clients;
+//! [`CommitterMetrics`] exposes the stages to Prometheus.
+//!
 //! Outcomes are Fabric's validation codes; a bad transaction is a value,
 //! not an error. Stages 2 and 3 are pure functions of their inputs plus a
 //! read-only view ([`ChannelContext`], a [`weft_statedb::StateReader`]), so
@@ -25,12 +29,16 @@ pub mod checks;
 mod commit;
 pub mod deliver;
 mod error;
+pub mod intake;
+pub mod metrics;
 pub mod mvcc;
 #[cfg(test)]
 mod tests;
 
 pub use channel::{ChannelContext, DefaultEndorsementPolicies, EndorsementPolicies};
-pub use commit::{ChannelCommitter, CommittedBlock};
+pub use commit::{ChannelCommitter, CommittedBlock, StageTimings};
 pub use deliver::{ChannelHandle, Channels, DeliverService};
 pub use error::{Error, Result};
+pub use intake::{Intake, IntakeConfig, IntakeStatus};
+pub use metrics::CommitterMetrics;
 pub use weft_protos::protos::TxValidationCode;

@@ -532,9 +532,10 @@ mod commit {
     }
 
     #[test]
-    fn the_pipeline_stops_at_a_refused_block() {
+    fn the_pipeline_refuses_a_forged_block_and_what_follows_it() {
         // Goal: a forged block in the stream is refused, nothing after it is
-        // committed, and the committer can go on from the last good block.
+        // committed (the blocks behind it no longer extend the chain), and
+        // the committer can go on from the last good block.
         let peer = Peer::new();
         let (state, ledger) = peer.stores();
         let mut committer =
@@ -551,7 +552,7 @@ mod commit {
             outcomes.push(outcome.is_ok());
             true
         });
-        assert_eq!(outcomes, [true, false]);
+        assert_eq!(outcomes, [true, false, false]);
         assert_eq!(ledger.height(), 2);
         commit_chain(&mut committer, 2..5);
     }

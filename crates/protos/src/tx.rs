@@ -15,17 +15,22 @@
 //! Signing is delegated to a [`Sign`] implementation (weft's MSP signer
 //! implements it), so this module stays free of key handling and I/O.
 
+use std::collections::BTreeMap;
+
 use bytes::Bytes;
 use prost::Message;
 
 use crate::common::{ChannelHeader, Envelope, Header, HeaderType, Payload, SignatureHeader};
 use crate::hash::{compute_tx_id, sha256};
+use crate::kvrwset::{KvRead, KvWrite, KvrwSet, Version};
+use crate::orderer::{SeekInfo, SeekPosition, SeekSpecified, seek_info, seek_position};
 use crate::protos::{
     ChaincodeAction, ChaincodeActionPayload, ChaincodeEndorsedAction, ChaincodeHeaderExtension,
     ChaincodeId, ChaincodeInput, ChaincodeInvocationSpec, ChaincodeProposalPayload, ChaincodeSpec,
     Endorsement, ProposalResponse, ProposalResponsePayload, Response, SignedProposal, Transaction,
     TransactionAction,
 };
+use crate::rwset::{NsReadWriteSet, TxReadWriteSet, tx_read_write_set};
 
 /// Something that signs with an identity: a client, an endorser.
 pub trait Sign {
@@ -248,4 +253,147 @@ pub fn endorse(
         }),
         interest: None,
     })
+}
+
+/// A signed envelope of `header_type` on `channel_id` carrying `data`, as
+/// clients send to Deliver (`DELIVER_SEEK_INFO` with a `SeekInfo`) and to
+/// Broadcast (`CONFIG_UPDATE`). The channel header carries the TxID derived
+/// from `nonce` and the signer, and `timestamp_seconds`.
+pub fn signed_envelope(
+    header_type: HeaderType,
+    channel_id: &str,
+    data: Bytes,
+    signer: &dyn Sign,
+    nonce: Bytes,
+    timestamp_seconds: i64,
+) -> Result<Envelope, SignError> {
+    let creator = signer.identity();
+    let channel_header = ChannelHeader {
+        r#type: header_type as i32,
+        channel_id: channel_id.to_owned(),
+        tx_id: compute_tx_id(&nonce, &creator),
+        timestamp: Some(prost_types::Timestamp {
+            seconds: timestamp_seconds,
+            nanos: 0,
+        }),
+        ..ChannelHeader::default()
+    };
+    let payload = Payload {
+        header: Some(Header {
+            channel_header: channel_header.encode_to_vec().into(),
+            signature_header: SignatureHeader { creator, nonce }.encode_to_vec().into(),
+        }),
+        data,
+    }
+    .encode_to_vec();
+    Ok(Envelope {
+        signature: signer.sign(&payload)?.into(),
+        payload: payload.into(),
+    })
+}
+
+/// A Deliver request for blocks `start..` up to `stop` (inclusive;
+/// `u64::MAX` for "forever"), waiting for blocks not yet written.
+pub fn seek_range(start: u64, stop: u64) -> SeekInfo {
+    let specified = |number| SeekPosition {
+        r#type: Some(seek_position::Type::Specified(SeekSpecified { number })),
+    };
+    SeekInfo {
+        start: Some(specified(start)),
+        stop: Some(specified(stop)),
+        behavior: seek_info::SeekBehavior::BlockUntilReady as i32,
+        ..SeekInfo::default()
+    }
+}
+
+/// A transaction's read/write set under construction, encoded as Fabric's
+/// simulator encodes it: namespaces in name order, and within each the
+/// reads and the writes in key order.
+#[derive(Debug, Clone, Default)]
+pub struct ReadWriteSetBuilder {
+    namespaces: BTreeMap<String, NamespaceSets>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct NamespaceSets {
+    reads: BTreeMap<String, Option<Version>>,
+    writes: BTreeMap<String, Option<Bytes>>,
+}
+
+impl ReadWriteSetBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records a read of `key` at the version `(block, tx)` it was written
+    /// at, or `None` if the key did not exist.
+    pub fn read(&mut self, namespace: &str, key: &str, version: Option<(u64, u64)>) -> &mut Self {
+        self.namespace(namespace).reads.insert(
+            key.to_owned(),
+            version.map(|(block_num, tx_num)| Version { block_num, tx_num }),
+        );
+        self
+    }
+
+    /// Records a write of `value` to `key`.
+    pub fn write(&mut self, namespace: &str, key: &str, value: Bytes) -> &mut Self {
+        self.namespace(namespace)
+            .writes
+            .insert(key.to_owned(), Some(value));
+        self
+    }
+
+    /// Records a delete of `key`.
+    pub fn delete(&mut self, namespace: &str, key: &str) -> &mut Self {
+        self.namespace(namespace)
+            .writes
+            .insert(key.to_owned(), None);
+        self
+    }
+
+    /// The serialized `rwset.TxReadWriteSet`.
+    pub fn encode(&self) -> Bytes {
+        let ns_rwset = self
+            .namespaces
+            .iter()
+            .map(|(namespace, sets)| {
+                let kv = KvrwSet {
+                    reads: sets
+                        .reads
+                        .iter()
+                        .map(|(key, version)| KvRead {
+                            key: key.clone(),
+                            version: *version,
+                        })
+                        .collect(),
+                    range_queries_info: Vec::new(),
+                    writes: sets
+                        .writes
+                        .iter()
+                        .map(|(key, value)| KvWrite {
+                            key: key.clone(),
+                            is_delete: value.is_none(),
+                            value: value.clone().unwrap_or_default(),
+                        })
+                        .collect(),
+                    metadata_writes: Vec::new(),
+                };
+                NsReadWriteSet {
+                    namespace: namespace.clone(),
+                    rwset: kv.encode_to_vec().into(),
+                    collection_hashed_rwset: Vec::new(),
+                }
+            })
+            .collect();
+        TxReadWriteSet {
+            data_model: tx_read_write_set::DataModel::Kv as i32,
+            ns_rwset,
+        }
+        .encode_to_vec()
+        .into()
+    }
+
+    fn namespace(&mut self, namespace: &str) -> &mut NamespaceSets {
+        self.namespaces.entry(namespace.to_owned()).or_default()
+    }
 }

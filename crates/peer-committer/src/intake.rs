@@ -1,0 +1,488 @@
+//! Block intake: keeps one channel's committer fed with blocks from the
+//! ordering service, as a Fabric peer's deliver client does.
+//!
+//! A fetch task asks an orderer's `AtomicBroadcast/Deliver`, with a seek
+//! request signed by the peer, for every block from the next one the peer
+//! needs, and queues what arrives; a committer thread runs the pipelined
+//! [`ChannelCommitter::commit_stream`] over that queue. The queue is bounded,
+//! so a slow committer slows the fetch rather than filling memory.
+//!
+//! Failures:
+//! - A connection that cannot be made, fails or ends: reconnect to the next
+//!   orderer endpoint (failover), after an exponential backoff that resets
+//!   once a connection delivers, seeking from the next block wanted.
+//! - A block the committer refuses (it does not extend the chain, its data
+//!   hash is wrong, or the orderers' signatures do not satisfy the channel's
+//!   BlockValidation policy): nothing of it is written; everything queued
+//!   after it is dropped, and the fetch starts again from the peer's height
+//!   at the next orderer endpoint.
+//! - A failure of the block store or world state stops the channel: the
+//!   error is kept in [`IntakeStatus`] for the health check.
+//!
+//! Blocks queued before a refusal are told apart from those fetched after
+//! it by a generation number that the refusal increments.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use prost::Message;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use weft_ledger::BlockStore;
+use weft_msp::Signer;
+use weft_protos::common::{Block, HeaderType};
+use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
+use weft_protos::orderer::deliver_response::Type as Response;
+
+use crate::metrics::CommitterMetrics;
+use crate::{ChannelCommitter, Error};
+
+/// The largest block accepted from an orderer (Fabric's default gRPC
+/// message limit).
+const BLOCK_BYTES_MAX: usize = 100 * 1024 * 1024;
+
+/// How a channel's intake reaches the ordering service.
+#[derive(Debug, Clone)]
+pub struct IntakeConfig {
+    /// Orderer endpoints (`host:port`), tried in turn.
+    pub orderers: Vec<String>,
+    /// Blocks prepared (decoded, checked) ahead of the one committing.
+    pub pipeline_depth: usize,
+    /// Blocks received and waiting for the committer.
+    pub queue_blocks: usize,
+    /// The first wait before reconnecting; doubled per failure.
+    pub backoff_initial: Duration,
+    /// The longest wait before reconnecting.
+    pub backoff_max: Duration,
+    pub connect_timeout: Duration,
+    /// How often the world state is made durable (a checkpoint); on restart
+    /// the blocks after the last checkpoint are replayed from the block
+    /// store.
+    pub checkpoint_interval: Duration,
+}
+
+impl IntakeConfig {
+    /// Defaults for `orderers`: depth 4, 64 queued blocks, backoff 100 ms
+    /// up to 10 s, connect timeout 5 s, a state checkpoint every second.
+    pub fn new(orderers: Vec<String>) -> Self {
+        Self {
+            orderers,
+            pipeline_depth: 4,
+            queue_blocks: 64,
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+            checkpoint_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What an operator wants to know about a channel's intake.
+#[derive(Debug, Default)]
+pub struct IntakeStatus {
+    /// The orderer endpoint blocks currently come from.
+    orderer: Mutex<Option<String>>,
+    /// Why the channel stopped committing, if it did.
+    fatal: Mutex<Option<String>>,
+    refused_blocks: AtomicU64,
+}
+
+impl IntakeStatus {
+    /// The orderer endpoint currently delivering, if connected.
+    pub fn orderer(&self) -> Option<String> {
+        self.orderer.lock().clone()
+    }
+
+    /// Why the channel stopped committing; `None` while healthy.
+    pub fn fatal_error(&self) -> Option<String> {
+        self.fatal.lock().clone()
+    }
+
+    /// Blocks refused since start.
+    pub fn refused_blocks(&self) -> u64 {
+        self.refused_blocks.load(Ordering::Relaxed)
+    }
+}
+
+/// A running intake for one channel.
+#[derive(Debug)]
+pub struct Intake {
+    channel_id: String,
+    status: Arc<IntakeStatus>,
+    shutdown: watch::Sender<bool>,
+    fetch: tokio::task::JoinHandle<()>,
+    committer: std::thread::JoinHandle<()>,
+}
+
+/// What fetch and commit share.
+#[derive(Debug, Default)]
+struct Shared {
+    /// Incremented by each refusal; blocks queued under an older value are
+    /// dropped.
+    generation: AtomicU64,
+    /// Wakes the fetch when a block was refused.
+    refused: Notify,
+}
+
+/// A block in the queue, with the generation it was fetched in.
+#[derive(Debug)]
+struct Queued {
+    generation: u64,
+    block: Block,
+}
+
+impl Intake {
+    /// Starts fetching and committing blocks for `committer`'s channel,
+    /// asking the orderers as `signer`. Must be called within a Tokio
+    /// runtime.
+    pub fn start(
+        committer: ChannelCommitter,
+        signer: Arc<Signer>,
+        config: IntakeConfig,
+        metrics: Option<Arc<CommitterMetrics>>,
+    ) -> std::io::Result<Self> {
+        let channel_id = committer.channel_id().to_owned();
+        let ledger = committer.handle().ledger;
+        let status = Arc::new(IntakeStatus::default());
+        let shared = Arc::new(Shared::default());
+        let (queue, queued) = mpsc::channel(config.queue_blocks.max(1));
+        let (shutdown, shutdown_seen) = watch::channel(false);
+
+        let feed = Feed {
+            queued,
+            shared: shared.clone(),
+        };
+        let committer = {
+            let status = status.clone();
+            let shared = shared.clone();
+            let metrics = metrics.clone();
+            let depth = config.pipeline_depth;
+            let checkpoint_interval = config.checkpoint_interval;
+            std::thread::Builder::new()
+                .name(format!("commit-{channel_id}"))
+                .spawn(move || {
+                    run_committer(
+                        committer,
+                        feed,
+                        CommitOptions {
+                            depth,
+                            checkpoint_interval,
+                        },
+                        &shared,
+                        &status,
+                        metrics,
+                    );
+                })?
+        };
+        let fetcher = Fetcher {
+            channel_id: channel_id.clone(),
+            ledger,
+            signer,
+            config,
+            shared,
+            status: status.clone(),
+            metrics,
+            queue,
+        };
+        let fetch = tokio::spawn(fetcher.run(shutdown_seen));
+        Ok(Self {
+            channel_id,
+            status,
+            shutdown,
+            fetch,
+            committer,
+        })
+    }
+
+    pub fn channel_id(&self) -> &str {
+        &self.channel_id
+    }
+
+    pub fn status(&self) -> &Arc<IntakeStatus> {
+        &self.status
+    }
+
+    /// Stops fetching, commits what was already received, and waits for
+    /// the committer to finish.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        if let Err(error) = self.fetch.await {
+            tracing::error!(channel = %self.channel_id, %error, "intake: the fetch task failed");
+        }
+        let committer = self.committer;
+        let joined = tokio::task::spawn_blocking(move || committer.join()).await;
+        if !matches!(joined, Ok(Ok(()))) {
+            tracing::error!(channel = %self.channel_id, "intake: the committer thread failed");
+        }
+    }
+}
+
+/// The committer's view of the queue: blocks of the current generation, in
+/// order, until the fetch stops.
+struct Feed {
+    queued: mpsc::Receiver<Queued>,
+    shared: Arc<Shared>,
+}
+
+impl Iterator for Feed {
+    type Item = Block;
+
+    fn next(&mut self) -> Option<Block> {
+        loop {
+            let queued = self.queued.blocking_recv()?;
+            if queued.generation == self.shared.generation.load(Ordering::Acquire) {
+                return Some(queued.block);
+            }
+        }
+    }
+}
+
+struct CommitOptions {
+    depth: usize,
+    checkpoint_interval: Duration,
+}
+
+fn run_committer(
+    mut committer: ChannelCommitter,
+    feed: Feed,
+    options: CommitOptions,
+    shared: &Shared,
+    status: &IntakeStatus,
+    metrics: Option<Arc<CommitterMetrics>>,
+) {
+    let channel = committer.channel_id().to_owned();
+    let handle = committer.handle();
+    let checkpointer = committer.checkpointer();
+    let mut last_checkpoint = Instant::now();
+    committer.commit_stream(
+        feed,
+        options.depth,
+        weft_msp::now,
+        |outcome| match outcome {
+            Ok(block) => {
+                tracing::debug!(%channel, block = block.number, "committed");
+                if let Some(metrics) = &metrics {
+                    metrics.block_committed(&channel, block);
+                    metrics.identity_cache(&channel, handle.context.read().msps.cache_stats());
+                }
+                if last_checkpoint.elapsed() < options.checkpoint_interval {
+                    return true;
+                }
+                last_checkpoint = Instant::now();
+                match checkpointer.checkpoint() {
+                    Ok(_) => true,
+                    Err(error) => {
+                        tracing::error!(%channel, %error, "checkpointing the world state failed");
+                        *status.fatal.lock() = Some(error.to_string());
+                        false
+                    }
+                }
+            }
+            Err(Error::BadBlock { block, reason, .. }) if *block == handle.ledger.height() => {
+                tracing::warn!(%channel, block, %reason, "refused a block from the orderer");
+                status.refused_blocks.fetch_add(1, Ordering::Relaxed);
+                if let Some(metrics) = &metrics {
+                    metrics.block_refused(&channel);
+                }
+                shared.generation.fetch_add(1, Ordering::AcqRel);
+                shared.refused.notify_one();
+                true
+            }
+            Err(Error::BadBlock { block, .. }) => {
+                // Queued behind a refused block; it will be fetched again.
+                tracing::debug!(%channel, block, "dropped a block queued behind a refused one");
+                true
+            }
+            Err(error) => {
+                tracing::error!(%channel, %error, "the channel stopped committing");
+                *status.fatal.lock() = Some(error.to_string());
+                false
+            }
+        },
+    );
+    if status.fatal_error().is_none()
+        && let Err(error) = committer.checkpoint()
+    {
+        tracing::error!(%channel, %error, "the last checkpoint failed");
+        *status.fatal.lock() = Some(error.to_string());
+    }
+}
+
+/// How a session with one orderer ended.
+#[derive(Debug)]
+enum SessionEnd {
+    /// The committer refused a block: fetch again from the chain's height.
+    Refused,
+    /// The committer stopped; nothing more to fetch for.
+    CommitterGone,
+    /// The connection failed or the orderer ended the stream.
+    Failed { reason: String, delivered: bool },
+}
+
+/// The async half: fetches blocks and queues them.
+struct Fetcher {
+    channel_id: String,
+    ledger: Arc<BlockStore>,
+    signer: Arc<Signer>,
+    config: IntakeConfig,
+    shared: Arc<Shared>,
+    status: Arc<IntakeStatus>,
+    metrics: Option<Arc<CommitterMetrics>>,
+    queue: mpsc::Sender<Queued>,
+}
+
+impl Fetcher {
+    async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        if self.config.orderers.is_empty() {
+            tracing::error!(channel = %self.channel_id, "intake: no orderer endpoints configured");
+            return;
+        }
+        let mut next = self.ledger.height();
+        let mut backoff = self.config.backoff_initial;
+        // Endpoints that failed since one last delivered: once all have,
+        // wait before the next round.
+        let mut failed_in_round = 0;
+        for attempt in 0.. {
+            let endpoint = &self.config.orderers[attempt % self.config.orderers.len()];
+            let end = tokio::select! {
+                end = self.session(endpoint, &mut next) => end,
+                _ = self.shared.refused.notified() => SessionEnd::Refused,
+                _ = shutdown.changed() => return,
+            };
+            *self.status.orderer.lock() = None;
+            failed_in_round += 1;
+            match end {
+                SessionEnd::CommitterGone => return,
+                SessionEnd::Refused => {
+                    next = self.ledger.height();
+                    tracing::warn!(
+                        channel = %self.channel_id,
+                        orderer = %endpoint,
+                        block = next,
+                        "fetching again from another orderer after a refused block"
+                    );
+                }
+                SessionEnd::Failed { reason, delivered } => {
+                    if delivered {
+                        backoff = self.config.backoff_initial;
+                        failed_in_round = 1;
+                    }
+                    tracing::warn!(
+                        channel = %self.channel_id,
+                        orderer = %endpoint,
+                        %reason,
+                        "deliver from the orderer ended"
+                    );
+                }
+            }
+            if failed_in_round < self.config.orderers.len() {
+                continue;
+            }
+            failed_in_round = 0;
+            tracing::info!(
+                channel = %self.channel_id,
+                retry_in_ms = backoff.as_millis(),
+                "no orderer is delivering; waiting before the next round"
+            );
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                _ = shutdown.changed() => return,
+            }
+            backoff = (backoff * 2).min(self.config.backoff_max);
+        }
+    }
+
+    /// Streams blocks `next..` from one orderer into the queue.
+    async fn session(&self, endpoint: &str, next: &mut u64) -> SessionEnd {
+        let generation = self.shared.generation.load(Ordering::Acquire);
+        let failed = |reason: String| SessionEnd::Failed {
+            reason,
+            delivered: false,
+        };
+        let connection = match tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
+        {
+            Ok(endpoint) => endpoint.connect_timeout(self.config.connect_timeout),
+            Err(error) => return failed(format!("bad endpoint: {error}")),
+        };
+        let connection = match connection.connect().await {
+            Ok(connection) => connection,
+            Err(error) => return failed(format!("connect: {}", error_chain(&error))),
+        };
+        let mut client =
+            AtomicBroadcastClient::new(connection).max_decoding_message_size(BLOCK_BYTES_MAX);
+        let request = match self.seek_request(*next) {
+            Ok(request) => request,
+            Err(reason) => return failed(reason),
+        };
+        // The request stream stays open for the session: closing it would
+        // read as the client going away.
+        let (requests, request_stream) = mpsc::channel(1);
+        if requests.send(request).await.is_err() {
+            return failed("request stream closed".to_owned());
+        }
+        let mut responses = match client.deliver(ReceiverStream::new(request_stream)).await {
+            Ok(response) => response.into_inner(),
+            Err(status) => return failed(format!("deliver: {}", status.message())),
+        };
+        *self.status.orderer.lock() = Some(endpoint.to_owned());
+        tracing::info!(channel = %self.channel_id, orderer = %endpoint, from = *next, "fetching blocks");
+        let mut delivered = false;
+        let reason = loop {
+            let response = match responses.message().await {
+                Ok(Some(response)) => response.r#type,
+                Ok(None) => break "the orderer closed the stream".to_owned(),
+                Err(status) => break format!("deliver: {}", status.message()),
+            };
+            let block = match response {
+                Some(Response::Block(block)) => block,
+                Some(Response::Status(status)) => break format!("the orderer answered {status}"),
+                None => break "an empty response".to_owned(),
+            };
+            let number = block.header.as_ref().map(|header| header.number);
+            if number != Some(*next) {
+                break format!("the orderer sent block {number:?} where {next} was due");
+            }
+            if self.queue.send(Queued { generation, block }).await.is_err() {
+                return SessionEnd::CommitterGone;
+            }
+            delivered = true;
+            *next += 1;
+            if let Some(metrics) = &self.metrics {
+                metrics.set_queued(&self.channel_id, next.saturating_sub(self.ledger.height()));
+            }
+        };
+        drop(requests);
+        SessionEnd::Failed { reason, delivered }
+    }
+
+    /// A Deliver request for blocks `start..` forever, signed by the peer.
+    fn seek_request(&self, start: u64) -> Result<weft_protos::common::Envelope, String> {
+        let nonce = self.signer.new_nonce().map_err(|e| e.to_string())?;
+        weft_protos::tx::signed_envelope(
+            HeaderType::DeliverSeekInfo,
+            &self.channel_id,
+            weft_protos::tx::seek_range(start, u64::MAX)
+                .encode_to_vec()
+                .into(),
+            self.signer.as_ref(),
+            nonce,
+            weft_msp::now(),
+        )
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// An error with its causes, `outer: inner: root`; transport errors say
+/// little at the top level.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

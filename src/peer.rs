@@ -1,0 +1,218 @@
+//! `weft peer start`: a peer process. Today it runs the committer role:
+//! for every configured channel it fetches blocks from the orderers,
+//! validates and commits them, and serves them over `protos.Deliver`; an
+//! operations endpoint serves `/metrics` and `/healthz`.
+//!
+//! Channels are independent: each has its own block store, world state,
+//! intake and committer thread, side by side in one process.
+
+mod config;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, anyhow};
+use prost::Message;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+use weft_ledger::{BlockStore, StoreConfig};
+use weft_msp::Signer;
+use weft_peer_committer::{
+    ChannelCommitter, Channels, CommitterMetrics, DeliverService, Intake, IntakeConfig,
+};
+use weft_protos::common::{Block, ChannelHeader, Payload};
+use weft_protos::protos::deliver_server::DeliverServer;
+use weft_statedb::VersionedState;
+use weft_statedb::memory::{MemoryOptions, MemoryState};
+use weft_statedb::rocks::{RocksOptions, RocksState};
+
+pub use config::PeerConfig;
+use config::StateDatabase;
+
+use crate::ops::{self, FailedCheck};
+
+/// Runs a peer with the configuration in `config_path` until Ctrl-C or
+/// SIGTERM.
+pub fn start(config_path: &Path) -> Result<()> {
+    let config = PeerConfig::load(config_path)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("peer")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(run(config, crate::shutdown_signal()))
+}
+
+/// Runs a peer until `stop` completes, then stops it cleanly: the servers
+/// stop, each channel commits what it received and checkpoints its state.
+pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<()> {
+    let signer = load_signer(&config)?;
+    let registry = ops::registry()?;
+    let metrics = Arc::new(CommitterMetrics::register(&registry).context("registering metrics")?);
+    let channels = Channels::default();
+    let intake_config = IntakeConfig {
+        pipeline_depth: config.committer.pipeline_depth,
+        queue_blocks: config.committer.queue_blocks,
+        backoff_max: config.committer.reconnect_backoff_max.0,
+        checkpoint_interval: config.ledger.checkpoint_interval.0,
+        ..IntakeConfig::new(config.orderers.clone())
+    };
+    let mut intakes = Vec::new();
+    for channel in &config.channels {
+        let committer = open_channel(&config, &channel.genesis_block)?;
+        let channel_id = committer.channel_id().to_owned();
+        tracing::info!(channel = %channel_id, height = committer.height(), "channel opened");
+        channels.insert(&channel_id, committer.handle());
+        let intake = Intake::start(
+            committer,
+            signer.clone(),
+            intake_config.clone(),
+            Some(metrics.clone()),
+        )
+        .with_context(|| format!("starting channel {channel_id}"))?;
+        intakes.push(intake);
+    }
+
+    let (shutdown, shutdown_seen) = watch::channel(false);
+    let grpc_listener = tokio::net::TcpListener::bind(config.peer.listen_address)
+        .await
+        .with_context(|| format!("peer.listenAddress: binding {}", config.peer.listen_address))?;
+    let grpc_address = grpc_listener.local_addr()?;
+    let grpc = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(DeliverServer::new(DeliverService::new(channels)))
+            .serve_with_incoming_shutdown(
+                TcpListenerStream::new(grpc_listener),
+                stopped(shutdown_seen.clone()),
+            ),
+    );
+    let ops_listener = tokio::net::TcpListener::bind(config.operations.listen_address)
+        .await
+        .with_context(|| {
+            format!(
+                "operations.listenAddress: binding {}",
+                config.operations.listen_address
+            )
+        })?;
+    let ops_address = ops_listener.local_addr()?;
+    let statuses: Vec<_> = intakes
+        .iter()
+        .map(|intake| (intake.channel_id().to_owned(), intake.status().clone()))
+        .collect();
+    let health: ops::HealthChecks = Arc::new(move || {
+        statuses
+            .iter()
+            .filter_map(|(channel, status)| {
+                status.fatal_error().map(|reason| FailedCheck {
+                    component: format!("committer/{channel}"),
+                    reason,
+                })
+            })
+            .collect()
+    });
+    let operations = tokio::spawn(ops::serve(
+        ops_listener,
+        registry,
+        health,
+        stopped(shutdown_seen),
+    ));
+    let channel_ids: Vec<&str> = intakes.iter().map(Intake::channel_id).collect();
+    println!(
+        "peer {} ready: grpc {grpc_address}, operations {ops_address}, channels [{}]",
+        config.peer.id,
+        channel_ids.join(", ")
+    );
+
+    stop.await;
+    tracing::info!("stopping");
+    let _ = shutdown.send(true);
+    for intake in intakes {
+        intake.stop().await;
+    }
+    grpc.await
+        .context("the gRPC server task failed")?
+        .context("serving gRPC")?;
+    operations
+        .await
+        .context("the operations server task failed")??;
+    Ok(())
+}
+
+/// Completes once `shutdown` turns true.
+async fn stopped(mut shutdown: watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+fn load_signer(config: &PeerConfig) -> Result<Arc<Signer>> {
+    let dir = &config.peer.msp_config_path;
+    weft_msp::folder::load_signer(dir, &config.peer.local_msp_id)
+        .with_context(|| format!("peer.mspConfigPath: {}", dir.display()))?
+        .map(Arc::new)
+        .ok_or_else(|| {
+            anyhow!(
+                "peer.mspConfigPath: {} holds no signing identity (signcerts/ and keystore/)",
+                dir.display()
+            )
+        })
+}
+
+/// Opens a channel's ledger, or creates it from its genesis block on the
+/// first start.
+fn open_channel(config: &PeerConfig, genesis_path: &Path) -> Result<ChannelCommitter> {
+    let genesis_bytes = std::fs::read(genesis_path)
+        .with_context(|| format!("channels.genesisBlock: reading {}", genesis_path.display()))?;
+    let genesis = Block::decode(genesis_bytes.as_slice()).map_err(|error| {
+        anyhow!(
+            "channels.genesisBlock: {} is not a block: {error}",
+            genesis_path.display()
+        )
+    })?;
+    let channel_id = channel_of(&genesis).ok_or_else(|| {
+        anyhow!(
+            "channels.genesisBlock: {} is not a channel's genesis block",
+            genesis_path.display()
+        )
+    })?;
+    crate::channel::check_channel_name(&channel_id)
+        .with_context(|| format!("channels.genesisBlock: {}", genesis_path.display()))?;
+    let dir = config
+        .peer
+        .file_system_path
+        .join("ledgers")
+        .join(&channel_id);
+    let ledger = Arc::new(
+        BlockStore::open(
+            &StoreConfig::new(dir.join("blocks")).with_durability(config.ledger.durability()),
+        )
+        .with_context(|| format!("opening the block store of {channel_id}"))?,
+    );
+    let state_dir = dir.join("state");
+    let state: Arc<dyn VersionedState> = match config.ledger.state_database {
+        StateDatabase::Memory => Arc::new(
+            MemoryState::open(&state_dir, MemoryOptions::default())
+                .with_context(|| format!("opening the world state of {channel_id}"))?,
+        ),
+        StateDatabase::Rocksdb => Arc::new(
+            RocksState::open(&state_dir, RocksOptions::default())
+                .with_context(|| format!("opening the world state of {channel_id}"))?,
+        ),
+    };
+    let committer = if ledger.height() == 0 {
+        ChannelCommitter::create(genesis, state, ledger)
+    } else {
+        ChannelCommitter::open(&channel_id, state, ledger)
+    };
+    committer.with_context(|| format!("opening channel {channel_id}"))
+}
+
+/// The channel a genesis block creates.
+fn channel_of(genesis: &Block) -> Option<String> {
+    if genesis.header.as_ref()?.number != 0 {
+        return None;
+    }
+    let envelope =
+        weft_protos::common::Envelope::decode(genesis.data.as_ref()?.data.first()?.clone()).ok()?;
+    let payload = Payload::decode(envelope.payload).ok()?;
+    let header = ChannelHeader::decode(payload.header?.channel_header).ok()?;
+    Some(header.channel_id)
+}

@@ -1,0 +1,164 @@
+//! `peer.yaml`: what a peer process needs to know. Every key and its
+//! default is documented in `config/peer.yaml`; key names follow Fabric's
+//! `core.yaml` where Fabric has the setting.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, bail};
+use serde::Deserialize;
+use weft_ledger::Durability;
+
+use crate::settings::{GoDuration, load_yaml, resolve};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PeerConfig {
+    pub peer: PeerSection,
+    /// Channels to serve; each is joined from its genesis block on the
+    /// first start and reopened from the ledger afterwards.
+    #[serde(default)]
+    pub channels: Vec<ChannelSection>,
+    /// Orderer endpoints (`host:port`) to fetch blocks from, in order of
+    /// preference.
+    pub orderers: Vec<String>,
+    #[serde(default)]
+    pub ledger: LedgerSection,
+    #[serde(default)]
+    pub committer: CommitterSection,
+    #[serde(default)]
+    pub operations: OperationsSection,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PeerSection {
+    pub id: String,
+    pub listen_address: SocketAddr,
+    pub local_msp_id: String,
+    pub msp_config_path: PathBuf,
+    pub file_system_path: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ChannelSection {
+    pub genesis_block: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum StateDatabase {
+    /// DashMap world state with periodic checkpoints in RocksDB.
+    #[default]
+    Memory,
+    /// Every block's updates written to RocksDB (Fabric's LevelDB model).
+    Rocksdb,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum DurabilityMode {
+    #[default]
+    EveryBlock,
+    GroupCommit,
+    None,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct LedgerSection {
+    pub state_database: StateDatabase,
+    pub durability: DurabilityMode,
+    pub group_commit_blocks: u32,
+    pub group_commit_interval: GoDuration,
+    pub checkpoint_interval: GoDuration,
+}
+
+impl Default for LedgerSection {
+    fn default() -> Self {
+        Self {
+            state_database: StateDatabase::Memory,
+            durability: DurabilityMode::EveryBlock,
+            group_commit_blocks: 16,
+            group_commit_interval: GoDuration(std::time::Duration::from_millis(10)),
+            checkpoint_interval: GoDuration(std::time::Duration::from_secs(1)),
+        }
+    }
+}
+
+impl LedgerSection {
+    pub fn durability(&self) -> Durability {
+        match self.durability {
+            DurabilityMode::EveryBlock => Durability::EveryBlock,
+            DurabilityMode::GroupCommit => Durability::GroupCommit {
+                blocks_max: self.group_commit_blocks,
+                interval_ms: u64::try_from(self.group_commit_interval.0.as_millis())
+                    .unwrap_or(u64::MAX),
+            },
+            DurabilityMode::None => Durability::None,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct CommitterSection {
+    pub pipeline_depth: usize,
+    pub queue_blocks: usize,
+    pub reconnect_backoff_max: GoDuration,
+}
+
+impl Default for CommitterSection {
+    fn default() -> Self {
+        Self {
+            pipeline_depth: 4,
+            queue_blocks: 64,
+            reconnect_backoff_max: GoDuration(std::time::Duration::from_secs(10)),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct OperationsSection {
+    pub listen_address: SocketAddr,
+}
+
+impl Default for OperationsSection {
+    fn default() -> Self {
+        Self {
+            listen_address: SocketAddr::from(([127, 0, 0, 1], 9443)),
+        }
+    }
+}
+
+impl PeerConfig {
+    /// Reads and checks `path`; relative paths in it become relative to its
+    /// directory.
+    pub fn load(path: &Path) -> Result<Self> {
+        let mut config: Self = load_yaml(path)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        config.peer.msp_config_path = resolve(dir, &config.peer.msp_config_path);
+        config.peer.file_system_path = resolve(dir, &config.peer.file_system_path);
+        for channel in &mut config.channels {
+            channel.genesis_block = resolve(dir, &channel.genesis_block);
+        }
+        let file = path.display();
+        if config.orderers.is_empty() {
+            bail!("{file}: orderers: name at least one orderer endpoint");
+        }
+        if config.committer.pipeline_depth == 0 {
+            bail!("{file}: committer.pipelineDepth: must be at least 1");
+        }
+        if config.committer.queue_blocks == 0 {
+            bail!("{file}: committer.queueBlocks: must be at least 1");
+        }
+        if config.ledger.durability == DurabilityMode::GroupCommit
+            && config.ledger.group_commit_blocks == 0
+        {
+            bail!("{file}: ledger.groupCommitBlocks: must be at least 1");
+        }
+        Ok(config)
+    }
+}
