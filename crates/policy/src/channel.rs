@@ -47,7 +47,8 @@ impl ChannelAuthority {
             };
             for (name, org) in &group.groups {
                 msps.push(
-                    org_msp(org).map_err(|reason| ConfigError(format!("{section}/{name}: {reason}")))?,
+                    org_msp(org)
+                        .map_err(|reason| ConfigError(format!("{section}/{name}: {reason}")))?,
                 );
             }
         }
