@@ -26,6 +26,19 @@ enum Command {
     /// Read blocks.
     #[command(subcommand)]
     Block(BlockCommand),
+    /// Run an orderer.
+    #[command(subcommand)]
+    Orderer(OrdererCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum OrdererCommand {
+    /// Start an orderer: order and serve the configured channels' blocks.
+    Start {
+        /// The orderer's configuration (see config/orderer.yaml).
+        #[arg(long, default_value = "config/orderer.yaml")]
+        config: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -96,5 +109,6 @@ pub fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Block(BlockCommand::Inspect { file }) => block::inspect(&file),
+        Command::Orderer(OrdererCommand::Start { config }) => crate::orderer::start(&config),
     }
 }

@@ -7,6 +7,8 @@
 mod channel;
 mod cli;
 mod cryptogen;
+mod orderer;
+mod settings;
 
 use std::process::ExitCode;
 

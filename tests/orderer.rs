@@ -337,6 +337,144 @@ async fn an_etcdraft_channel_is_refused_unless_the_node_orders_it_alone() {
     orderer.shutdown().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weft_orderer_start_serves_until_terminated() {
+    // Goal: `weft orderer start` with a config file bootstraps the channel
+    // from its genesis block, orders a broadcast transaction, and on
+    // SIGTERM stops cleanly with the block on disk.
+    let network = Network::new();
+    let dir = tempfile::tempdir().unwrap();
+    let msp = dir.path().join("msp");
+    for (folder, file, pem) in [
+        ("signcerts", "cert.pem", &network.orderer.0.certificate_pem),
+        ("keystore", "key_sk", &network.orderer.0.key_pem),
+    ] {
+        std::fs::create_dir_all(msp.join(folder)).unwrap();
+        std::fs::write(msp.join(folder).join(file), pem).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("orders.block"),
+        network.genesis.encode_to_vec(),
+    )
+    .unwrap();
+    let config = dir.path().join("orderer.yaml");
+    std::fs::write(
+        &config,
+        "orderer:\n  id: orderer0\n  listenAddress: 127.0.0.1:0\n  localMspId: OrdererMSP\n  \
+         mspConfigPath: msp\n  fileSystemPath: data\nchannels:\n  - genesisBlock: orders.block\n\
+         ledger:\n  durability: group-commit\n",
+    )
+    .unwrap();
+
+    let mut process = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["orderer", "start", "--config", config.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = process.stdout.take().unwrap();
+    let ready = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    assert!(ready.contains("channels [orders]"), "{ready}");
+    let address = ready
+        .split("grpc ")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = AtomicBroadcastClient::new(channel);
+    let (tx_id, envelope) = network.transaction(CHANNEL, &network.client1, "binary", 0);
+    let responses = broadcast(
+        &mut client,
+        &[(envelope, Expected::ordered(tx_id.clone(), false))],
+    )
+    .await;
+    assert_eq!(responses[0].0, Status::Success, "{responses:?}");
+    let blocks = deliver_until(&mut client, &network.org1_peer, 1, 1).await;
+    assert_eq!(tx_id_of(&blocks[0].data.as_ref().unwrap().data[0]), tx_id);
+    drop(client);
+
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &process.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(process.wait().unwrap().success());
+    let store =
+        BlockStore::open(&StoreConfig::new(dir.path().join("data/ledgers/orders"))).unwrap();
+    assert_eq!(store.height(), 2);
+}
+
+#[test]
+fn a_bad_orderer_config_names_the_file_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("orderer.yaml");
+    let good = "orderer:\n  id: o\n  listenAddress: 127.0.0.1:0\n  localMspId: OrdererMSP\n  \
+                mspConfigPath: msp\n  fileSystemPath: data\n";
+    let cases = [
+        (format!("{good}colour: blue\n"), "unknown field `colour`"),
+        (good.replace("  id: o\n", ""), "orderer: missing field `id`"),
+        (
+            good.replace("127.0.0.1:0", "nowhere"),
+            "orderer.listenAddress",
+        ),
+        (
+            format!("{good}ledger:\n  durability: sometimes\n"),
+            "ledger.durability: unknown variant `sometimes`",
+        ),
+        (
+            format!("{good}ledger:\n  groupCommitInterval: soon\n"),
+            "ledger.groupCommitInterval",
+        ),
+        (
+            format!("{good}consensus:\n  type: kafka\n"),
+            "consensus.type: unknown variant `kafka`",
+        ),
+        (good.to_owned(), "orderer.mspConfigPath"),
+        (
+            format!("{good}channels:\n  - genesisBlock: missing.block\n"),
+            "channels[0].genesisBlock",
+        ),
+    ];
+    for (text, expected) in cases {
+        std::fs::write(&config, &text).unwrap();
+        if expected == "channels[0].genesisBlock" {
+            // Past the MSP check, to reach the channel list.
+            let org = TestOrg::new("OrdererMSP");
+            let identity = org.identity(NodeRole::Orderer);
+            for (folder, file, pem) in [
+                ("signcerts", "cert.pem", &identity.certificate_pem),
+                ("keystore", "key_sk", &identity.key_pem),
+            ] {
+                std::fs::create_dir_all(dir.path().join("msp").join(folder)).unwrap();
+                std::fs::write(dir.path().join("msp").join(folder).join(file), pem).unwrap();
+            }
+        }
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["orderer", "start", "--config", config.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{expected}: started");
+        assert!(stderr.contains("orderer.yaml"), "file not named: {stderr}");
+        assert!(
+            stderr.contains(expected),
+            "expected {expected:?} in: {stderr}"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Broadcast and Deliver clients.
 // ---------------------------------------------------------------------------
