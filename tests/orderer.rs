@@ -26,8 +26,9 @@ use weft_protos::common::implicit_meta_policy::Rule;
 use weft_protos::common::policy::PolicyType;
 use weft_protos::common::{
     Block, BlockMetadataIndex, ChannelHeader, Config, ConfigEnvelope, ConfigGroup, ConfigPolicy,
-    ConfigValue, Envelope, HashingAlgorithm, Header, HeaderType, ImplicitMetaPolicy, LastConfig,
-    Metadata, OrdererBlockMetadata, Payload, Policy, SignatureHeader, Status,
+    ConfigSignature, ConfigUpdate, ConfigUpdateEnvelope, ConfigValue, Envelope, HashingAlgorithm,
+    Header, HeaderType, ImplicitMetaPolicy, LastConfig, Metadata, OrdererBlockMetadata, Payload,
+    Policy, SignatureHeader, Status,
 };
 use weft_protos::hash::{block_data_hash, block_header_hash};
 use weft_protos::kvrwset::{KvWrite, KvrwSet};
@@ -475,6 +476,291 @@ fn a_bad_orderer_config_names_the_file_and_key() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_updates_change_the_batch_size_and_add_an_organisation() {
+    // Goal: CONFIG_UPDATE envelopes signed as the mod policies require
+    // become config blocks of their own; the new batch size applies to the
+    // blocks after it, a new organisation's clients may write, a peer
+    // commits the config blocks, and a restart keeps the new config.
+    // Updates that are unsigned or stale are refused.
+    let network = Network::new();
+    let org3 = TestOrg::new("Org3MSP");
+    let client3 = org3.signer(NodeRole::Client);
+    let orderer_admin = network.orderer_org.signer(NodeRole::Admin);
+    let admins = [
+        network.org1.signer(NodeRole::Admin),
+        network.org2.signer(NodeRole::Admin),
+    ];
+    let data = tempfile::tempdir().unwrap();
+    let orderer = start(&network, data.path(), vec![network.genesis.clone()]).await;
+    let mut client = connect(&orderer).await;
+
+    let (tx_id, early) = network.transaction(CHANNEL, &client3, "org3-early", 0);
+    let responses = broadcast(
+        &mut client,
+        &[(
+            early,
+            Expected::refused("org3 before", Status::Forbidden, Some(tx_id)),
+        )],
+    )
+    .await;
+    assert_eq!(responses[0].0, Status::Forbidden);
+
+    let current = network.config();
+    let batch_update = batch_size_update(&current, 3);
+    let add_org3 = add_organisation_update(
+        &current,
+        org_group(
+            &org3,
+            &[
+                ("Readers", "OR('Org3MSP.member')".to_owned()),
+                ("Writers", "OR('Org3MSP.client')".to_owned()),
+                ("Admins", "OR('Org3MSP.admin')".to_owned()),
+                ("Endorsement", "OR('Org3MSP.peer')".to_owned()),
+            ],
+        ),
+    );
+    let refused = [
+        (
+            config_update_envelope(&batch_update, &[], &orderer_admin),
+            Expected::refused("an unsigned batch size update", Status::Forbidden, None),
+        ),
+        (
+            config_update_envelope(&batch_update, &[&admins[0]], &orderer_admin),
+            Expected::refused(
+                "a batch size update signed by the wrong admin",
+                Status::Forbidden,
+                None,
+            ),
+        ),
+        (
+            config_update_envelope(&add_org3, &[&admins[0]], &admins[0]),
+            Expected::refused(
+                "an organisation added by one of two admins",
+                Status::Forbidden,
+                None,
+            ),
+        ),
+    ];
+    for (envelope, expected) in refused {
+        let responses = broadcast(&mut client, &[(envelope, expected.clone())]).await;
+        assert_eq!(
+            responses[0].0, expected.status,
+            "{}: {}",
+            expected.what, responses[0].1
+        );
+    }
+    // Both valid updates on one stream: both are checked against the
+    // genesis config, so the second is processed again once the first is
+    // ordered (its read set still holds).
+    let accepted = [
+        (
+            config_update_envelope(&batch_update, &[&orderer_admin], &orderer_admin),
+            Expected::ordered("batch size".to_owned(), false),
+        ),
+        (
+            config_update_envelope(&add_org3, &[&admins[0], &admins[1]], &admins[0]),
+            Expected::ordered("Org3MSP".to_owned(), false),
+        ),
+    ];
+    let responses = broadcast(&mut client, &accepted).await;
+    assert!(
+        responses
+            .iter()
+            .all(|(status, _)| *status == Status::Success),
+        "{responses:?}"
+    );
+    // The same batch size update again: its read set is stale now.
+    let stale = config_update_envelope(&batch_update, &[&orderer_admin], &orderer_admin);
+    let responses = broadcast(
+        &mut client,
+        &[(stale, Expected::refused("stale", Status::BadRequest, None))],
+    )
+    .await;
+    assert_eq!(responses[0].0, Status::BadRequest, "{}", responses[0].1);
+
+    let mut txs: Vec<(Envelope, Expected)> = (0..7)
+        .map(|index| {
+            let (tx_id, envelope) =
+                network.transaction(CHANNEL, &network.client1, &format!("small-{index}"), 0);
+            (envelope, Expected::ordered(tx_id, false))
+        })
+        .collect();
+    let (tx_id, envelope) = network.transaction(CHANNEL, &client3, "org3", 0);
+    txs.push((envelope, Expected::ordered(tx_id, false)));
+    let responses = broadcast(&mut client, &txs).await;
+    assert!(
+        responses
+            .iter()
+            .all(|(status, _)| *status == Status::Success),
+        "{responses:?}"
+    );
+
+    // Blocks 1 and 2 are the config blocks, alone; then blocks of at most 3.
+    let blocks = deliver_until(&mut client, &network.org1_peer, 1, 2 + txs.len()).await;
+    let counts: Vec<usize> = blocks
+        .iter()
+        .map(|block| block.data.as_ref().unwrap().data.len())
+        .collect();
+    assert_eq!(counts[..2], [1, 1]);
+    assert!(counts[2..].iter().all(|count| *count <= 3), "{counts:?}");
+    let last_configs: Vec<Option<u64>> = blocks
+        .iter()
+        .map(weft_protos::block::last_config_index)
+        .collect();
+    assert_eq!(last_configs[..2], [Some(1), Some(2)]);
+    assert!(last_configs[2..].iter().all(|index| *index == Some(2)));
+
+    let peer_dir = tempfile::tempdir().unwrap();
+    let mut committer = committer(&network, peer_dir.path());
+    for block in &blocks {
+        let committed = committer.commit(block.clone(), weft_msp::now()).unwrap();
+        assert!(
+            committed
+                .codes
+                .iter()
+                .all(|code| *code == TxValidationCode::Valid),
+            "block {}: {:?}",
+            committed.number,
+            committed.codes
+        );
+        assert_eq!(committed.reconfigured, committed.number <= 2);
+    }
+
+    // After a restart the channel runs with the last config.
+    drop(client);
+    orderer.shutdown().await.unwrap();
+    let orderer = start(&network, data.path(), Vec::new()).await;
+    let mut client = connect(&orderer).await;
+    let height = orderer.height(CHANNEL).unwrap();
+    let txs: Vec<(Envelope, Expected)> = (0..4)
+        .map(|index| {
+            let (tx_id, envelope) =
+                network.transaction(CHANNEL, &client3, &format!("org3-after-{index}"), 0);
+            (envelope, Expected::ordered(tx_id, false))
+        })
+        .collect();
+    let responses = broadcast(&mut client, &txs).await;
+    assert!(
+        responses
+            .iter()
+            .all(|(status, _)| *status == Status::Success),
+        "{responses:?}"
+    );
+    let after = deliver_until(&mut client, &network.org1_peer, height, txs.len()).await;
+    assert!(
+        after
+            .iter()
+            .all(|block| block.data.as_ref().unwrap().data.len() <= 3)
+    );
+    assert!(
+        after
+            .iter()
+            .all(|block| weft_protos::block::last_config_index(block) == Some(2))
+    );
+    drop(client);
+    orderer.shutdown().await.unwrap();
+}
+
+/// A config update setting MaxMessageCount, computed as configtxlator
+/// computes it: the orderer group read at its version, BatchSize written
+/// at the next.
+fn batch_size_update(current: &Config, count: u32) -> ConfigUpdate {
+    let root = current.channel_group.as_ref().unwrap();
+    let orderer = &root.groups["Orderer"];
+    let mut batch_size = orderer.values["BatchSize"].clone();
+    let mut value = BatchSize::decode(batch_size.value.clone()).unwrap();
+    value.max_message_count = count;
+    batch_size.value = value.encode_to_vec().into();
+    batch_size.version += 1;
+    let stub = |group: &ConfigGroup| ConfigGroup {
+        version: group.version,
+        ..ConfigGroup::default()
+    };
+    let mut read_orderer = stub(orderer);
+    read_orderer.version = orderer.version;
+    let mut write_orderer = stub(orderer);
+    write_orderer
+        .values
+        .insert("BatchSize".to_owned(), batch_size);
+    ConfigUpdate {
+        channel_id: CHANNEL.to_owned(),
+        read_set: Some(ConfigGroup {
+            groups: BTreeMap::from([("Orderer".to_owned(), read_orderer)]),
+            ..stub(root)
+        }),
+        write_set: Some(ConfigGroup {
+            groups: BTreeMap::from([("Orderer".to_owned(), write_orderer)]),
+            ..stub(root)
+        }),
+        isolated_data: BTreeMap::new(),
+    }
+}
+
+/// A config update adding `organisation` to the Application group: the
+/// group's members read at their versions, the group written at its next
+/// version with the new organisation.
+fn add_organisation_update(current: &Config, organisation: ConfigGroup) -> ConfigUpdate {
+    let root = current.channel_group.as_ref().unwrap();
+    let application = root.groups["Application"].clone();
+    let mut written = application.clone();
+    written.version += 1;
+    written.groups.insert("Org3MSP".to_owned(), organisation);
+    let stub = ConfigGroup {
+        version: root.version,
+        ..ConfigGroup::default()
+    };
+    ConfigUpdate {
+        channel_id: CHANNEL.to_owned(),
+        read_set: Some(ConfigGroup {
+            groups: BTreeMap::from([("Application".to_owned(), application)]),
+            ..stub.clone()
+        }),
+        write_set: Some(ConfigGroup {
+            groups: BTreeMap::from([("Application".to_owned(), written)]),
+            ..stub
+        }),
+        isolated_data: BTreeMap::new(),
+    }
+}
+
+/// A CONFIG_UPDATE envelope carrying `update` with the signatures of
+/// `signers`, submitted by `submitter`.
+fn config_update_envelope(
+    update: &ConfigUpdate,
+    signers: &[&Signer],
+    submitter: &Signer,
+) -> Envelope {
+    let config_update: Bytes = update.encode_to_vec().into();
+    let signatures = signers
+        .iter()
+        .map(|signer| {
+            let signature_header: Bytes = SignatureHeader {
+                creator: signer.serialized_identity().clone(),
+                nonce: Bytes::from(fresh_nonce()),
+            }
+            .encode_to_vec()
+            .into();
+            let mut signed = signature_header.to_vec();
+            signed.extend_from_slice(&config_update);
+            ConfigSignature {
+                signature: Signer::sign(signer, &signed).unwrap().into(),
+                signature_header,
+            }
+        })
+        .collect();
+    let envelope = ConfigUpdateEnvelope {
+        config_update,
+        signatures,
+    };
+    signed_envelope(
+        CHANNEL,
+        HeaderType::ConfigUpdate,
+        envelope.encode_to_vec().into(),
+        submitter,
+    )
+}
+
 // ---------------------------------------------------------------------------
 // Broadcast and Deliver clients.
 // ---------------------------------------------------------------------------
@@ -884,6 +1170,16 @@ impl Network {
         network
     }
 
+    /// The configuration in the genesis block.
+    fn config(&self) -> Config {
+        let raw = self.genesis.data.as_ref().unwrap().data[0].clone();
+        let envelope = TxEnvelope::decode(raw, Limits::default()).unwrap();
+        let weft_protos::view::TxBody::Config(config) = envelope.body else {
+            panic!("the genesis block holds a config")
+        };
+        config.config.unwrap()
+    }
+
     /// The channel's genesis block, laid out as configtxgen lays it out.
     fn genesis_with_consensus(&self, consensus: &str) -> Block {
         let metadata = if consensus == "etcdraft" {
@@ -1148,7 +1444,7 @@ impl Network {
         let config_update = signed_envelope(
             CHANNEL,
             HeaderType::ConfigUpdate,
-            weft_protos::common::ConfigUpdateEnvelope {
+            ConfigUpdateEnvelope {
                 config_update: Bytes::from_static(b"\x0a\x06orders"),
                 signatures: Vec::new(),
             }

@@ -8,11 +8,17 @@
 //! |---|---|
 //! | the envelope decodes (every layer, through the decode-once view) | BAD_REQUEST |
 //! | its channel is served here | NOT_FOUND |
-//! | its header type is ENDORSER_TRANSACTION (CONFIG_UPDATE: see `config_update`) | BAD_REQUEST |
+//! | its header type is ENDORSER_TRANSACTION or CONFIG_UPDATE | BAD_REQUEST |
 //! | the channel is not in maintenance | SERVICE_UNAVAILABLE |
 //! | payload + signature ≤ `AbsoluteMaxBytes` | BAD_REQUEST |
 //! | the creator is valid in the channel's MSPs, its signature verifies, and it satisfies `/Channel/Writers` | FORBIDDEN |
+//! | a config update applies to the current config (`config_update`) | BAD_REQUEST, or FORBIDDEN when a mod policy is not met |
 //! | the consenter takes it | SERVICE_UNAVAILABLE |
+//!
+//! An accepted config update becomes a CONFIG envelope signed by this
+//! orderer, `ConfigEnvelope{config, last_update}`, which the consenter
+//! writes as a block of its own; if another update was ordered in between,
+//! the consenter processes it again against the new config.
 //!
 //! Deviations from Fabric 2.5, all stricter or clearer: an unknown channel
 //! is NOT_FOUND (Fabric 2.5 without a system channel answers BAD_REQUEST,
@@ -20,7 +26,8 @@
 //! channel is not defined"); header types other than endorser transactions
 //! and config updates are refused (Fabric orders them and lets peers mark
 //! them invalid); an envelope whose transaction body does not decode is
-//! refused (Fabric orders it, peers mark it BAD_PAYLOAD).
+//! refused (Fabric orders it, peers mark it BAD_PAYLOAD); an update whose
+//! signatures do not meet a mod policy is FORBIDDEN (Fabric: BAD_REQUEST).
 //!
 //! One stream's envelopes are checked concurrently on the rayon pool (the
 //! signature verification dominates), at most
@@ -40,12 +47,17 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status as GrpcStatus, Streaming};
 use weft_msp::UnixTime;
-use weft_protos::common::{Envelope, HeaderType, Status};
+use weft_protos::common::{
+    ChannelHeader, ConfigEnvelope, ConfigUpdateEnvelope, Envelope, Header, HeaderType, Payload,
+    SignatureHeader, Status,
+};
 use weft_protos::orderer::BroadcastResponse;
+use weft_protos::tx::Sign;
 use weft_protos::view::{Limits, TxBody, TxEnvelope};
 
 use crate::chain::ChainInput;
 use crate::channel::{Channel, ChannelConfig};
+use crate::config_update::{UpdateError, next_config};
 use crate::server::Channels;
 
 /// Envelopes of one stream being checked at once.
@@ -79,13 +91,24 @@ pub(crate) struct Accepted {
 }
 
 /// Everything a check needs besides the envelope.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct CheckContext {
     pub channels: Arc<Channels>,
     /// The node-wide decode limit; channels apply their own
     /// `AbsoluteMaxBytes` on top.
     pub limits: Limits,
     pub now: fn() -> UnixTime,
+    /// The orderer's identity, which signs the CONFIG envelopes made from
+    /// config updates.
+    pub signer: Arc<dyn Sign + Send + Sync>,
+}
+
+impl std::fmt::Debug for CheckContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckContext")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Checks one envelope as received.
@@ -101,7 +124,13 @@ pub(crate) fn check(envelope: &Envelope, context: &CheckContext) -> Result<Accep
         )
     })?;
     let config = channel.config();
-    let input = check_in_channel(&view, &config, (context.now)())?;
+    let now = (context.now)();
+    let input = match &view.body {
+        TxBody::ConfigUpdate(update) => {
+            check_config_update(&view, update, &config, context.signer.as_ref(), now)?
+        }
+        _ => check_in_channel(&view, &config, now)?,
+    };
     Ok(Accepted { channel, input })
 }
 
@@ -113,13 +142,7 @@ fn check_in_channel(
 ) -> Result<ChainInput, Refusal> {
     match &view.body {
         TxBody::Endorser(_) => {}
-        TxBody::ConfigUpdate(_) => {
-            return Err(Refusal::new(
-                Status::BadRequest,
-                "config updates (CONFIG_UPDATE) are not supported by this orderer yet",
-            ));
-        }
-        TxBody::Config(_) => {
+        TxBody::Config(_) | TxBody::ConfigUpdate(_) => {
             return Err(Refusal::new(
                 Status::BadRequest,
                 "message is of type that cannot be processed directly",
@@ -153,6 +176,114 @@ fn check_in_channel(
         size_bytes,
         config_sequence: config.sequence(),
     })
+}
+
+/// Checks a config update as a writer's envelope, then computes the
+/// channel's next configuration from it and wraps that in a CONFIG
+/// envelope signed by this orderer (`ConfigEnvelope{config, last_update}`).
+fn check_config_update(
+    view: &TxEnvelope,
+    update: &ConfigUpdateEnvelope,
+    config: &ChannelConfig,
+    signer: &dyn Sign,
+    now: UnixTime,
+) -> Result<ChainInput, Refusal> {
+    check_size(view, config)?;
+    authorize(view, config, now)?;
+    let channel_id = &view.channel_header.channel_id;
+    let next = next_config(channel_id, config, update, now).map_err(|e| match e {
+        UpdateError::Invalid(reason) => Refusal::new(Status::BadRequest, reason),
+        UpdateError::Forbidden(reason) => {
+            Refusal::new(Status::Forbidden, format!("{reason}: permission denied"))
+        }
+    })?;
+    // The new config must be one the orderer can run.
+    ChannelConfig::new(channel_id, 0, next.clone()).map_err(|e| {
+        Refusal::new(
+            Status::BadRequest,
+            format!("the updated config is unusable: {e}"),
+        )
+    })?;
+    let config_envelope = ConfigEnvelope {
+        config: Some(next),
+        last_update: Some(Envelope {
+            payload: view.payload_bytes.clone(),
+            signature: view.signature.clone(),
+        }),
+    };
+    let envelope = signed_config_envelope(channel_id, config_envelope, signer)
+        .map_err(|reason| Refusal::new(Status::InternalServerError, reason))?;
+    Ok(ChainInput::Config {
+        envelope,
+        update: view.raw.clone(),
+        config_sequence: config.sequence(),
+    })
+}
+
+/// Processes an accepted config update again against a newer
+/// configuration of its channel (another update was ordered since it was
+/// checked), as Fabric does; returns the new CONFIG input.
+pub(crate) fn recheck_config_update(
+    config: &ChannelConfig,
+    raw: &Bytes,
+    signer: &dyn Sign,
+) -> Result<ChainInput, Refusal> {
+    let view = TxEnvelope::decode(raw.clone(), Limits::default())
+        .map_err(|e| Refusal::new(Status::BadRequest, format!("malformed envelope: {e}")))?;
+    let TxBody::ConfigUpdate(update) = &view.body else {
+        return Err(Refusal::new(Status::BadRequest, "not a config update"));
+    };
+    check_config_update(&view, update, config, signer, weft_msp::now())
+}
+
+/// A CONFIG envelope carrying `config`, signed by the orderer.
+fn signed_config_envelope(
+    channel_id: &str,
+    config: ConfigEnvelope,
+    signer: &dyn Sign,
+) -> Result<Bytes, String> {
+    use ring::rand::SecureRandom;
+    let mut nonce = [0u8; 24];
+    ring::rand::SystemRandom::new()
+        .fill(&mut nonce)
+        .map_err(|_| "the system random generator failed".to_owned())?;
+    let creator = signer.identity();
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX)
+        });
+    let payload = Payload {
+        header: Some(Header {
+            channel_header: ChannelHeader {
+                r#type: HeaderType::Config as i32,
+                version: 0,
+                timestamp: Some(prost_types::Timestamp { seconds, nanos: 0 }),
+                channel_id: channel_id.to_owned(),
+                tx_id: weft_protos::hash::compute_tx_id(&nonce, &creator),
+                epoch: 0,
+                extension: Bytes::new(),
+                tls_cert_hash: Bytes::new(),
+            }
+            .encode_to_vec()
+            .into(),
+            signature_header: SignatureHeader {
+                creator,
+                nonce: Bytes::copy_from_slice(&nonce),
+            }
+            .encode_to_vec()
+            .into(),
+        }),
+        data: config.encode_to_vec().into(),
+    }
+    .encode_to_vec();
+    let signature = signer.sign(&payload).map_err(|e| e.to_string())?;
+    Ok(Envelope {
+        payload: payload.into(),
+        signature: signature.into(),
+    }
+    .encode_to_vec()
+    .into())
 }
 
 /// Fabric's size filter: payload plus signature within `AbsoluteMaxBytes`.

@@ -31,6 +31,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
+use weft_protos::tx::Sign;
 
 use crate::channel::{Channel, ChannelConfig, config_of_block};
 use crate::cutter::{Batch, BlockCutter};
@@ -58,9 +59,11 @@ pub(crate) enum ChainInput {
         config_sequence: u64,
     },
     /// A CONFIG envelope made from an accepted config update.
-    #[allow(dead_code, reason = "produced once Broadcast accepts config updates")]
     Config {
         envelope: Bytes,
+        /// The CONFIG_UPDATE envelope it was made from, to process again
+        /// if the config changes before it is ordered.
+        update: Bytes,
         config_sequence: u64,
     },
 }
@@ -131,12 +134,15 @@ pub(crate) fn start(
     channel: Arc<Channel>,
     mailbox: Mailbox,
     writer: BlockWriter,
+    signer: Arc<dyn Sign + Send + Sync>,
 ) -> ChainTask {
     let (halt, halted) = oneshot::channel();
     let task = match consenter {
         Consenter::Solo => tokio::spawn(async move {
             let channel_id = channel.id.clone();
-            let result = Solo::new(channel, writer).run(mailbox.0, halted).await;
+            let result = Solo::new(channel, writer, signer)
+                .run(mailbox.0, halted)
+                .await;
             if let Err(error) = &result {
                 tracing::error!(channel = %channel_id, %error, "solo chain stopped");
             }
@@ -149,14 +155,21 @@ pub(crate) fn start(
 /// The solo consenter of one channel.
 struct Solo {
     channel: Arc<Channel>,
+    /// Signs CONFIG envelopes of config updates processed again.
+    signer: Arc<dyn Sign + Send + Sync>,
     cutter: BlockCutter,
     writer: Arc<Mutex<BlockWriter>>,
 }
 
 impl Solo {
-    fn new(channel: Arc<Channel>, writer: BlockWriter) -> Self {
+    fn new(
+        channel: Arc<Channel>,
+        writer: BlockWriter,
+        signer: Arc<dyn Sign + Send + Sync>,
+    ) -> Self {
         let config = channel.config();
         Self {
+            signer,
             cutter: BlockCutter::new(config.orderer.batch_size, config.orderer.batch_timeout),
             channel,
             writer: Arc::new(Mutex::new(writer)),
@@ -227,21 +240,33 @@ impl Solo {
                 Ok(())
             }
             ChainInput::Config {
-                envelope,
+                mut envelope,
+                update,
                 config_sequence,
             } => {
                 let current = self.channel.config();
                 if config_sequence != current.sequence() {
                     // Another update was ordered since this one was
-                    // validated; its read set is stale. Fabric would
-                    // re-validate; a client simply submits again.
-                    tracing::warn!(
-                        channel = %self.channel.id,
-                        validated_at = config_sequence,
-                        current = current.sequence(),
-                        "discarding a config update validated against an older config"
-                    );
-                    return Ok(());
+                    // checked: process it again against the current config.
+                    match crate::broadcast::recheck_config_update(
+                        &current,
+                        &update,
+                        self.signer.as_ref(),
+                    ) {
+                        Ok(ChainInput::Config {
+                            envelope: fresh, ..
+                        }) => envelope = fresh,
+                        Ok(ChainInput::Normal { .. }) => return Ok(()),
+                        Err(refusal) => {
+                            tracing::warn!(
+                                channel = %self.channel.id,
+                                status = refusal.status.as_str_name(),
+                                info = %refusal.info,
+                                "discarding a config update the new config refuses"
+                            );
+                            return Ok(());
+                        }
+                    }
                 }
                 let pending = self.cutter.cut();
                 self.write_batch(pending).await?;

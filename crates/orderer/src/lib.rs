@@ -9,7 +9,9 @@
 //!
 //! 1. `broadcast`: per envelope, decode (once), channel, header type, size
 //!    and the creator's right to write (`/Channel/Writers`), concurrently
-//!    within a stream but answered and ordered in request order;
+//!    within a stream but answered and ordered in request order; a config
+//!    update (`config_update`) becomes the channel's next config, in a
+//!    CONFIG envelope the orderer signs;
 //! 2. `chain`: the consensus seam; a channel's task takes accepted
 //!    envelopes from its bounded mailbox, and the solo consenter cuts
 //!    them with the [`BlockCutter`] (Fabric's rules, a pure function of
@@ -29,6 +31,7 @@ mod broadcast;
 mod chain;
 mod channel;
 pub mod config;
+mod config_update;
 pub mod cutter;
 mod deliver;
 mod error;

@@ -161,7 +161,10 @@ impl Orderer {
             .into_iter()
             .map(|(consenter, channel, mailbox, writer)| {
                 let id = channel.id.clone();
-                (id, chain::start(consenter, channel, mailbox, writer))
+                (
+                    id,
+                    chain::start(consenter, channel, mailbox, writer, signer.clone()),
+                )
             })
             .collect();
 
@@ -174,6 +177,7 @@ impl Orderer {
                     envelope_bytes_max: config.message_bytes_max,
                 },
                 now: weft_msp::now,
+                signer: signer.clone(),
             },
             shutdown: shutdown_signal.clone(),
         };
