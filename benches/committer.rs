@@ -58,7 +58,10 @@ fn signer(msp_folder: &str, msp_id: &str) -> Signer {
 fn context_of(genesis: &Block) -> ChannelContext {
     let envelope = Envelope::decode(genesis.data.as_ref().unwrap().data[0].clone()).unwrap();
     let payload = Payload::decode(envelope.payload).unwrap();
-    let config = ConfigEnvelope::decode(payload.data).unwrap().config.unwrap();
+    let config = ConfigEnvelope::decode(payload.data)
+        .unwrap()
+        .config
+        .unwrap();
     ChannelContext::from_config(CHANNEL, 0, &config).unwrap()
 }
 
@@ -103,7 +106,10 @@ impl Parties {
                 let invocation = Invocation {
                     channel_id: CHANNEL,
                     chaincode: "transfer",
-                    args: vec![Bytes::from_static(b"transfer"), Bytes::from(vec![b'x'; 512])],
+                    args: vec![
+                        Bytes::from_static(b"transfer"),
+                        Bytes::from(vec![b'x'; 512]),
+                    ],
                     nonce: self.client.new_nonce().unwrap(),
                     timestamp_seconds: weft_msp::now(),
                 };
@@ -172,13 +178,19 @@ fn stages(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("committer");
     group.throughput(Throughput::Elements(TRANSACTIONS as u64));
-    group.bench_function("decode/transfers", |b| b.iter(|| decode(black_box(&transfers))));
+    group.bench_function("decode/transfers", |b| {
+        b.iter(|| decode(black_box(&transfers)))
+    });
     group.bench_function("decode/fabric_kv_puts", |b| {
         b.iter(|| decode(black_box(&fabric_block)))
     });
 
     let decoded = decode(&transfers);
-    assert!(check_block(&decoded, &context, now).iter().all(|c| *c == TxValidationCode::Valid));
+    assert!(
+        check_block(&decoded, &context, now)
+            .iter()
+            .all(|c| *c == TxValidationCode::Valid)
+    );
     group.bench_function("checks/transfers", |b| {
         b.iter(|| check_block(black_box(&decoded), &context, now))
     });
@@ -256,11 +268,11 @@ fn stages(c: &mut Criterion) {
             for _ in 0..iterations {
                 let run = tempfile::tempdir().unwrap();
                 let state: Arc<dyn VersionedState> = Arc::new(
-                    MemoryState::open(&run.path().join("state"), MemoryOptions::default())
-                        .unwrap(),
+                    MemoryState::open(&run.path().join("state"), MemoryOptions::default()).unwrap(),
                 );
-                let ledger =
-                    Arc::new(BlockStore::open(&StoreConfig::new(run.path().join("blocks"))).unwrap());
+                let ledger = Arc::new(
+                    BlockStore::open(&StoreConfig::new(run.path().join("blocks"))).unwrap(),
+                );
                 let mut committer =
                     ChannelCommitter::create(genesis.clone(), state, ledger).unwrap();
                 committer.commit(mint.clone(), now).unwrap();
@@ -268,7 +280,12 @@ fn stages(c: &mut Criterion) {
                 let started = Instant::now();
                 let committed = committer.commit(block, now).unwrap();
                 total += started.elapsed();
-                assert!(committed.codes.iter().all(|c| *c == TxValidationCode::Valid));
+                assert!(
+                    committed
+                        .codes
+                        .iter()
+                        .all(|c| *c == TxValidationCode::Valid)
+                );
             }
             total
         })

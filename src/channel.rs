@@ -24,6 +24,7 @@ use weft_protos::common::{
     ImplicitMetaPolicy, LastConfig, Metadata, OrdererAddresses, OrdererBlockMetadata, Payload,
     Policy, SignatureHeader, implicit_meta_policy, policy::PolicyType,
 };
+use weft_protos::duration::parse_go_duration;
 use weft_protos::msp::MspConfig;
 use weft_protos::{etcdraft, orderer, protos};
 
@@ -225,7 +226,7 @@ fn orderer_group(
             preferred_max_bytes: bytes_u32("PreferredMaxBytes", batch.preferred_max_bytes)?,
         }),
     );
-    profile::check_duration(&section.batch_timeout)
+    parse_go_duration(&section.batch_timeout)
         .map_err(|e| anyhow!("{key_path}.BatchTimeout: {e}"))?;
     group.values.insert(
         "BatchTimeout".to_owned(),
@@ -291,7 +292,7 @@ fn raft_metadata(
         })
         .collect::<Result<Vec<_>>>()?;
     let options = &raft.options;
-    profile::check_duration(&options.tick_interval)
+    parse_go_duration(&options.tick_interval)
         .map_err(|e| anyhow!("{key_path}.EtcdRaft.Options.TickInterval: {e}"))?;
     let snapshot_interval_size = u32::try_from(options.snapshot_interval_size.0)
         .map_err(|_| anyhow!("{key_path}.EtcdRaft.Options.SnapshotIntervalSize: over 4 GB"))?;

@@ -29,6 +29,9 @@ enum Command {
     /// Run a peer.
     #[command(subcommand)]
     Peer(PeerCommand),
+    /// Run an orderer.
+    #[command(subcommand)]
+    Orderer(OrdererCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -37,6 +40,16 @@ enum PeerCommand {
     Start {
         /// The peer's configuration (see config/peer.yaml).
         #[arg(long, default_value = "config/peer.yaml")]
+        config: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum OrdererCommand {
+    /// Start an orderer: order and serve the configured channels' blocks.
+    Start {
+        /// The orderer's configuration (see config/orderer.yaml).
+        #[arg(long, default_value = "config/orderer.yaml")]
         config: PathBuf,
     },
 }
@@ -110,5 +123,6 @@ pub fn run(cli: Cli) -> Result<()> {
         }
         Command::Block(BlockCommand::Inspect { file }) => block::inspect(&file),
         Command::Peer(PeerCommand::Start { config }) => crate::peer::start(&config),
+        Command::Orderer(OrdererCommand::Start { config }) => crate::orderer::start(&config),
     }
 }

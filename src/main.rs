@@ -8,6 +8,7 @@ mod channel;
 mod cli;
 mod cryptogen;
 mod ops;
+mod orderer;
 mod peer;
 mod settings;
 

@@ -18,7 +18,7 @@ use prost::Message;
 use rayon::prelude::*;
 use weft_ledger::BlockStore;
 use weft_msp::UnixTime;
-use weft_protos::common::{Block, BlockMetadataIndex, Config, Metadata, OrdererBlockMetadata};
+use weft_protos::common::{Block, BlockMetadataIndex, Config, Metadata};
 use weft_protos::view::{DecodedBlock, Limits, TxBody, TxEnvelope};
 use weft_statedb::{Height, VersionedState};
 
@@ -135,7 +135,7 @@ impl ChannelCommitter {
         let tip = ledger
             .block(height - 1)?
             .ok_or_else(|| corrupt(height - 1, "missing".to_owned()))?;
-        let config_number = last_config_index(&tip)
+        let config_number = weft_protos::block::last_config_index(&tip)
             .ok_or_else(|| corrupt(height - 1, "no last-config index".to_owned()))?;
         let config_block = ledger
             .block(config_number)?
@@ -562,18 +562,6 @@ fn stored_codes(block: &Block) -> Option<Vec<TxValidationCode>> {
         .iter()
         .map(|&code| TxValidationCode::try_from(i32::from(code)).ok())
         .collect()
-}
-
-/// The block number of the last config block, from the SIGNATURES metadata.
-fn last_config_index(block: &Block) -> Option<u64> {
-    let slot = block
-        .metadata
-        .as_ref()?
-        .metadata
-        .get(BlockMetadataIndex::Signatures as usize)?;
-    let metadata = Metadata::decode(slot.clone()).ok()?;
-    let orderer = OrdererBlockMetadata::decode(metadata.value).ok()?;
-    Some(orderer.last_config?.index)
 }
 
 fn config_of(block: &DecodedBlock) -> Option<Config> {

@@ -97,6 +97,21 @@ pub fn sign_block(
     Ok(())
 }
 
+/// The number of the last config block as `block` records it: the
+/// `last_config` of the `OrdererBlockMetadata` in its SIGNATURES slot
+/// (where Fabric 2.x orderers write it; the LAST_CONFIG slot stays empty).
+/// `None` when the slot is absent or malformed.
+pub fn last_config_index(block: &Block) -> Option<u64> {
+    let slot = block
+        .metadata
+        .as_ref()?
+        .metadata
+        .get(BlockMetadataIndex::Signatures as usize)?;
+    let metadata = Metadata::decode(slot.clone()).ok()?;
+    let orderer = OrdererBlockMetadata::decode(metadata.value).ok()?;
+    Some(orderer.last_config?.index)
+}
+
 /// Writes `value` into metadata slot `index` of `block`, creating the five
 /// slots first if the block lacks them.
 pub fn set_metadata_slot(block: &mut Block, index: BlockMetadataIndex, value: Bytes) {
@@ -253,6 +268,9 @@ mod tests {
         assert_eq!(slot.signatures.len(), 1);
         let value = OrdererBlockMetadata::decode(slot.value).unwrap();
         assert_eq!(value.last_config.unwrap().index, 5);
+        assert_eq!(last_config_index(&block), Some(5));
+        assert_eq!(last_config_index(&fixture("ch10-block-3.block")), Some(0));
+        assert_eq!(last_config_index(&new_block(1, &[], Vec::new())), None);
         let header = SignatureHeader::decode(slot.signatures[0].signature_header.clone()).unwrap();
         assert_eq!(header.nonce.as_ref(), b"second");
         assert_eq!(

@@ -1,0 +1,409 @@
+//! The orderer's part of a channel configuration: the values of the
+//! `/Channel/Orderer` config group that decide how blocks are cut and who
+//! orders them.
+//!
+//! - `BatchSize` (`orderer.BatchSize`): at most `MaxMessageCount`
+//!   envelopes per block; a block is cut once it would grow past
+//!   `PreferredMaxBytes`; no envelope larger than `AbsoluteMaxBytes` is
+//!   accepted.
+//! - `BatchTimeout` (`orderer.BatchTimeout`): a Go duration string such as
+//!   `"2s"` or `"250ms"`; a non-full block is cut this long after its first
+//!   envelope arrived.
+//! - `ConsensusType` (`orderer.ConsensusType`): `solo` or `etcdraft` (with
+//!   its `etcdraft.ConfigMetadata`), and the normal/maintenance state.
+//!
+//! The checks are Fabric's (`channelconfig`'s orderer values): a zero
+//! message count or absolute size, a preferred size above the absolute
+//! size, and a non-positive timeout are refused. Every error names the
+//! config key and the value at fault.
+
+use std::time::Duration;
+
+use prost::Message;
+use weft_protos::common::{Config, ConfigGroup};
+use weft_protos::etcdraft;
+use weft_protos::orderer::consensus_type::State;
+use weft_protos::orderer::{BatchSize as BatchSizeValue, BatchTimeout, ConsensusType};
+
+/// The config path of the orderer group, for messages.
+const ORDERER_GROUP: &str = "/Channel/Orderer";
+
+/// A channel configuration whose orderer values cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A group or value the orderer needs is absent.
+    #[error("{key} is missing")]
+    Missing { key: String },
+    /// A value's bytes do not decode as its message type.
+    #[error("{key} is malformed: {reason}")]
+    Malformed { key: String, reason: String },
+    /// A value decodes but cannot work.
+    #[error("{key} = {value}: {reason}")]
+    Invalid {
+        key: String,
+        value: String,
+        reason: String,
+    },
+}
+
+/// How blocks are sized, from `/Channel/Orderer/BatchSize`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchSize {
+    /// A block holds at most this many envelopes.
+    pub max_message_count: u32,
+    /// No envelope (payload plus signature) may be larger than this.
+    pub absolute_max_bytes: u32,
+    /// A block is cut before it would grow past this many bytes.
+    pub preferred_max_bytes: u32,
+}
+
+/// Which consensus orders a channel, from `/Channel/Orderer/ConsensusType`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Consensus {
+    /// One orderer cuts and signs every block.
+    Solo,
+    /// A Raft cluster; the metadata names its consenters and options.
+    EtcdRaft(etcdraft::ConfigMetadata),
+}
+
+impl Consensus {
+    /// The name the config uses for this type.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Solo => "solo",
+            Self::EtcdRaft(_) => "etcdraft",
+        }
+    }
+}
+
+/// The orderer values of one channel configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChannelOrdererConfig {
+    pub batch_size: BatchSize,
+    pub batch_timeout: Duration,
+    pub consensus: Consensus,
+    /// In maintenance (consensus-type migration), normal transactions are
+    /// refused with SERVICE_UNAVAILABLE, as Fabric does.
+    pub maintenance: bool,
+}
+
+impl ChannelOrdererConfig {
+    /// Reads and checks the orderer values of a channel configuration.
+    pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
+        let root = config
+            .channel_group
+            .as_ref()
+            .ok_or_else(|| ConfigError::Missing {
+                key: "/Channel".to_owned(),
+            })?;
+        Self::from_channel_group(root)
+    }
+
+    /// Reads and checks the orderer values under a channel's root group.
+    pub fn from_channel_group(root: &ConfigGroup) -> Result<Self, ConfigError> {
+        let orderer = root
+            .groups
+            .get("Orderer")
+            .ok_or_else(|| ConfigError::Missing {
+                key: ORDERER_GROUP.to_owned(),
+            })?;
+        let batch_size = batch_size(&decode_value::<BatchSizeValue>(orderer, "BatchSize")?)?;
+        let timeout = decode_value::<BatchTimeout>(orderer, "BatchTimeout")?;
+        let batch_timeout = weft_protos::duration::parse_go_duration(&timeout.timeout)
+            .map_err(|reason| invalid("BatchTimeout", &timeout.timeout, reason))?;
+        if batch_timeout.is_zero() {
+            return Err(invalid(
+                "BatchTimeout",
+                &timeout.timeout,
+                "the batch timeout must be positive".to_owned(),
+            ));
+        }
+        let consensus_type = decode_value::<ConsensusType>(orderer, "ConsensusType")?;
+        let consensus = match consensus_type.r#type.as_str() {
+            "solo" => Consensus::Solo,
+            "etcdraft" => Consensus::EtcdRaft(
+                etcdraft::ConfigMetadata::decode(consensus_type.metadata.clone()).map_err(|e| {
+                    ConfigError::Malformed {
+                        key: format!("{ORDERER_GROUP}/ConsensusType.metadata"),
+                        reason: format!("not an etcdraft ConfigMetadata: {e}"),
+                    }
+                })?,
+            ),
+            other => {
+                return Err(invalid(
+                    "ConsensusType",
+                    other,
+                    "weft orders with solo or etcdraft".to_owned(),
+                ));
+            }
+        };
+        let maintenance = match State::try_from(consensus_type.state) {
+            Ok(State::Normal) => false,
+            Ok(State::Maintenance) => true,
+            Err(_) => {
+                return Err(invalid(
+                    "ConsensusType.state",
+                    &consensus_type.state.to_string(),
+                    "neither NORMAL nor MAINTENANCE".to_owned(),
+                ));
+            }
+        };
+        Ok(Self {
+            batch_size,
+            batch_timeout,
+            consensus,
+            maintenance,
+        })
+    }
+}
+
+fn batch_size(value: &BatchSizeValue) -> Result<BatchSize, ConfigError> {
+    if value.max_message_count == 0 {
+        return Err(invalid(
+            "BatchSize.MaxMessageCount",
+            "0",
+            "a block must be allowed at least one message".to_owned(),
+        ));
+    }
+    if value.absolute_max_bytes == 0 {
+        return Err(invalid(
+            "BatchSize.AbsoluteMaxBytes",
+            "0",
+            "must be at least one byte".to_owned(),
+        ));
+    }
+    if value.preferred_max_bytes > value.absolute_max_bytes {
+        return Err(invalid(
+            "BatchSize.PreferredMaxBytes",
+            &value.preferred_max_bytes.to_string(),
+            format!(
+                "larger than AbsoluteMaxBytes ({})",
+                value.absolute_max_bytes
+            ),
+        ));
+    }
+    Ok(BatchSize {
+        max_message_count: value.max_message_count,
+        absolute_max_bytes: value.absolute_max_bytes,
+        preferred_max_bytes: value.preferred_max_bytes,
+    })
+}
+
+fn decode_value<M: Message + Default>(group: &ConfigGroup, name: &str) -> Result<M, ConfigError> {
+    let value = group.values.get(name).ok_or_else(|| ConfigError::Missing {
+        key: format!("{ORDERER_GROUP}/{name}"),
+    })?;
+    M::decode(value.value.clone()).map_err(|e| ConfigError::Malformed {
+        key: format!("{ORDERER_GROUP}/{name}"),
+        reason: e.to_string(),
+    })
+}
+
+fn invalid(key: &str, value: &str, reason: String) -> ConfigError {
+    ConfigError::Invalid {
+        key: format!("{ORDERER_GROUP}/{key}"),
+        value: format!("{value:?}"),
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use weft_protos::common::ConfigValue;
+
+    use super::*;
+
+    fn value(message: &impl Message) -> ConfigValue {
+        ConfigValue {
+            version: 0,
+            value: message.encode_to_vec().into(),
+            mod_policy: "Admins".to_owned(),
+        }
+    }
+
+    /// A channel group whose orderer group carries the given values.
+    fn channel(batch: BatchSizeValue, timeout: &str, consensus: ConsensusType) -> Config {
+        let orderer = ConfigGroup {
+            values: BTreeMap::from([
+                ("BatchSize".to_owned(), value(&batch)),
+                (
+                    "BatchTimeout".to_owned(),
+                    value(&BatchTimeout {
+                        timeout: timeout.to_owned(),
+                    }),
+                ),
+                ("ConsensusType".to_owned(), value(&consensus)),
+            ]),
+            ..ConfigGroup::default()
+        };
+        Config {
+            sequence: 0,
+            channel_group: Some(ConfigGroup {
+                groups: BTreeMap::from([("Orderer".to_owned(), orderer)]),
+                ..ConfigGroup::default()
+            }),
+        }
+    }
+
+    fn batch(count: u32, absolute: u32, preferred: u32) -> BatchSizeValue {
+        BatchSizeValue {
+            max_message_count: count,
+            absolute_max_bytes: absolute,
+            preferred_max_bytes: preferred,
+        }
+    }
+
+    fn solo() -> ConsensusType {
+        ConsensusType {
+            r#type: "solo".to_owned(),
+            ..ConsensusType::default()
+        }
+    }
+
+    #[test]
+    fn a_solo_channel_parses() {
+        let config = channel(batch(10, 1000, 500), "250ms", solo());
+        let parsed = ChannelOrdererConfig::from_config(&config).unwrap();
+        assert_eq!(
+            parsed,
+            ChannelOrdererConfig {
+                batch_size: BatchSize {
+                    max_message_count: 10,
+                    absolute_max_bytes: 1000,
+                    preferred_max_bytes: 500,
+                },
+                batch_timeout: Duration::from_millis(250),
+                consensus: Consensus::Solo,
+                maintenance: false,
+            }
+        );
+    }
+
+    #[test]
+    fn fabrics_genesis_blocks_parse() {
+        // Goal: the orderer values of real Fabric 2.5 genesis blocks (Raft
+        // with one consenter) read as the fixture README describes them.
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/fabric-2.5/ch10-block-0.block");
+        let block =
+            weft_protos::common::Block::decode(std::fs::read(path).unwrap().as_slice()).unwrap();
+        let raw = block.data.unwrap().data[0].clone();
+        let envelope = weft_protos::view::TxEnvelope::decode(raw, Default::default()).unwrap();
+        let weft_protos::view::TxBody::Config(config) = envelope.body else {
+            panic!("genesis holds a config")
+        };
+        let parsed = ChannelOrdererConfig::from_config(&config.config.unwrap()).unwrap();
+        assert_eq!(parsed.batch_size.max_message_count, 10);
+        assert_eq!(parsed.batch_size.preferred_max_bytes, 512 * 1024);
+        assert_eq!(parsed.batch_size.absolute_max_bytes, 99 * 1024 * 1024);
+        assert_eq!(parsed.batch_timeout, Duration::from_secs(1));
+        let Consensus::EtcdRaft(metadata) = parsed.consensus else {
+            panic!("{:?}", parsed.consensus)
+        };
+        assert_eq!(metadata.consenters.len(), 1);
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let cases = [
+            (
+                channel(batch(0, 1000, 500), "1s", solo()),
+                "/Channel/Orderer/BatchSize.MaxMessageCount = \"0\"",
+            ),
+            (
+                channel(batch(10, 0, 0), "1s", solo()),
+                "/Channel/Orderer/BatchSize.AbsoluteMaxBytes = \"0\"",
+            ),
+            (
+                channel(batch(10, 1000, 2000), "1s", solo()),
+                "/Channel/Orderer/BatchSize.PreferredMaxBytes = \"2000\": larger than AbsoluteMaxBytes (1000)",
+            ),
+            (
+                channel(batch(10, 1000, 500), "soon", solo()),
+                "/Channel/Orderer/BatchTimeout = \"soon\"",
+            ),
+            (
+                channel(batch(10, 1000, 500), "0s", solo()),
+                "/Channel/Orderer/BatchTimeout = \"0s\": the batch timeout must be positive",
+            ),
+            (
+                channel(
+                    batch(10, 1000, 500),
+                    "1s",
+                    ConsensusType {
+                        r#type: "kafka".to_owned(),
+                        ..ConsensusType::default()
+                    },
+                ),
+                "/Channel/Orderer/ConsensusType = \"kafka\"",
+            ),
+            (
+                channel(
+                    batch(10, 1000, 500),
+                    "1s",
+                    ConsensusType {
+                        r#type: "etcdraft".to_owned(),
+                        metadata: bytes::Bytes::from_static(b"\xff\xff"),
+                        ..ConsensusType::default()
+                    },
+                ),
+                "/Channel/Orderer/ConsensusType.metadata is malformed",
+            ),
+        ];
+        for (config, expected) in cases {
+            let error = ChannelOrdererConfig::from_config(&config)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.starts_with(expected),
+                "{error:?} does not start with {expected:?}"
+            );
+        }
+
+        let mut missing = channel(batch(10, 1000, 500), "1s", solo());
+        let orderer = missing
+            .channel_group
+            .as_mut()
+            .unwrap()
+            .groups
+            .get_mut("Orderer")
+            .unwrap();
+        orderer.values.remove("BatchTimeout");
+        assert_eq!(
+            ChannelOrdererConfig::from_config(&missing).unwrap_err(),
+            ConfigError::Missing {
+                key: "/Channel/Orderer/BatchTimeout".to_owned()
+            }
+        );
+        orderer_value_garbage();
+    }
+
+    fn orderer_value_garbage() {
+        let mut config = channel(batch(10, 1000, 500), "1s", solo());
+        let orderer = config
+            .channel_group
+            .as_mut()
+            .unwrap()
+            .groups
+            .get_mut("Orderer")
+            .unwrap();
+        orderer.values.get_mut("BatchSize").unwrap().value = bytes::Bytes::from_static(b"\x08");
+        let error = ChannelOrdererConfig::from_config(&config).unwrap_err();
+        assert!(
+            matches!(&error, ConfigError::Malformed { key, .. } if key == "/Channel/Orderer/BatchSize"),
+            "{error:?}"
+        );
+        let no_orderer = Config {
+            sequence: 0,
+            channel_group: Some(ConfigGroup::default()),
+        };
+        assert_eq!(
+            ChannelOrdererConfig::from_config(&no_orderer)
+                .unwrap_err()
+                .to_string(),
+            "/Channel/Orderer is missing"
+        );
+    }
+}

@@ -1,0 +1,188 @@
+//! `orderer.AtomicBroadcast/Deliver`: the orderer's blocks, with Fabric's
+//! seek semantics and access control.
+//!
+//! Each request is a signed envelope of type DELIVER_SEEK_INFO whose
+//! payload data is an `orderer.SeekInfo`. Malformed requests are
+//! BAD_REQUEST, an unknown channel NOT_FOUND, a creator that is not a
+//! valid member with a verifying signature satisfying `/Channel/Readers`
+//! FORBIDDEN. The range is resolved by [`weft_ledger::resolve_seek`] and
+//! streamed by [`weft_ledger::deliver::stream_range`], the same code the
+//! peer's Deliver runs; each request ends with a status message, and a
+//! stream may carry several requests, answered in turn.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use prost::Message;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Status as GrpcStatus, Streaming};
+use weft_ledger::deliver::{StreamEnd, stream_range};
+use weft_ledger::resolve_seek;
+use weft_policy::SignedData;
+use weft_protos::common::{
+    Block, ChannelHeader, Envelope, HeaderType, Payload, SignatureHeader, Status,
+};
+use weft_protos::orderer::deliver_response::Type as ResponseType;
+use weft_protos::orderer::{DeliverResponse, SeekInfo};
+
+use crate::broadcast::CheckContext;
+
+/// Responses buffered per stream before the client must read.
+const RESPONSES_BUFFERED_MAX: usize = 16;
+/// The largest seek request accepted.
+const REQUEST_BYTES_MAX: usize = 1024 * 1024;
+/// The policy a Deliver client must satisfy on an orderer.
+const READERS_POLICY: &str = "/Channel/Readers";
+
+/// The response stream of one Deliver call.
+pub(crate) type ResponseStream =
+    Pin<Box<dyn Stream<Item = Result<DeliverResponse, GrpcStatus>> + Send>>;
+
+/// Serves one Deliver stream: its requests one after the other, until the
+/// client hangs up or the node shuts down.
+pub(crate) fn serve(
+    requests: Streaming<Envelope>,
+    remote: Option<SocketAddr>,
+    context: CheckContext,
+    mut shutdown: watch::Receiver<bool>,
+) -> ResponseStream {
+    let (sender, receiver) = mpsc::channel(RESPONSES_BUFFERED_MAX);
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => {}
+            () = answer_all(requests, remote, &context, &sender) => {}
+        }
+    });
+    Box::pin(ReceiverStream::new(receiver))
+}
+
+async fn answer_all(
+    mut requests: Streaming<Envelope>,
+    remote: Option<SocketAddr>,
+    context: &CheckContext,
+    sender: &mpsc::Sender<Result<DeliverResponse, GrpcStatus>>,
+) {
+    let remote = remote.map_or_else(|| "unknown".to_owned(), |address| address.to_string());
+    loop {
+        let envelope = match requests.message().await {
+            Ok(Some(envelope)) => envelope,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::debug!(%error, "deliver: request stream failed");
+                return;
+            }
+        };
+        let status = match answer(&envelope, context, sender).await {
+            Ok(StreamEnd::Status(status)) => status,
+            Ok(StreamEnd::Disconnected) => return,
+            Err((status, info)) => {
+                tracing::warn!(client = %remote, status = status.as_str_name(), %info, "deliver: request refused");
+                status
+            }
+        };
+        let message = DeliverResponse {
+            r#type: Some(ResponseType::Status(status as i32)),
+        };
+        if sender.send(Ok(message)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Answers one seek request; `Err` is the status that refuses it, with
+/// the reason for the log.
+async fn answer(
+    envelope: &Envelope,
+    context: &CheckContext,
+    sender: &mpsc::Sender<Result<DeliverResponse, GrpcStatus>>,
+) -> Result<StreamEnd, (Status, String)> {
+    let request = SeekRequest::decode(envelope).map_err(|reason| (Status::BadRequest, reason))?;
+    let channel = context.channels.get(&request.channel_id).ok_or_else(|| {
+        (
+            Status::NotFound,
+            format!(
+                "channel {:?} does not exist on this orderer",
+                request.channel_id
+            ),
+        )
+    })?;
+    let config = channel.config();
+    let signed = [SignedData {
+        data: envelope.payload.clone(),
+        identity: request.creator.clone(),
+        signature: envelope.signature.clone(),
+    }];
+    config
+        .authority
+        .evaluate(READERS_POLICY, &signed, (context.now)())
+        .map_err(|e| (Status::Forbidden, e.to_string()))?;
+    let range = resolve_seek(&request.seek, channel.store.height())
+        .map_err(|e| (e.status(), e.to_string()))?;
+    stream_range(channel.store.clone(), range, |_, bytes| {
+        let response = block_response(bytes);
+        async move {
+            match response {
+                Some(response) => sender.send(Ok(response)).await.is_ok(),
+                None => false,
+            }
+        }
+    })
+    .await
+    .map_err(|error| {
+        tracing::error!(channel = %request.channel_id, %error, "deliver: reading the block store failed");
+        (Status::InternalServerError, error.to_string())
+    })
+}
+
+/// A decoded, not yet authorised, seek request.
+struct SeekRequest {
+    channel_id: String,
+    creator: Bytes,
+    seek: SeekInfo,
+}
+
+impl SeekRequest {
+    fn decode(envelope: &Envelope) -> Result<Self, String> {
+        if envelope.payload.len() > REQUEST_BYTES_MAX {
+            return Err(format!(
+                "the request is {} bytes, over the limit of {REQUEST_BYTES_MAX}",
+                envelope.payload.len()
+            ));
+        }
+        let payload = Payload::decode(envelope.payload.clone())
+            .map_err(|e| format!("malformed payload: {e}"))?;
+        let header = payload.header.ok_or("the payload has no header")?;
+        let channel_header = ChannelHeader::decode(header.channel_header)
+            .map_err(|e| format!("malformed channel header: {e}"))?;
+        if channel_header.r#type != HeaderType::DeliverSeekInfo as i32 {
+            return Err(format!(
+                "header type {} is not DELIVER_SEEK_INFO",
+                channel_header.r#type
+            ));
+        }
+        let signature_header = SignatureHeader::decode(header.signature_header)
+            .map_err(|e| format!("malformed signature header: {e}"))?;
+        let seek =
+            SeekInfo::decode(payload.data).map_err(|e| format!("malformed seek info: {e}"))?;
+        Ok(Self {
+            channel_id: channel_header.channel_id,
+            creator: signature_header.creator,
+            seek,
+        })
+    }
+}
+
+fn block_response(bytes: Bytes) -> Option<DeliverResponse> {
+    match Block::decode(bytes) {
+        Ok(block) => Some(DeliverResponse {
+            r#type: Some(ResponseType::Block(block)),
+        }),
+        Err(error) => {
+            tracing::error!(%error, "deliver: a stored block does not decode");
+            None
+        }
+    }
+}

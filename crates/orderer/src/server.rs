@@ -1,0 +1,427 @@
+//! The orderer process: channels opened from a data directory, their
+//! consenters, and the AtomicBroadcast gRPC service, started and stopped
+//! as one [`Orderer`].
+//!
+//! Layout of the data directory: `ledgers/<channel>/` holds each channel's
+//! RocksDB block store. On first start a channel is created from its
+//! genesis (bootstrap) block; on later starts it is reopened from its
+//! store, with the configuration of its last config block, and a genesis
+//! block still given for it must be the one stored.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status as GrpcStatus, Streaming};
+use weft_ledger::{BlockStore, Durability, StoreConfig};
+use weft_protos::common::{Block, Envelope};
+use weft_protos::orderer::atomic_broadcast_server::{AtomicBroadcast, AtomicBroadcastServer};
+use weft_protos::tx::Sign;
+use weft_protos::view::Limits;
+
+use crate::broadcast::{self, CheckContext};
+use crate::chain::{self, ChainTask, Consenter};
+use crate::channel::{self, Channel, ChannelConfig};
+use crate::config::Consensus;
+use crate::deliver;
+use crate::error::{Error, Result};
+use crate::writer::BlockWriter;
+
+/// How long a shutdown waits for open streams to end before cutting them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// The directory of the channels' block stores, under the data directory.
+const LEDGERS_DIR: &str = "ledgers";
+
+/// Which consenter this node runs for its channels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConsensusMode {
+    /// Each channel's `ConsensusType` decides (solo today; etcdraft
+    /// channels are refused until Raft arrives).
+    #[default]
+    FollowChannel,
+    /// Every channel is ordered by this node alone, whatever its config
+    /// names: for single-node development networks whose genesis block
+    /// was made for Raft.
+    Solo,
+}
+
+/// How an orderer node runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConfig {
+    /// Where the channels' block stores live.
+    pub data_dir: PathBuf,
+    /// When appended blocks are synced to disk.
+    pub durability: Durability,
+    pub consensus: ConsensusMode,
+    /// The largest gRPC message accepted or sent, in bytes; also the
+    /// largest envelope decoded (channels apply `AbsoluteMaxBytes` on top).
+    pub message_bytes_max: usize,
+}
+
+impl NodeConfig {
+    /// Fabric's default gRPC message limit (`General.MaxRecvMsgSize`).
+    pub const MESSAGE_BYTES_MAX_DEFAULT: usize = 100 * 1024 * 1024;
+
+    /// A node keeping its data in `data_dir`, with the defaults: every
+    /// block synced, consensus as each channel's config says, 100 MiB
+    /// messages.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            durability: Durability::EveryBlock,
+            consensus: ConsensusMode::FollowChannel,
+            message_bytes_max: Self::MESSAGE_BYTES_MAX_DEFAULT,
+        }
+    }
+}
+
+/// The channels a node serves, by ID.
+#[derive(Debug, Default)]
+pub(crate) struct Channels {
+    by_id: HashMap<String, Arc<Channel>>,
+}
+
+impl Channels {
+    pub fn get(&self, channel_id: &str) -> Option<Arc<Channel>> {
+        self.by_id.get(channel_id).cloned()
+    }
+}
+
+/// A running orderer: its channels, their consenters and the gRPC server.
+#[derive(Debug)]
+pub struct Orderer {
+    address: SocketAddr,
+    channels: Arc<Channels>,
+    stores: Vec<(String, Arc<BlockStore>)>,
+    tasks: Vec<(String, ChainTask)>,
+    shutdown: watch::Sender<bool>,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+impl Orderer {
+    /// Opens every channel in `config.data_dir`, creates those of
+    /// `genesis_blocks` not there yet, starts their consenters (blocks
+    /// are signed by `signer`) and serves `orderer.AtomicBroadcast` on
+    /// `listener` until [`Orderer::shutdown`].
+    pub async fn start(
+        config: NodeConfig,
+        signer: impl Sign + Send + Sync + 'static,
+        genesis_blocks: Vec<Block>,
+        listener: TcpListener,
+    ) -> Result<Self> {
+        let address = listener.local_addr().map_err(|source| Error::Io {
+            path: PathBuf::from("<listener>"),
+            source,
+        })?;
+        let signer: Arc<dyn Sign + Send + Sync> = Arc::new(signer);
+        let opening = config.clone();
+        let opened = tokio::task::spawn_blocking(move || open_channels(&opening, &genesis_blocks))
+            .await
+            .map_err(|e| Error::Task {
+                channel: String::new(),
+                reason: format!("opening the channels failed: {e}"),
+            })??;
+
+        let mut by_id = HashMap::new();
+        let mut stores = Vec::new();
+        let mut starts = Vec::new();
+        for (channel_id, store, channel_config) in opened {
+            let consenter = consenter_for(&channel_id, &channel_config, config.consensus)?;
+            let writer = BlockWriter::new(
+                &channel_id,
+                store.clone(),
+                signer.clone(),
+                channel_config.block,
+            )?;
+            tracing::info!(
+                channel = %channel_id,
+                height = store.height(),
+                config_block = channel_config.block,
+                consenter = ?consenter,
+                "channel opened"
+            );
+            let (handle, mailbox) = chain::mailbox(&channel_id);
+            let channel = Arc::new(Channel::new(
+                channel_id.clone(),
+                store.clone(),
+                channel_config,
+                handle,
+            ));
+            by_id.insert(channel_id.clone(), channel.clone());
+            stores.push((channel_id, store));
+            starts.push((consenter, channel, mailbox, writer));
+        }
+        let tasks = starts
+            .into_iter()
+            .map(|(consenter, channel, mailbox, writer)| {
+                let id = channel.id.clone();
+                (
+                    id,
+                    chain::start(consenter, channel, mailbox, writer, signer.clone()),
+                )
+            })
+            .collect();
+
+        let channels = Arc::new(Channels { by_id });
+        let (shutdown, shutdown_signal) = watch::channel(false);
+        let service = Service {
+            context: CheckContext {
+                channels: channels.clone(),
+                limits: Limits {
+                    envelope_bytes_max: config.message_bytes_max,
+                },
+                now: weft_msp::now,
+                signer: signer.clone(),
+            },
+            shutdown: shutdown_signal.clone(),
+        };
+        let mut stop = shutdown_signal;
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(
+                    AtomicBroadcastServer::new(service)
+                        .max_decoding_message_size(config.message_bytes_max)
+                        .max_encoding_message_size(config.message_bytes_max),
+                )
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+                    let _ = stop.wait_for(|stop| *stop).await;
+                }),
+        );
+        tracing::info!(%address, "orderer serving AtomicBroadcast");
+        Ok(Self {
+            address,
+            channels,
+            stores,
+            tasks,
+            shutdown,
+            server,
+        })
+    }
+
+    /// The address the orderer serves on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The IDs of the channels served, sorted.
+    pub fn channel_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self.channels.by_id.keys().cloned().collect();
+        ids.sort();
+        ids
+    }
+
+    /// The number of blocks of `channel_id`, if served.
+    pub fn height(&self, channel_id: &str) -> Option<u64> {
+        self.channels
+            .get(channel_id)
+            .map(|channel| channel.store.height())
+    }
+
+    /// Stops serving (open streams end), lets each consenter order what
+    /// it accepted and write its pending batch, then closes the block
+    /// stores (synced). Reports the first failure.
+    pub async fn shutdown(self) -> Result<()> {
+        let Self {
+            channels,
+            stores,
+            tasks,
+            shutdown,
+            mut server,
+            ..
+        } = self;
+        // Receivers may all be gone if the server already stopped.
+        let _ = shutdown.send(true);
+        let mut first_error = None;
+        match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => first_error = Some(Error::Serve(error)),
+            Ok(Err(error)) => {
+                first_error = Some(Error::Task {
+                    channel: String::new(),
+                    reason: format!("the gRPC server task died: {error}"),
+                });
+            }
+            Err(_) => {
+                tracing::warn!("streams still open after the grace period; closing them");
+                server.abort();
+            }
+        }
+        for (channel_id, task) in tasks {
+            if let Err(error) = task.halt(&channel_id).await {
+                first_error.get_or_insert(error);
+            }
+        }
+        drop(channels);
+        for (channel_id, store) in stores {
+            if let Err(error) = close_store(&channel_id, store).await {
+                first_error.get_or_insert(error);
+            }
+        }
+        tracing::info!("orderer stopped");
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Closes a store once the streams that still read it have let go.
+async fn close_store(channel_id: &str, mut store: Arc<BlockStore>) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+    loop {
+        match Arc::try_unwrap(store) {
+            Ok(owned) => {
+                return tokio::task::spawn_blocking(move || owned.close())
+                    .await
+                    .map_err(|e| Error::Task {
+                        channel: channel_id.to_owned(),
+                        reason: format!("closing the block store failed: {e}"),
+                    })?
+                    .map_err(|source| Error::Ledger {
+                        channel: channel_id.to_owned(),
+                        source,
+                    });
+            }
+            Err(shared) if tokio::time::Instant::now() < deadline => {
+                store = shared;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            // A reader still holds it; dropping the last handle syncs.
+            Err(_) => {
+                tracing::warn!(channel = %channel_id, "block store still in use at shutdown");
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Which consenter orders a channel with this configuration on this node.
+fn consenter_for(
+    channel_id: &str,
+    config: &ChannelConfig,
+    mode: ConsensusMode,
+) -> Result<Consenter> {
+    match (&config.orderer.consensus, mode) {
+        (Consensus::Solo, _) => Ok(Consenter::Solo),
+        (Consensus::EtcdRaft(_), ConsensusMode::Solo) => {
+            tracing::warn!(
+                channel = %channel_id,
+                "the channel names etcdraft; ordering it alone (solo), as the node config asks"
+            );
+            Ok(Consenter::Solo)
+        }
+        (Consensus::EtcdRaft(_), ConsensusMode::FollowChannel) => Err(Error::Consensus {
+            channel: channel_id.to_owned(),
+            reason: "consensus type etcdraft is not supported yet; use a solo channel, or set \
+                     the node's consensus to solo to order it on this node alone"
+                .to_owned(),
+        }),
+    }
+}
+
+/// Opens the stores of every channel on disk and of every genesis block.
+fn open_channels(
+    config: &NodeConfig,
+    genesis_blocks: &[Block],
+) -> Result<Vec<(String, Arc<BlockStore>, ChannelConfig)>> {
+    let ledgers = config.data_dir.join(LEDGERS_DIR);
+    std::fs::create_dir_all(&ledgers).map_err(|source| Error::Io {
+        path: ledgers.clone(),
+        source,
+    })?;
+    let mut genesis_by_channel: HashMap<String, &Block> = HashMap::new();
+    for genesis in genesis_blocks {
+        let (channel_id, _) = channel::genesis_channel(genesis)?;
+        if genesis_by_channel
+            .insert(channel_id.clone(), genesis)
+            .is_some()
+        {
+            return Err(Error::BadChain {
+                channel: channel_id,
+                block: 0,
+                reason: "two genesis blocks were given for the channel".to_owned(),
+            });
+        }
+    }
+    let mut channel_ids: Vec<String> = existing_channels(&ledgers)?;
+    for channel_id in genesis_by_channel.keys() {
+        if !channel_ids.contains(channel_id) {
+            channel_ids.push(channel_id.clone());
+        }
+    }
+    channel_ids.sort();
+    let store_config = StoreConfig::new(&ledgers).with_durability(config.durability);
+    channel_ids
+        .into_iter()
+        .map(|channel_id| {
+            let (store, channel_config) = channel::open_store(
+                &channel_id,
+                &ledgers.join(&channel_id),
+                &store_config,
+                genesis_by_channel.get(&channel_id).copied(),
+            )?;
+            Ok((channel_id, store, channel_config))
+        })
+        .collect()
+}
+
+/// The channels whose stores are in `ledgers`.
+fn existing_channels(ledgers: &Path) -> Result<Vec<String>> {
+    let io_error = |source| Error::Io {
+        path: ledgers.to_owned(),
+        source,
+    };
+    let mut channel_ids = Vec::new();
+    for entry in std::fs::read_dir(ledgers).map_err(io_error)? {
+        let entry = entry.map_err(io_error)?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type().map_err(io_error)?.is_dir()
+            && channel::check_channel_name(&name).is_ok()
+        {
+            channel_ids.push(name);
+        }
+    }
+    Ok(channel_ids)
+}
+
+/// `orderer.AtomicBroadcast` over the node's channels.
+#[derive(Debug, Clone)]
+struct Service {
+    context: CheckContext,
+    shutdown: watch::Receiver<bool>,
+}
+
+#[tonic::async_trait]
+impl AtomicBroadcast for Service {
+    type BroadcastStream = broadcast::ResponseStream;
+    type DeliverStream = deliver::ResponseStream;
+
+    async fn broadcast(
+        &self,
+        request: Request<Streaming<Envelope>>,
+    ) -> Result<Response<Self::BroadcastStream>, GrpcStatus> {
+        let remote = request.remote_addr();
+        Ok(Response::new(broadcast::serve(
+            request.into_inner(),
+            remote,
+            self.context.clone(),
+            self.shutdown.clone(),
+        )))
+    }
+
+    async fn deliver(
+        &self,
+        request: Request<Streaming<Envelope>>,
+    ) -> Result<Response<Self::DeliverStream>, GrpcStatus> {
+        let remote = request.remote_addr();
+        Ok(Response::new(deliver::serve(
+            request.into_inner(),
+            remote,
+            self.context.clone(),
+            self.shutdown.clone(),
+        )))
+    }
+}

@@ -1,0 +1,242 @@
+//! From decided batches to signed, stored blocks.
+//!
+//! Whatever the consensus, a channel's blocks follow from the sequence of
+//! batches it decided: block `n + 1` holds the next batch, links to block
+//! `n`'s header hash, and records the number of the last config block.
+//! [`BlockWriter::assemble`] is that function and nothing else, so every
+//! orderer of a Raft cluster writes byte-identical headers and data for
+//! the same batches; only the SIGNATURES metadata (each node's own
+//! signature and nonce) differs, as in Fabric.
+//!
+//! The metadata is laid out as Fabric 2.5's orderers lay it out (see the
+//! orderer copies in `tests/fixtures/fabric-2.5`): the last config index
+//! travels in the SIGNATURES slot's `OrdererBlockMetadata`, and the
+//! deprecated LAST_CONFIG slot is left empty, as are the others. Solo
+//! writes no consenter metadata.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use ring::rand::SecureRandom;
+use weft_ledger::BlockStore;
+use weft_protos::block::{new_block, sign_block};
+use weft_protos::common::Block;
+use weft_protos::hash::{Hash, block_header_hash};
+use weft_protos::tx::Sign;
+
+use crate::cutter::Batch;
+use crate::error::{Error, Result};
+
+/// Fabric's orderers sign blocks with a fresh 24-byte nonce.
+const NONCE_BYTES: usize = 24;
+
+/// What one block carries: a batch of transactions, or a config
+/// transaction alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BlockContent {
+    Transactions(Batch),
+    Config(Bytes),
+}
+
+/// Writes a channel's blocks: assembles each decided batch into the next
+/// block, signs it as this orderer and appends it to the block store.
+pub struct BlockWriter {
+    channel_id: String,
+    store: Arc<BlockStore>,
+    signer: Arc<dyn Sign + Send + Sync>,
+    next_number: u64,
+    previous_hash: Hash,
+    last_config: u64,
+    rng: ring::rand::SystemRandom,
+}
+
+impl std::fmt::Debug for BlockWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockWriter")
+            .field("channel_id", &self.channel_id)
+            .field("next_number", &self.next_number)
+            .field("last_config", &self.last_config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BlockWriter {
+    /// A writer continuing the chain in `store`, whose last config block
+    /// is `last_config`. The store must hold at least the genesis block.
+    pub fn new(
+        channel_id: &str,
+        store: Arc<BlockStore>,
+        signer: Arc<dyn Sign + Send + Sync>,
+        last_config: u64,
+    ) -> Result<Self> {
+        let next_number = store.height();
+        let previous_hash = store.last_header_hash().ok_or_else(|| Error::BadChain {
+            channel: channel_id.to_owned(),
+            block: 0,
+            reason: "the block store is empty; a channel starts from its genesis block".to_owned(),
+        })?;
+        if last_config >= next_number {
+            return Err(Error::BadChain {
+                channel: channel_id.to_owned(),
+                block: last_config,
+                reason: format!("the last config block is beyond the height {next_number}"),
+            });
+        }
+        Ok(Self {
+            channel_id: channel_id.to_owned(),
+            store,
+            signer,
+            next_number,
+            previous_hash,
+            last_config,
+            rng: ring::rand::SystemRandom::new(),
+        })
+    }
+
+    /// The number the next block will have.
+    pub fn next_number(&self) -> u64 {
+        self.next_number
+    }
+
+    /// The number of the last config block.
+    pub fn last_config(&self) -> u64 {
+        self.last_config
+    }
+
+    /// The next block for `content`, unsigned: a function of the chain so
+    /// far and `content` only.
+    pub fn assemble(&self, content: &BlockContent) -> Block {
+        let envelopes = match content {
+            BlockContent::Transactions(batch) => batch.clone(),
+            BlockContent::Config(envelope) => vec![envelope.clone()],
+        };
+        new_block(self.next_number, &self.previous_hash, envelopes)
+    }
+
+    /// Assembles, signs and appends the next block; returns it as stored.
+    /// Blocking: signing and the (possibly synced) write take a while, so
+    /// async callers run it on a blocking thread.
+    pub fn write(&mut self, content: &BlockContent) -> Result<Block> {
+        let mut block = self.assemble(content);
+        let number = self.next_number;
+        let last_config = match content {
+            BlockContent::Config(_) => number,
+            BlockContent::Transactions(_) => self.last_config,
+        };
+        let mut nonce = [0u8; NONCE_BYTES];
+        self.rng.fill(&mut nonce).map_err(|_| Error::Sign {
+            channel: self.channel_id.clone(),
+            block: number,
+            reason: "the system random generator failed".to_owned(),
+        })?;
+        sign_block(
+            &mut block,
+            last_config,
+            self.signer.as_ref(),
+            Bytes::copy_from_slice(&nonce),
+        )
+        .map_err(|e| Error::Sign {
+            channel: self.channel_id.clone(),
+            block: number,
+            reason: e.to_string(),
+        })?;
+        self.store.append(&block).map_err(|source| Error::Ledger {
+            channel: self.channel_id.clone(),
+            source,
+        })?;
+        let header = block.header.as_ref().ok_or_else(|| Error::BadChain {
+            channel: self.channel_id.clone(),
+            block: number,
+            reason: "an assembled block has no header".to_owned(),
+        })?;
+        self.previous_hash = block_header_hash(header);
+        self.next_number = number + 1;
+        self.last_config = last_config;
+        debug_assert_eq!(self.store.height(), self.next_number);
+        Ok(block)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use weft_ledger::{Durability, StoreConfig};
+    use weft_msp::NodeRole;
+    use weft_msp::testing::TestOrg;
+    use weft_protos::block::last_config_index;
+    use weft_protos::common::{BlockMetadataIndex, Metadata};
+    use weft_protos::hash::block_data_hash;
+
+    use super::*;
+    use prost::Message;
+
+    fn store(dir: &std::path::Path) -> Arc<BlockStore> {
+        let store =
+            BlockStore::open(&StoreConfig::new(dir).with_durability(Durability::None)).unwrap();
+        store
+            .append(&new_block(0, &[], vec![Bytes::from_static(b"genesis")]))
+            .unwrap();
+        Arc::new(store)
+    }
+
+    #[test]
+    fn blocks_chain_and_record_the_last_config() {
+        // Goal: written blocks link to their predecessor, hash their data,
+        // carry one orderer signature naming the last config block (which
+        // moves to a config block when one is written), and leave the
+        // LAST_CONFIG slot empty as Fabric 2.5 does.
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(dir.path());
+        let org = TestOrg::new("OrdererMSP");
+        let signer: Arc<dyn Sign + Send + Sync> = Arc::new(org.signer(NodeRole::Orderer));
+        let mut writer = BlockWriter::new("ch", store.clone(), signer.clone(), 0).unwrap();
+        let contents = [
+            BlockContent::Transactions(vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")]),
+            BlockContent::Config(Bytes::from_static(b"config")),
+            BlockContent::Transactions(vec![Bytes::from_static(b"c")]),
+        ];
+        let mut previous =
+            block_header_hash(store.block(0).unwrap().unwrap().header.as_ref().unwrap());
+        for (offset, content) in contents.iter().enumerate() {
+            let unsigned = writer.assemble(content);
+            let block = writer.write(content).unwrap();
+            let number = offset as u64 + 1;
+            let header = block.header.clone().unwrap();
+            assert_eq!(header.number, number);
+            assert_eq!(header.previous_hash.as_ref(), previous);
+            assert_eq!(
+                header.data_hash.as_ref(),
+                block_data_hash(block.data.as_ref().unwrap())
+            );
+            // Signing changes nothing but the metadata.
+            assert_eq!(unsigned.header, block.header);
+            assert_eq!(unsigned.data, block.data);
+            assert_eq!(store.block(number).unwrap().unwrap(), block);
+            let metadata = &block.metadata.as_ref().unwrap().metadata;
+            assert!(metadata[BlockMetadataIndex::LastConfig as usize].is_empty());
+            let signatures =
+                Metadata::decode(metadata[BlockMetadataIndex::Signatures as usize].clone())
+                    .unwrap();
+            assert_eq!(signatures.signatures.len(), 1);
+            previous = block_header_hash(&header);
+        }
+        let indexes: Vec<Option<u64>> = (1..4)
+            .map(|n| last_config_index(&store.block(n).unwrap().unwrap()))
+            .collect();
+        assert_eq!(indexes, [Some(0), Some(2), Some(2)]);
+        assert_eq!(writer.last_config(), 2);
+
+        // A writer reopened on the same store continues the chain.
+        let writer = BlockWriter::new("ch", store.clone(), signer.clone(), 2).unwrap();
+        assert_eq!(writer.next_number(), 4);
+        assert_eq!(
+            writer
+                .assemble(&contents[2])
+                .header
+                .unwrap()
+                .previous_hash
+                .as_ref(),
+            previous
+        );
+        assert!(BlockWriter::new("ch", store, signer, 9).is_err());
+    }
+}

@@ -1,0 +1,215 @@
+//! `weft orderer start`: an orderer process serving
+//! `orderer.AtomicBroadcast` for the channels of its data directory,
+//! bootstrapped from genesis blocks on the first start.
+//!
+//! The configuration file (see `config/orderer.yaml`) is read into
+//! [`OrdererFile`]; an unknown key or a bad value is an error naming the
+//! file and the key. The process runs until Ctrl-C or SIGTERM, then stops
+//! cleanly: open streams end, each channel orders what it accepted, and
+//! the block stores are synced.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow, bail};
+use prost::Message;
+use serde::Deserialize;
+use weft_ledger::Durability;
+use weft_orderer::{ConsensusMode, NodeConfig, Orderer};
+use weft_protos::common::Block;
+
+use crate::settings::{GoDuration, load_yaml, resolve};
+
+/// `config/orderer.yaml`, as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct OrdererFile {
+    pub orderer: NodeSection,
+    #[serde(default)]
+    pub channels: Vec<ChannelSection>,
+    #[serde(default)]
+    pub ledger: LedgerSection,
+    #[serde(default)]
+    pub consensus: ConsensusSection,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeSection {
+    pub id: String,
+    pub listen_address: SocketAddr,
+    pub local_msp_id: String,
+    pub msp_config_path: PathBuf,
+    pub file_system_path: PathBuf,
+    #[serde(default = "default_max_message_bytes")]
+    pub max_message_bytes: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ChannelSection {
+    pub genesis_block: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LedgerSection {
+    #[serde(default)]
+    pub durability: DurabilityName,
+    #[serde(default = "default_group_commit_blocks")]
+    pub group_commit_blocks: u32,
+    #[serde(default = "default_group_commit_interval")]
+    pub group_commit_interval: GoDuration,
+}
+
+impl Default for LedgerSection {
+    fn default() -> Self {
+        Self {
+            durability: DurabilityName::default(),
+            group_commit_blocks: default_group_commit_blocks(),
+            group_commit_interval: default_group_commit_interval(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum DurabilityName {
+    #[default]
+    EveryBlock,
+    GroupCommit,
+    None,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ConsensusSection {
+    #[serde(default, rename = "type")]
+    pub kind: ConsensusName,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConsensusName {
+    #[default]
+    Channel,
+    Solo,
+}
+
+fn default_max_message_bytes() -> usize {
+    NodeConfig::MESSAGE_BYTES_MAX_DEFAULT
+}
+fn default_group_commit_blocks() -> u32 {
+    16
+}
+fn default_group_commit_interval() -> GoDuration {
+    GoDuration(std::time::Duration::from_millis(10))
+}
+
+/// What `weft orderer start` runs, with paths resolved and files read.
+struct Settings {
+    id: String,
+    listen_address: SocketAddr,
+    node: NodeConfig,
+    signer: weft_msp::Signer,
+    genesis_blocks: Vec<Block>,
+}
+
+impl Settings {
+    fn load(path: &Path) -> Result<Self> {
+        let file: OrdererFile = load_yaml(path)?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let at = |key: &str| format!("{}: {key}", path.display());
+        let msp_dir = resolve(base, &file.orderer.msp_config_path);
+        let signer = weft_msp::folder::load_signer(&msp_dir, &file.orderer.local_msp_id)
+            .with_context(|| at("orderer.mspConfigPath"))?
+            .ok_or_else(|| {
+                anyhow!(
+                    "{}: {} holds no signing identity (signcerts/ and keystore/)",
+                    at("orderer.mspConfigPath"),
+                    msp_dir.display()
+                )
+            })?;
+        let genesis_blocks = file
+            .channels
+            .iter()
+            .enumerate()
+            .map(|(index, channel)| {
+                let key = at(&format!("channels[{index}].genesisBlock"));
+                let block_path = resolve(base, &channel.genesis_block);
+                let bytes = std::fs::read(&block_path)
+                    .with_context(|| format!("{key}: reading {}", block_path.display()))?;
+                Block::decode(bytes.as_slice())
+                    .with_context(|| format!("{key}: {} is not a block", block_path.display()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let ledger = &file.ledger;
+        let durability = match ledger.durability {
+            DurabilityName::EveryBlock => Durability::EveryBlock,
+            DurabilityName::None => Durability::None,
+            DurabilityName::GroupCommit => {
+                if ledger.group_commit_blocks == 0 {
+                    bail!("{}: must be at least 1", at("ledger.groupCommitBlocks"));
+                }
+                Durability::GroupCommit {
+                    blocks_max: ledger.group_commit_blocks,
+                    interval_ms: u64::try_from(ledger.group_commit_interval.0.as_millis())
+                        .unwrap_or(u64::MAX),
+                }
+            }
+        };
+        if file.orderer.max_message_bytes == 0 {
+            bail!("{}: must be at least 1", at("orderer.maxMessageBytes"));
+        }
+        Ok(Self {
+            id: file.orderer.id,
+            listen_address: file.orderer.listen_address,
+            node: NodeConfig {
+                data_dir: resolve(base, &file.orderer.file_system_path),
+                durability,
+                consensus: match file.consensus.kind {
+                    ConsensusName::Channel => ConsensusMode::FollowChannel,
+                    ConsensusName::Solo => ConsensusMode::Solo,
+                },
+                message_bytes_max: file.orderer.max_message_bytes,
+            },
+            signer,
+            genesis_blocks,
+        })
+    }
+}
+
+/// Runs an orderer with the configuration in `config_path` until Ctrl-C
+/// or SIGTERM.
+pub fn start(config_path: &Path) -> Result<()> {
+    let settings = Settings::load(config_path)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("orderer")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(run(settings))
+}
+
+async fn run(settings: Settings) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(settings.listen_address)
+        .await
+        .with_context(|| format!("orderer.listenAddress: binding {}", settings.listen_address))?;
+    let orderer = Orderer::start(
+        settings.node,
+        settings.signer,
+        settings.genesis_blocks,
+        listener,
+    )
+    .await
+    .context("starting the orderer")?;
+    println!(
+        "orderer {} ready: grpc {}, channels [{}]",
+        settings.id,
+        orderer.local_addr(),
+        orderer.channel_ids().join(", ")
+    );
+    crate::shutdown_signal().await;
+    tracing::info!("stopping");
+    orderer.shutdown().await.context("stopping the orderer")
+}

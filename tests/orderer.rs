@@ -1,0 +1,1587 @@
+//! The solo orderer over real gRPC on 127.0.0.1, with RocksDB block stores
+//! in temporary directories and real certificates and ECDSA signatures
+//! (`weft_msp::testing::TestOrg`): a channel of two organisations and an
+//! orderer organisation, hundreds of endorsed transactions broadcast by
+//! clients of both organisations on concurrent streams, interleaved with
+//! every kind of bad input, delivered back, checked link by link and
+//! committed by the peer's committer (which verifies the orderer's
+//! signatures against `/Channel/Orderer/BlockValidation`); then Deliver's
+//! refusals, and a restart on the same data directory.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use prost::Message;
+use tonic::transport::Channel;
+use weft_ledger::{BlockStore, Durability, StoreConfig};
+use weft_msp::testing::TestOrg;
+use weft_msp::{NodeRole, Signer};
+use weft_orderer::{NodeConfig, Orderer};
+use weft_peer_committer::{ChannelCommitter, TxValidationCode};
+use weft_protos::common::implicit_meta_policy::Rule;
+use weft_protos::common::policy::PolicyType;
+use weft_protos::common::{
+    Block, BlockMetadataIndex, ChannelHeader, Config, ConfigEnvelope, ConfigGroup, ConfigPolicy,
+    ConfigSignature, ConfigUpdate, ConfigUpdateEnvelope, ConfigValue, Envelope, HashingAlgorithm,
+    Header, HeaderType, ImplicitMetaPolicy, LastConfig, Metadata, OrdererBlockMetadata, Payload,
+    Policy, SignatureHeader, Status,
+};
+use weft_protos::hash::{block_data_hash, block_header_hash};
+use weft_protos::kvrwset::{KvWrite, KvrwSet};
+use weft_protos::msp::MspConfig;
+use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
+use weft_protos::orderer::deliver_response::Type as Delivered;
+use weft_protos::orderer::seek_info::SeekBehavior;
+use weft_protos::orderer::seek_position::Type as Position;
+use weft_protos::orderer::{
+    BatchSize, BatchTimeout, ConsensusType, SeekInfo, SeekNewest, SeekOldest, SeekPosition,
+    SeekSpecified,
+};
+use weft_protos::protos::{ChaincodeId, Response};
+use weft_protos::rwset::{NsReadWriteSet, TxReadWriteSet, tx_read_write_set::DataModel};
+use weft_protos::tx::{Invocation, Proposal, SimulationResult, endorse};
+use weft_protos::view::{Limits, TxEnvelope};
+use weft_statedb::memory::{MemoryOptions, MemoryState};
+
+const CHANNEL: &str = "orders";
+const CHAINCODE: &str = "kv";
+const MAX_MESSAGE_COUNT: u32 = 10;
+const PREFERRED_MAX_BYTES: u32 = 128 * 1024;
+const ABSOLUTE_MAX_BYTES: u32 = 256 * 1024;
+/// Good transactions broadcast by Org1's client and Org2's client, each
+/// on its own stream, concurrently.
+const ORG1_TXS: usize = 250;
+const ORG2_TXS: usize = 100;
+/// No test run should come near this; it only turns a hang into a failure.
+const DELIVER_TIME_MAX: Duration = Duration::from_secs(120);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_broadcasts_into_signed_blocks_and_survives_a_restart() {
+    // Goal: every envelope a client was told SUCCESS for is delivered
+    // exactly once, in a chain of blocks whose links, data hashes and
+    // orderer signatures a Fabric peer accepts (the committer commits them
+    // all, every transaction VALID); every bad envelope gets Fabric's
+    // status and is never ordered; after a restart on the same data
+    // directory the chain continues from where it stopped.
+    let network = Network::new();
+    let data = tempfile::tempdir().unwrap();
+    let orderer = start(&network, data.path(), vec![network.genesis.clone()]).await;
+    let mut client = connect(&orderer).await;
+
+    // Two concurrent streams. Org1's stream interleaves bad envelopes with
+    // its good ones, so the test also sees that responses come back in
+    // request order.
+    let mut org1_stream: Vec<(Envelope, Expected)> = Vec::new();
+    let bad = network.bad_envelopes();
+    let mut bad = bad.into_iter();
+    for index in 0..ORG1_TXS {
+        // Two transactions over PreferredMaxBytes: each must be alone in
+        // its block.
+        let padding = if index == 40 || index == 41 {
+            PREFERRED_MAX_BYTES as usize + 1024
+        } else {
+            0
+        };
+        let (tx_id, envelope) =
+            network.transaction(CHANNEL, &network.client1, &format!("org1-{index}"), padding);
+        org1_stream.push((envelope, Expected::ordered(tx_id, padding > 0)));
+        if index % 20 == 7
+            && let Some(bad) = bad.next()
+        {
+            org1_stream.push(bad);
+        }
+    }
+    org1_stream.extend(bad);
+    let org2_stream: Vec<(Envelope, Expected)> = (0..ORG2_TXS)
+        .map(|index| {
+            let (tx_id, envelope) =
+                network.transaction(CHANNEL, &network.client2, &format!("org2-{index}"), 0);
+            (envelope, Expected::ordered(tx_id, false))
+        })
+        .collect();
+
+    let mut client2 = client.clone();
+    let (org1_responses, org2_responses) = tokio::join!(
+        broadcast(&mut client, &org1_stream),
+        broadcast(&mut client2, &org2_stream)
+    );
+    let mut ordered: HashMap<String, bool> = HashMap::new();
+    let mut refused: Vec<String> = Vec::new();
+    for (stream, responses) in [
+        (&org1_stream, org1_responses),
+        (&org2_stream, org2_responses),
+    ] {
+        assert_eq!(responses.len(), stream.len());
+        for ((_, expected), (status, info)) in stream.iter().zip(responses) {
+            assert_eq!(
+                status, expected.status,
+                "{}: got {status:?} ({info})",
+                expected.what
+            );
+            if status == Status::Success {
+                assert!(info.is_empty());
+                let tx_id = expected.tx_id.clone().unwrap();
+                assert!(ordered.insert(tx_id, expected.alone).is_none());
+            } else {
+                assert!(!info.is_empty(), "{}: no info", expected.what);
+                refused.extend(expected.tx_id.clone());
+            }
+        }
+    }
+    assert_eq!(ordered.len(), ORG1_TXS + ORG2_TXS);
+    assert!(refused.len() >= 8, "{refused:?}");
+
+    // Deliver everything back, until every SUCCESS transaction was seen.
+    let blocks = deliver_until(&mut client, &network.org1_peer, 0, ordered.len()).await;
+    check_chain(&network.genesis, &blocks);
+    let mut seen = HashSet::new();
+    for block in &blocks[1..] {
+        let data = &block.data.as_ref().unwrap().data;
+        assert!(!data.is_empty() && data.len() <= MAX_MESSAGE_COUNT as usize);
+        for raw in data {
+            let tx_id = tx_id_of(raw);
+            assert!(seen.insert(tx_id.clone()), "{tx_id} delivered twice");
+            let alone = *ordered
+                .get(&tx_id)
+                .unwrap_or_else(|| panic!("{tx_id} was ordered but never accepted"));
+            if alone {
+                assert_eq!(
+                    data.len(),
+                    1,
+                    "a transaction over PreferredMaxBytes has company"
+                );
+            }
+        }
+    }
+    assert_eq!(seen.len(), ordered.len());
+    for tx_id in &refused {
+        assert!(!seen.contains(tx_id), "refused {tx_id} was ordered");
+    }
+    // Batches were cut by count, by size and by time, not one per
+    // transaction.
+    assert!(
+        blocks.len() - 1 < ordered.len() / 2,
+        "{} blocks",
+        blocks.len()
+    );
+
+    // A Fabric peer's checks: the committer verifies each block's chain
+    // link, data hash and orderer signatures against BlockValidation, and
+    // finds every transaction valid.
+    let peer_dir = tempfile::tempdir().unwrap();
+    let mut committer = committer(&network, peer_dir.path());
+    for block in &blocks[1..] {
+        let committed = committer.commit(block.clone(), weft_msp::now()).unwrap();
+        assert!(
+            committed
+                .codes
+                .iter()
+                .all(|code| *code == TxValidationCode::Valid),
+            "block {}: {:?}",
+            committed.number,
+            committed.codes
+        );
+    }
+
+    check_deliver_refusals(&mut client, &network, blocks.len() as u64).await;
+
+    // Restart on the same data directory, without the genesis block: the
+    // channel is reopened from its store and its chain continues.
+    let height = orderer.height(CHANNEL).unwrap();
+    assert_eq!(height, blocks.len() as u64);
+    drop(client);
+    orderer.shutdown().await.unwrap();
+    let orderer = start(&network, data.path(), Vec::new()).await;
+    assert_eq!(orderer.channel_ids(), [CHANNEL]);
+    assert_eq!(orderer.height(CHANNEL), Some(height));
+    let mut client = connect(&orderer).await;
+    let more: Vec<(Envelope, Expected)> = (0..5)
+        .map(|index| {
+            let (tx_id, envelope) =
+                network.transaction(CHANNEL, &network.client2, &format!("after-{index}"), 0);
+            (envelope, Expected::ordered(tx_id, false))
+        })
+        .collect();
+    let responses = broadcast(&mut client, &more).await;
+    assert!(
+        responses
+            .iter()
+            .all(|(status, _)| *status == Status::Success),
+        "{responses:?}"
+    );
+    let after = deliver_until(&mut client, &network.org2_peer, height, more.len()).await;
+    let mut chain = blocks.clone();
+    chain.extend(after.iter().cloned());
+    check_chain(&network.genesis, &chain);
+    for block in &after {
+        let committed = committer.commit(block.clone(), weft_msp::now()).unwrap();
+        assert!(
+            committed
+                .codes
+                .iter()
+                .all(|code| *code == TxValidationCode::Valid)
+        );
+    }
+    let after_ids: HashSet<String> = after
+        .iter()
+        .flat_map(|block| block.data.as_ref().unwrap().data.iter().map(tx_id_of))
+        .collect();
+    let more_ids: HashSet<String> = more
+        .iter()
+        .map(|(_, expected)| expected.tx_id.clone().unwrap())
+        .collect();
+    assert_eq!(after_ids, more_ids);
+    drop(client);
+    orderer.shutdown().await.unwrap();
+
+    // The same data directory refuses another channel's genesis block of
+    // the same name.
+    let other = Network::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let error = Orderer::start(
+        node_config(data.path()),
+        other.orderer.clone_signer(),
+        vec![other.genesis.clone()],
+        listener,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("differs from the bootstrap block"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_shutdown_orders_the_pending_batch() {
+    // Goal: transactions a client was told SUCCESS for, still waiting for
+    // the batch timeout when the orderer stops, are in a block after the
+    // restart.
+    let network = Network::with_batch_timeout("1h");
+    let data = tempfile::tempdir().unwrap();
+    let orderer = start(&network, data.path(), vec![network.genesis.clone()]).await;
+    let mut client = connect(&orderer).await;
+    let txs: Vec<(Envelope, Expected)> = (0..3)
+        .map(|index| {
+            let (tx_id, envelope) =
+                network.transaction(CHANNEL, &network.client1, &format!("pending-{index}"), 0);
+            (envelope, Expected::ordered(tx_id, false))
+        })
+        .collect();
+    let responses = broadcast(&mut client, &txs).await;
+    assert!(
+        responses
+            .iter()
+            .all(|(status, _)| *status == Status::Success)
+    );
+    drop(client);
+    orderer.shutdown().await.unwrap();
+
+    let orderer = start(&network, data.path(), Vec::new()).await;
+    assert_eq!(orderer.height(CHANNEL), Some(2));
+    let mut client = connect(&orderer).await;
+    let blocks = deliver_until(&mut client, &network.org1_peer, 1, txs.len()).await;
+    assert_eq!(blocks.len(), 1);
+    drop(client);
+    orderer.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcdraft_channel_is_refused_unless_the_node_orders_it_alone() {
+    // Goal: until Raft arrives, a channel whose config names etcdraft does
+    // not start by accident; the node's consensus override runs it solo.
+    let mut network = Network::with_batch_timeout("100ms");
+    network.genesis = network.genesis_with_consensus("etcdraft");
+    let data = tempfile::tempdir().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let error = Orderer::start(
+        node_config(data.path()),
+        network.orderer.clone_signer(),
+        vec![network.genesis.clone()],
+        listener,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        error.to_string().contains("etcdraft is not supported yet"),
+        "{error}"
+    );
+
+    let mut config = node_config(data.path());
+    config.consensus = weft_orderer::ConsensusMode::Solo;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let orderer = Orderer::start(
+        config,
+        network.orderer.clone_signer(),
+        vec![network.genesis.clone()],
+        listener,
+    )
+    .await
+    .unwrap();
+    let mut client = connect(&orderer).await;
+    let (tx_id, envelope) = network.transaction(CHANNEL, &network.client1, "raft", 0);
+    let responses = broadcast(
+        &mut client,
+        &[(envelope, Expected::ordered(tx_id.clone(), false))],
+    )
+    .await;
+    assert_eq!(responses[0].0, Status::Success);
+    let blocks = deliver_until(&mut client, &network.org1_peer, 1, 1).await;
+    assert_eq!(tx_id_of(&blocks[0].data.as_ref().unwrap().data[0]), tx_id);
+    drop(client);
+    orderer.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weft_orderer_start_serves_until_terminated() {
+    // Goal: `weft orderer start` with a config file bootstraps the channel
+    // from its genesis block, orders a broadcast transaction, and on
+    // SIGTERM stops cleanly with the block on disk.
+    let network = Network::new();
+    let dir = tempfile::tempdir().unwrap();
+    let msp = dir.path().join("msp");
+    for (folder, file, pem) in [
+        ("signcerts", "cert.pem", &network.orderer.0.certificate_pem),
+        ("keystore", "key_sk", &network.orderer.0.key_pem),
+    ] {
+        std::fs::create_dir_all(msp.join(folder)).unwrap();
+        std::fs::write(msp.join(folder).join(file), pem).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("orders.block"),
+        network.genesis.encode_to_vec(),
+    )
+    .unwrap();
+    let config = dir.path().join("orderer.yaml");
+    std::fs::write(
+        &config,
+        "orderer:\n  id: orderer0\n  listenAddress: 127.0.0.1:0\n  localMspId: OrdererMSP\n  \
+         mspConfigPath: msp\n  fileSystemPath: data\nchannels:\n  - genesisBlock: orders.block\n\
+         ledger:\n  durability: group-commit\n",
+    )
+    .unwrap();
+
+    let mut process = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["orderer", "start", "--config", config.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = process.stdout.take().unwrap();
+    let ready = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    assert!(ready.contains("channels [orders]"), "{ready}");
+    let address = ready
+        .split("grpc ")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = AtomicBroadcastClient::new(channel);
+    let (tx_id, envelope) = network.transaction(CHANNEL, &network.client1, "binary", 0);
+    let responses = broadcast(
+        &mut client,
+        &[(envelope, Expected::ordered(tx_id.clone(), false))],
+    )
+    .await;
+    assert_eq!(responses[0].0, Status::Success, "{responses:?}");
+    let blocks = deliver_until(&mut client, &network.org1_peer, 1, 1).await;
+    assert_eq!(tx_id_of(&blocks[0].data.as_ref().unwrap().data[0]), tx_id);
+    drop(client);
+
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &process.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(process.wait().unwrap().success());
+    let store =
+        BlockStore::open(&StoreConfig::new(dir.path().join("data/ledgers/orders"))).unwrap();
+    assert_eq!(store.height(), 2);
+}
+
+#[test]
+fn a_bad_orderer_config_names_the_file_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("orderer.yaml");
+    let good = "orderer:\n  id: o\n  listenAddress: 127.0.0.1:0\n  localMspId: OrdererMSP\n  \
+                mspConfigPath: msp\n  fileSystemPath: data\n";
+    let cases = [
+        (format!("{good}colour: blue\n"), "unknown field `colour`"),
+        (good.replace("  id: o\n", ""), "orderer: missing field `id`"),
+        (
+            good.replace("127.0.0.1:0", "nowhere"),
+            "orderer.listenAddress",
+        ),
+        (
+            format!("{good}ledger:\n  durability: sometimes\n"),
+            "ledger.durability: unknown variant `sometimes`",
+        ),
+        (
+            format!("{good}ledger:\n  groupCommitInterval: soon\n"),
+            "ledger.groupCommitInterval",
+        ),
+        (
+            format!("{good}consensus:\n  type: kafka\n"),
+            "consensus.type: unknown variant `kafka`",
+        ),
+        (good.to_owned(), "orderer.mspConfigPath"),
+        (
+            format!("{good}channels:\n  - genesisBlock: missing.block\n"),
+            "channels[0].genesisBlock",
+        ),
+    ];
+    for (text, expected) in cases {
+        std::fs::write(&config, &text).unwrap();
+        if expected == "channels[0].genesisBlock" {
+            // Past the MSP check, to reach the channel list.
+            let org = TestOrg::new("OrdererMSP");
+            let identity = org.identity(NodeRole::Orderer);
+            for (folder, file, pem) in [
+                ("signcerts", "cert.pem", &identity.certificate_pem),
+                ("keystore", "key_sk", &identity.key_pem),
+            ] {
+                std::fs::create_dir_all(dir.path().join("msp").join(folder)).unwrap();
+                std::fs::write(dir.path().join("msp").join(folder).join(file), pem).unwrap();
+            }
+        }
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["orderer", "start", "--config", config.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{expected}: started");
+        assert!(stderr.contains("orderer.yaml"), "file not named: {stderr}");
+        assert!(
+            stderr.contains(expected),
+            "expected {expected:?} in: {stderr}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_updates_change_the_batch_size_and_add_an_organisation() {
+    // Goal: CONFIG_UPDATE envelopes signed as the mod policies require
+    // become config blocks of their own; the new batch size applies to the
+    // blocks after it, a new organisation's clients may write, a peer
+    // commits the config blocks, and a restart keeps the new config.
+    // Updates that are unsigned or stale are refused.
+    let network = Network::new();
+    let org3 = TestOrg::new("Org3MSP");
+    let client3 = org3.signer(NodeRole::Client);
+    let orderer_admin = network.orderer_org.signer(NodeRole::Admin);
+    let admins = [
+        network.org1.signer(NodeRole::Admin),
+        network.org2.signer(NodeRole::Admin),
+    ];
+    let data = tempfile::tempdir().unwrap();
+    let orderer = start(&network, data.path(), vec![network.genesis.clone()]).await;
+    let mut client = connect(&orderer).await;
+
+    let (tx_id, early) = network.transaction(CHANNEL, &client3, "org3-early", 0);
+    let responses = broadcast(
+        &mut client,
+        &[(
+            early,
+            Expected::refused("org3 before", Status::Forbidden, Some(tx_id)),
+        )],
+    )
+    .await;
+    assert_eq!(responses[0].0, Status::Forbidden);
+
+    let current = network.config();
+    let batch_update = batch_size_update(&current, 3);
+    let add_org3 = add_organisation_update(
+        &current,
+        org_group(
+            &org3,
+            &[
+                ("Readers", "OR('Org3MSP.member')".to_owned()),
+                ("Writers", "OR('Org3MSP.client')".to_owned()),
+                ("Admins", "OR('Org3MSP.admin')".to_owned()),
+                ("Endorsement", "OR('Org3MSP.peer')".to_owned()),
+            ],
+        ),
+    );
+    let refused = [
+        (
+            config_update_envelope(&batch_update, &[], &orderer_admin),
+            Expected::refused("an unsigned batch size update", Status::Forbidden, None),
+        ),
+        (
+            config_update_envelope(&batch_update, &[&admins[0]], &orderer_admin),
+            Expected::refused(
+                "a batch size update signed by the wrong admin",
+                Status::Forbidden,
+                None,
+            ),
+        ),
+        (
+            config_update_envelope(&add_org3, &[&admins[0]], &admins[0]),
+            Expected::refused(
+                "an organisation added by one of two admins",
+                Status::Forbidden,
+                None,
+            ),
+        ),
+    ];
+    for (envelope, expected) in refused {
+        let responses = broadcast(&mut client, &[(envelope, expected.clone())]).await;
+        assert_eq!(
+            responses[0].0, expected.status,
+            "{}: {}",
+            expected.what, responses[0].1
+        );
+    }
+    // Both valid updates on one stream: both are checked against the
+    // genesis config, so the second is processed again once the first is
+    // ordered (its read set still holds).
+    let accepted = [
+        (
+            config_update_envelope(&batch_update, &[&orderer_admin], &orderer_admin),
+            Expected::ordered("batch size".to_owned(), false),
+        ),
+        (
+            config_update_envelope(&add_org3, &[&admins[0], &admins[1]], &admins[0]),
+            Expected::ordered("Org3MSP".to_owned(), false),
+        ),
+    ];
+    let responses = broadcast(&mut client, &accepted).await;
+    assert!(
+        responses
+            .iter()
+            .all(|(status, _)| *status == Status::Success),
+        "{responses:?}"
+    );
+    // The same batch size update again: its read set is stale now.
+    let stale = config_update_envelope(&batch_update, &[&orderer_admin], &orderer_admin);
+    let responses = broadcast(
+        &mut client,
+        &[(stale, Expected::refused("stale", Status::BadRequest, None))],
+    )
+    .await;
+    assert_eq!(responses[0].0, Status::BadRequest, "{}", responses[0].1);
+
+    let mut txs: Vec<(Envelope, Expected)> = (0..7)
+        .map(|index| {
+            let (tx_id, envelope) =
+                network.transaction(CHANNEL, &network.client1, &format!("small-{index}"), 0);
+            (envelope, Expected::ordered(tx_id, false))
+        })
+        .collect();
+    let (tx_id, envelope) = network.transaction(CHANNEL, &client3, "org3", 0);
+    txs.push((envelope, Expected::ordered(tx_id, false)));
+    let responses = broadcast(&mut client, &txs).await;
+    assert!(
+        responses
+            .iter()
+            .all(|(status, _)| *status == Status::Success),
+        "{responses:?}"
+    );
+
+    // Blocks 1 and 2 are the config blocks, alone; then blocks of at most 3.
+    let blocks = deliver_until(&mut client, &network.org1_peer, 1, 2 + txs.len()).await;
+    let counts: Vec<usize> = blocks
+        .iter()
+        .map(|block| block.data.as_ref().unwrap().data.len())
+        .collect();
+    assert_eq!(counts[..2], [1, 1]);
+    assert!(counts[2..].iter().all(|count| *count <= 3), "{counts:?}");
+    let last_configs: Vec<Option<u64>> = blocks
+        .iter()
+        .map(weft_protos::block::last_config_index)
+        .collect();
+    assert_eq!(last_configs[..2], [Some(1), Some(2)]);
+    assert!(last_configs[2..].iter().all(|index| *index == Some(2)));
+
+    let peer_dir = tempfile::tempdir().unwrap();
+    let mut committer = committer(&network, peer_dir.path());
+    for block in &blocks {
+        let committed = committer.commit(block.clone(), weft_msp::now()).unwrap();
+        assert!(
+            committed
+                .codes
+                .iter()
+                .all(|code| *code == TxValidationCode::Valid),
+            "block {}: {:?}",
+            committed.number,
+            committed.codes
+        );
+        assert_eq!(committed.reconfigured, committed.number <= 2);
+    }
+
+    // After a restart the channel runs with the last config.
+    drop(client);
+    orderer.shutdown().await.unwrap();
+    let orderer = start(&network, data.path(), Vec::new()).await;
+    let mut client = connect(&orderer).await;
+    let height = orderer.height(CHANNEL).unwrap();
+    let txs: Vec<(Envelope, Expected)> = (0..4)
+        .map(|index| {
+            let (tx_id, envelope) =
+                network.transaction(CHANNEL, &client3, &format!("org3-after-{index}"), 0);
+            (envelope, Expected::ordered(tx_id, false))
+        })
+        .collect();
+    let responses = broadcast(&mut client, &txs).await;
+    assert!(
+        responses
+            .iter()
+            .all(|(status, _)| *status == Status::Success),
+        "{responses:?}"
+    );
+    let after = deliver_until(&mut client, &network.org1_peer, height, txs.len()).await;
+    assert!(
+        after
+            .iter()
+            .all(|block| block.data.as_ref().unwrap().data.len() <= 3)
+    );
+    assert!(
+        after
+            .iter()
+            .all(|block| weft_protos::block::last_config_index(block) == Some(2))
+    );
+    drop(client);
+    orderer.shutdown().await.unwrap();
+}
+
+/// A config update setting MaxMessageCount, computed as configtxlator
+/// computes it: the orderer group read at its version, BatchSize written
+/// at the next.
+fn batch_size_update(current: &Config, count: u32) -> ConfigUpdate {
+    let root = current.channel_group.as_ref().unwrap();
+    let orderer = &root.groups["Orderer"];
+    let mut batch_size = orderer.values["BatchSize"].clone();
+    let mut value = BatchSize::decode(batch_size.value.clone()).unwrap();
+    value.max_message_count = count;
+    batch_size.value = value.encode_to_vec().into();
+    batch_size.version += 1;
+    let stub = |group: &ConfigGroup| ConfigGroup {
+        version: group.version,
+        ..ConfigGroup::default()
+    };
+    let mut read_orderer = stub(orderer);
+    read_orderer.version = orderer.version;
+    let mut write_orderer = stub(orderer);
+    write_orderer
+        .values
+        .insert("BatchSize".to_owned(), batch_size);
+    ConfigUpdate {
+        channel_id: CHANNEL.to_owned(),
+        read_set: Some(ConfigGroup {
+            groups: BTreeMap::from([("Orderer".to_owned(), read_orderer)]),
+            ..stub(root)
+        }),
+        write_set: Some(ConfigGroup {
+            groups: BTreeMap::from([("Orderer".to_owned(), write_orderer)]),
+            ..stub(root)
+        }),
+        isolated_data: BTreeMap::new(),
+    }
+}
+
+/// A config update adding `organisation` to the Application group: the
+/// group's members read at their versions, the group written at its next
+/// version with the new organisation.
+fn add_organisation_update(current: &Config, organisation: ConfigGroup) -> ConfigUpdate {
+    let root = current.channel_group.as_ref().unwrap();
+    let application = root.groups["Application"].clone();
+    let mut written = application.clone();
+    written.version += 1;
+    written.groups.insert("Org3MSP".to_owned(), organisation);
+    let stub = ConfigGroup {
+        version: root.version,
+        ..ConfigGroup::default()
+    };
+    ConfigUpdate {
+        channel_id: CHANNEL.to_owned(),
+        read_set: Some(ConfigGroup {
+            groups: BTreeMap::from([("Application".to_owned(), application)]),
+            ..stub.clone()
+        }),
+        write_set: Some(ConfigGroup {
+            groups: BTreeMap::from([("Application".to_owned(), written)]),
+            ..stub
+        }),
+        isolated_data: BTreeMap::new(),
+    }
+}
+
+/// A CONFIG_UPDATE envelope carrying `update` with the signatures of
+/// `signers`, submitted by `submitter`.
+fn config_update_envelope(
+    update: &ConfigUpdate,
+    signers: &[&Signer],
+    submitter: &Signer,
+) -> Envelope {
+    let config_update: Bytes = update.encode_to_vec().into();
+    let signatures = signers
+        .iter()
+        .map(|signer| {
+            let signature_header: Bytes = SignatureHeader {
+                creator: signer.serialized_identity().clone(),
+                nonce: Bytes::from(fresh_nonce()),
+            }
+            .encode_to_vec()
+            .into();
+            let mut signed = signature_header.to_vec();
+            signed.extend_from_slice(&config_update);
+            ConfigSignature {
+                signature: Signer::sign(signer, &signed).unwrap().into(),
+                signature_header,
+            }
+        })
+        .collect();
+    let envelope = ConfigUpdateEnvelope {
+        config_update,
+        signatures,
+    };
+    signed_envelope(
+        CHANNEL,
+        HeaderType::ConfigUpdate,
+        envelope.encode_to_vec().into(),
+        submitter,
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Broadcast and Deliver clients.
+// ---------------------------------------------------------------------------
+
+/// What the orderer must answer to an envelope.
+#[derive(Debug, Clone)]
+struct Expected {
+    what: String,
+    status: Status,
+    tx_id: Option<String>,
+    /// Over PreferredMaxBytes: must be alone in its block.
+    alone: bool,
+}
+
+impl Expected {
+    fn ordered(tx_id: String, alone: bool) -> Self {
+        Self {
+            what: format!("good transaction {tx_id}"),
+            status: Status::Success,
+            tx_id: Some(tx_id),
+            alone,
+        }
+    }
+
+    fn refused(what: &str, status: Status, tx_id: Option<String>) -> Self {
+        Self {
+            what: what.to_owned(),
+            status,
+            tx_id,
+            alone: false,
+        }
+    }
+}
+
+fn node_config(dir: &std::path::Path) -> NodeConfig {
+    let mut config = NodeConfig::new(dir);
+    config.durability = Durability::None;
+    config
+}
+
+async fn start(network: &Network, dir: &std::path::Path, genesis: Vec<Block>) -> Orderer {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    Orderer::start(
+        node_config(dir),
+        network.orderer.clone_signer(),
+        genesis,
+        listener,
+    )
+    .await
+    .unwrap()
+}
+
+async fn connect(orderer: &Orderer) -> AtomicBroadcastClient<Channel> {
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", orderer.local_addr()))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+    AtomicBroadcastClient::new(channel)
+        .max_decoding_message_size(64 << 20)
+        .max_encoding_message_size(64 << 20)
+}
+
+/// Sends the envelopes on one stream; returns each response's status and
+/// info, in order.
+async fn broadcast(
+    client: &mut AtomicBroadcastClient<Channel>,
+    envelopes: &[(Envelope, Expected)],
+) -> Vec<(Status, String)> {
+    let requests: Vec<Envelope> = envelopes
+        .iter()
+        .map(|(envelope, _)| envelope.clone())
+        .collect();
+    let mut responses = client
+        .broadcast(tokio_stream::iter(requests))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut answers = Vec::new();
+    while let Some(response) = responses.message().await.unwrap() {
+        answers.push((Status::try_from(response.status).unwrap(), response.info));
+    }
+    answers
+}
+
+/// Reads blocks from `start` on until they carry `transactions`
+/// transactions in all.
+async fn deliver_until(
+    client: &mut AtomicBroadcastClient<Channel>,
+    reader: &Signer,
+    start: u64,
+    transactions: usize,
+) -> Vec<Block> {
+    let request = seek_envelope(
+        CHANNEL,
+        reader,
+        Position::Specified(SeekSpecified { number: start }),
+        Position::Specified(SeekSpecified { number: u64::MAX }),
+        SeekBehavior::BlockUntilReady,
+    );
+    let mut stream = client
+        .deliver(tokio_stream::iter(vec![request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut blocks = Vec::new();
+    let mut count = 0;
+    let read = async {
+        while count < transactions {
+            match stream.message().await.unwrap().unwrap().r#type.unwrap() {
+                Delivered::Block(block) => {
+                    if block.header.as_ref().unwrap().number > 0 {
+                        count += block.data.as_ref().unwrap().data.len();
+                    }
+                    blocks.push(block);
+                }
+                Delivered::Status(status) => panic!("deliver ended early with {status}"),
+            }
+        }
+    };
+    tokio::time::timeout(DELIVER_TIME_MAX, read)
+        .await
+        .expect("the orderer delivers every ordered transaction");
+    assert_eq!(count, transactions, "more transactions than were sent");
+    blocks
+}
+
+/// Sends the requests on one Deliver stream and collects the responses
+/// up to as many statuses as requests.
+async fn deliver_requests(
+    client: &mut AtomicBroadcastClient<Channel>,
+    requests: Vec<Envelope>,
+) -> Vec<Delivered> {
+    let expected_statuses = requests.len();
+    let mut stream = client
+        .deliver(tokio_stream::iter(requests))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut responses = Vec::new();
+    let mut statuses = 0;
+    while statuses < expected_statuses {
+        let response = stream.message().await.unwrap().unwrap().r#type.unwrap();
+        if matches!(response, Delivered::Status(_)) {
+            statuses += 1;
+        }
+        responses.push(response);
+    }
+    responses
+}
+
+async fn check_deliver_refusals(
+    client: &mut AtomicBroadcastClient<Channel>,
+    network: &Network,
+    height: u64,
+) {
+    let status = |status: Status| Delivered::Status(status as i32);
+    let oldest = || Position::Oldest(SeekOldest {});
+    let specified = |number| Position::Specified(SeekSpecified { number });
+    let wait = SeekBehavior::BlockUntilReady;
+
+    // Several requests on one stream, each answered in turn: block 1 and 2,
+    // then the newest block alone.
+    let responses = deliver_requests(
+        client,
+        vec![
+            seek_envelope(
+                CHANNEL,
+                &network.org1_peer,
+                specified(1),
+                specified(2),
+                wait,
+            ),
+            seek_envelope(
+                CHANNEL,
+                &network.client2,
+                Position::Newest(SeekNewest {}),
+                Position::Newest(SeekNewest {}),
+                wait,
+            ),
+        ],
+    )
+    .await;
+    let numbers: Vec<Option<u64>> = responses
+        .iter()
+        .map(|response| match response {
+            Delivered::Block(block) => Some(block.header.as_ref().unwrap().number),
+            Delivered::Status(_) => None,
+        })
+        .collect();
+    assert_eq!(numbers, [Some(1), Some(2), None, Some(height - 1), None]);
+    assert_eq!(responses[2], status(Status::Success));
+    assert_eq!(responses[4], status(Status::Success));
+
+    let cases = [
+        (
+            "an unknown channel",
+            seek_envelope("nochannel", &network.org1_peer, oldest(), oldest(), wait),
+            Status::NotFound,
+        ),
+        (
+            "a reader of an MSP the channel does not know",
+            seek_envelope(CHANNEL, &network.stranger, oldest(), oldest(), wait),
+            Status::Forbidden,
+        ),
+        (
+            "a reader whose certificate another CA issued under Org1MSP",
+            seek_envelope(CHANNEL, &network.impostor, oldest(), oldest(), wait),
+            Status::Forbidden,
+        ),
+        (
+            "a block that does not exist yet, without waiting",
+            seek_envelope(
+                CHANNEL,
+                &network.org1_peer,
+                specified(height + 5),
+                specified(height + 5),
+                SeekBehavior::FailIfNotReady,
+            ),
+            Status::NotFound,
+        ),
+        (
+            "a stop before the start",
+            seek_envelope(
+                CHANNEL,
+                &network.org1_peer,
+                specified(3),
+                specified(1),
+                wait,
+            ),
+            Status::BadRequest,
+        ),
+        (
+            "a request that is not a seek",
+            Envelope {
+                payload: Bytes::from_static(b"\x0a\x03abc"),
+                signature: Bytes::new(),
+            },
+            Status::BadRequest,
+        ),
+    ];
+    for (what, request, expected) in cases {
+        let responses = deliver_requests(client, vec![request]).await;
+        assert_eq!(responses, [status(expected)], "{what}");
+    }
+}
+
+fn seek_envelope(
+    channel: &str,
+    signer: &Signer,
+    start: Position,
+    stop: Position,
+    behavior: SeekBehavior,
+) -> Envelope {
+    let seek = SeekInfo {
+        start: Some(SeekPosition {
+            r#type: Some(start),
+        }),
+        stop: Some(SeekPosition { r#type: Some(stop) }),
+        behavior: behavior as i32,
+        ..SeekInfo::default()
+    };
+    signed_envelope(
+        channel,
+        HeaderType::DeliverSeekInfo,
+        seek.encode_to_vec().into(),
+        signer,
+    )
+}
+
+/// An envelope of any header type with `data`, signed by `signer`.
+fn signed_envelope(channel: &str, kind: HeaderType, data: Bytes, signer: &Signer) -> Envelope {
+    let nonce = Bytes::from(fresh_nonce());
+    let creator = signer.serialized_identity().clone();
+    let payload = Payload {
+        header: Some(Header {
+            channel_header: ChannelHeader {
+                r#type: kind as i32,
+                channel_id: channel.to_owned(),
+                tx_id: weft_protos::hash::compute_tx_id(&nonce, &creator),
+                timestamp: Some(prost_types::Timestamp {
+                    seconds: weft_msp::now(),
+                    nanos: 0,
+                }),
+                ..ChannelHeader::default()
+            }
+            .encode_to_vec()
+            .into(),
+            signature_header: SignatureHeader { creator, nonce }.encode_to_vec().into(),
+        }),
+        data,
+    }
+    .encode_to_vec();
+    Envelope {
+        signature: Signer::sign(signer, &payload).unwrap().into(),
+        payload: payload.into(),
+    }
+}
+
+/// The TxID in an envelope's channel header.
+fn tx_id_of(raw: &Bytes) -> String {
+    TxEnvelope::decode(raw.clone(), Limits::default())
+        .unwrap()
+        .tx_id()
+        .to_owned()
+}
+
+/// Checks that `blocks` start with `genesis` and chain: consecutive
+/// numbers, each previous hash the header hash of the block before, each
+/// data hash the hash of the data, and an orderer signature naming the
+/// last config block (0: the channel was never reconfigured).
+fn check_chain(genesis: &Block, blocks: &[Block]) {
+    assert_eq!(blocks[0], *genesis, "block 0 is the genesis block as given");
+    for (number, pair) in blocks.windows(2).enumerate() {
+        let (previous, block) = (&pair[0], &pair[1]);
+        let header = block.header.as_ref().unwrap();
+        assert_eq!(header.number, number as u64 + 1);
+        assert_eq!(
+            header.previous_hash.as_ref(),
+            block_header_hash(previous.header.as_ref().unwrap())
+        );
+        assert_eq!(
+            header.data_hash.as_ref(),
+            block_data_hash(block.data.as_ref().unwrap())
+        );
+        assert_eq!(weft_protos::block::last_config_index(block), Some(0));
+        let metadata = &block.metadata.as_ref().unwrap().metadata;
+        let signatures =
+            Metadata::decode(metadata[BlockMetadataIndex::Signatures as usize].clone()).unwrap();
+        assert_eq!(signatures.signatures.len(), 1);
+        // As Fabric 2.5's orderers: the LAST_CONFIG slot stays empty.
+        assert!(metadata[BlockMetadataIndex::LastConfig as usize].is_empty());
+    }
+}
+
+fn committer(network: &Network, dir: &std::path::Path) -> ChannelCommitter {
+    let state = Arc::new(MemoryState::open(&dir.join("state"), MemoryOptions::default()).unwrap());
+    let ledger = Arc::new(
+        BlockStore::open(&StoreConfig::new(dir.join("ledger")).with_durability(Durability::None))
+            .unwrap(),
+    );
+    ChannelCommitter::create(network.genesis.clone(), state, ledger).unwrap()
+}
+
+fn fresh_nonce() -> Vec<u8> {
+    use ring::rand::SecureRandom;
+    let mut nonce = vec![0u8; 24];
+    ring::rand::SystemRandom::new().fill(&mut nonce).unwrap();
+    nonce
+}
+
+// ---------------------------------------------------------------------------
+// The channel: organisations, genesis block, transactions.
+// ---------------------------------------------------------------------------
+
+struct Network {
+    orderer: TestSigner,
+    org1: TestOrg,
+    org2: TestOrg,
+    client1: Signer,
+    client2: Signer,
+    org1_peer: Signer,
+    org2_peer: Signer,
+    /// An identity of an MSP the channel does not know.
+    stranger: Signer,
+    /// An identity that claims Org1MSP but was issued by another CA.
+    impostor: Signer,
+    orderer_org: TestOrg,
+    batch_timeout: String,
+    genesis: Block,
+}
+
+/// The orderer's identity, reloadable for each start.
+struct TestSigner(weft_msp::testing::TestIdentity);
+
+impl TestSigner {
+    fn clone_signer(&self) -> Signer {
+        self.0.signer()
+    }
+}
+
+impl Network {
+    fn new() -> Self {
+        Self::with_batch_timeout("100ms")
+    }
+
+    fn with_batch_timeout(batch_timeout: &str) -> Self {
+        let orderer_org = TestOrg::new("OrdererMSP");
+        let org1 = TestOrg::new("Org1MSP");
+        let org2 = TestOrg::new("Org2MSP");
+        let mut network = Self {
+            orderer: TestSigner(orderer_org.identity(NodeRole::Orderer)),
+            client1: org1.signer(NodeRole::Client),
+            client2: org2.signer(NodeRole::Client),
+            org1_peer: org1.signer(NodeRole::Peer),
+            org2_peer: org2.signer(NodeRole::Peer),
+            stranger: TestOrg::new("Org9MSP").signer(NodeRole::Client),
+            impostor: TestOrg::new("Org1MSP").signer(NodeRole::Client),
+            org1,
+            org2,
+            orderer_org,
+            batch_timeout: batch_timeout.to_owned(),
+            genesis: Block::default(),
+        };
+        network.genesis = network.genesis_with_consensus("solo");
+        network
+    }
+
+    /// The configuration in the genesis block.
+    fn config(&self) -> Config {
+        let raw = self.genesis.data.as_ref().unwrap().data[0].clone();
+        let envelope = TxEnvelope::decode(raw, Limits::default()).unwrap();
+        let weft_protos::view::TxBody::Config(config) = envelope.body else {
+            panic!("the genesis block holds a config")
+        };
+        config.config.unwrap()
+    }
+
+    /// The channel's genesis block, laid out as configtxgen lays it out.
+    fn genesis_with_consensus(&self, consensus: &str) -> Block {
+        let metadata = if consensus == "etcdraft" {
+            weft_protos::etcdraft::ConfigMetadata {
+                consenters: vec![weft_protos::etcdraft::Consenter {
+                    host: "127.0.0.1".to_owned(),
+                    port: 7050,
+                    ..Default::default()
+                }],
+                options: None,
+            }
+            .encode_to_vec()
+            .into()
+        } else {
+            Bytes::new()
+        };
+        let member = |org: &TestOrg| format!("OR('{}.member')", org.msp_id());
+        let orderer_org = org_group(
+            &self.orderer_org,
+            &[
+                ("Readers", member(&self.orderer_org)),
+                ("Writers", member(&self.orderer_org)),
+                ("Admins", "OR('OrdererMSP.admin')".to_owned()),
+            ],
+        );
+        let application_org = |org: &TestOrg| {
+            let id = org.msp_id();
+            org_group(
+                org,
+                &[
+                    (
+                        "Readers",
+                        format!("OR('{id}.admin', '{id}.peer', '{id}.client')"),
+                    ),
+                    ("Writers", format!("OR('{id}.admin', '{id}.client')")),
+                    ("Admins", format!("OR('{id}.admin')")),
+                    ("Endorsement", format!("OR('{id}.peer')")),
+                ],
+            )
+        };
+        let orderer = ConfigGroup {
+            groups: BTreeMap::from([("OrdererOrg".to_owned(), orderer_org)]),
+            values: BTreeMap::from([
+                (
+                    "ConsensusType".to_owned(),
+                    value(&ConsensusType {
+                        r#type: consensus.to_owned(),
+                        metadata,
+                        state: 0,
+                    }),
+                ),
+                (
+                    "BatchSize".to_owned(),
+                    value(&BatchSize {
+                        max_message_count: MAX_MESSAGE_COUNT,
+                        absolute_max_bytes: ABSOLUTE_MAX_BYTES,
+                        preferred_max_bytes: PREFERRED_MAX_BYTES,
+                    }),
+                ),
+                (
+                    "BatchTimeout".to_owned(),
+                    value(&BatchTimeout {
+                        timeout: self.batch_timeout.clone(),
+                    }),
+                ),
+            ]),
+            policies: BTreeMap::from([
+                implicit("Readers", Rule::Any, "Readers"),
+                implicit("Writers", Rule::Any, "Writers"),
+                implicit("Admins", Rule::Majority, "Admins"),
+                implicit("BlockValidation", Rule::Any, "Writers"),
+            ]),
+            version: 0,
+            mod_policy: "Admins".to_owned(),
+        };
+        let application = ConfigGroup {
+            groups: BTreeMap::from([
+                ("Org1MSP".to_owned(), application_org(&self.org1)),
+                ("Org2MSP".to_owned(), application_org(&self.org2)),
+            ]),
+            values: BTreeMap::new(),
+            policies: BTreeMap::from([
+                implicit("Readers", Rule::Any, "Readers"),
+                implicit("Writers", Rule::Any, "Writers"),
+                implicit("Admins", Rule::Majority, "Admins"),
+                implicit("Endorsement", Rule::Majority, "Endorsement"),
+                implicit("LifecycleEndorsement", Rule::Majority, "Endorsement"),
+            ]),
+            version: 0,
+            mod_policy: "Admins".to_owned(),
+        };
+        let root = ConfigGroup {
+            groups: BTreeMap::from([
+                ("Orderer".to_owned(), orderer),
+                ("Application".to_owned(), application),
+            ]),
+            values: BTreeMap::from([(
+                "HashingAlgorithm".to_owned(),
+                value(&HashingAlgorithm {
+                    name: "SHA256".to_owned(),
+                }),
+            )]),
+            policies: BTreeMap::from([
+                implicit("Readers", Rule::Any, "Readers"),
+                implicit("Writers", Rule::Any, "Writers"),
+                implicit("Admins", Rule::Majority, "Admins"),
+            ]),
+            version: 0,
+            mod_policy: "Admins".to_owned(),
+        };
+        genesis_block(root)
+    }
+
+    /// A transaction writing `key`, endorsed by both organisations' peers
+    /// and signed by `client`, with `padding` extra bytes in its
+    /// arguments.
+    fn transaction(
+        &self,
+        channel: &str,
+        client: &Signer,
+        key: &str,
+        padding: usize,
+    ) -> (String, Envelope) {
+        let invocation = Invocation {
+            channel_id: channel,
+            chaincode: CHAINCODE,
+            args: vec![
+                Bytes::from_static(b"put"),
+                Bytes::from(key.to_owned()),
+                Bytes::from(vec![b'x'; padding]),
+            ],
+            nonce: Bytes::from(fresh_nonce()),
+            timestamp_seconds: weft_msp::now(),
+        };
+        let proposal = Proposal::new(&invocation, client.serialized_identity().clone());
+        let kv = KvrwSet {
+            writes: vec![KvWrite {
+                key: key.to_owned(),
+                is_delete: false,
+                value: Bytes::from_static(b"value"),
+            }],
+            ..KvrwSet::default()
+        };
+        let results = TxReadWriteSet {
+            data_model: DataModel::Kv as i32,
+            ns_rwset: vec![NsReadWriteSet {
+                namespace: CHAINCODE.to_owned(),
+                rwset: kv.encode_to_vec().into(),
+                collection_hashed_rwset: Vec::new(),
+            }],
+        };
+        let simulation = SimulationResult {
+            results: results.encode_to_vec().into(),
+            events: Bytes::new(),
+            response: Response {
+                status: 200,
+                message: String::new(),
+                payload: Bytes::new(),
+            },
+            chaincode_id: ChaincodeId {
+                path: String::new(),
+                name: CHAINCODE.to_owned(),
+                version: "1.0".to_owned(),
+            },
+        };
+        let responses = [
+            endorse(&proposal, &simulation, &self.org1_peer).unwrap(),
+            endorse(&proposal, &simulation, &self.org2_peer).unwrap(),
+        ];
+        let envelope = proposal.transaction(&responses, client).unwrap();
+        (proposal.tx_id, envelope)
+    }
+
+    /// Envelopes the orderer must refuse, each with the status it must get.
+    fn bad_envelopes(&self) -> Vec<(Envelope, Expected)> {
+        let mut bad = Vec::new();
+        let mut push = |what: &str, status: Status, tx: (String, Envelope)| {
+            bad.push((tx.1, Expected::refused(what, status, Some(tx.0))));
+        };
+
+        let (tx_id, mut unsigned) = self.transaction(CHANNEL, &self.client1, "unsigned", 0);
+        unsigned.signature = Bytes::new();
+        push("an unsigned envelope", Status::Forbidden, (tx_id, unsigned));
+
+        let (tx_id, mut wrongly_signed) = self.transaction(CHANNEL, &self.client1, "wrong-key", 0);
+        wrongly_signed.signature = Signer::sign(&self.client2, &wrongly_signed.payload)
+            .unwrap()
+            .into();
+        push(
+            "an envelope signed by someone else",
+            Status::Forbidden,
+            (tx_id, wrongly_signed),
+        );
+
+        let (tx_id, mut tampered) = self.transaction(CHANNEL, &self.client1, "tampered", 0);
+        let mut payload = tampered.payload.to_vec();
+        let last = payload.len() - 1;
+        payload[last] ^= 1;
+        tampered.payload = payload.into();
+        push(
+            "an envelope changed after signing",
+            Status::Forbidden,
+            (tx_id, tampered),
+        );
+
+        push(
+            "a creator of an unknown MSP",
+            Status::Forbidden,
+            self.transaction(CHANNEL, &self.stranger, "stranger", 0),
+        );
+        push(
+            "a creator claiming Org1MSP with another CA's certificate",
+            Status::Forbidden,
+            self.transaction(CHANNEL, &self.impostor, "impostor", 0),
+        );
+        push(
+            "a peer, which is not a writer",
+            Status::Forbidden,
+            self.transaction(CHANNEL, &self.org1_peer, "peer", 0),
+        );
+        push(
+            "an envelope over AbsoluteMaxBytes",
+            Status::BadRequest,
+            self.transaction(
+                CHANNEL,
+                &self.client1,
+                "huge",
+                ABSOLUTE_MAX_BYTES as usize + 1,
+            ),
+        );
+        push(
+            "a transaction for an unknown channel",
+            Status::NotFound,
+            self.transaction("nochannel", &self.client1, "elsewhere", 0),
+        );
+
+        let message = signed_envelope(
+            CHANNEL,
+            HeaderType::Message,
+            Bytes::from_static(b"hello"),
+            &self.client1,
+        );
+        bad.push((
+            message,
+            Expected::refused("a MESSAGE envelope", Status::BadRequest, None),
+        ));
+        let config = signed_envelope(
+            CHANNEL,
+            HeaderType::Config,
+            ConfigEnvelope {
+                config: Some(Config::default()),
+                last_update: None,
+            }
+            .encode_to_vec()
+            .into(),
+            &self.client1,
+        );
+        bad.push((
+            config,
+            Expected::refused("a CONFIG envelope", Status::BadRequest, None),
+        ));
+        let config_update = signed_envelope(
+            CHANNEL,
+            HeaderType::ConfigUpdate,
+            ConfigUpdateEnvelope {
+                config_update: Bytes::from_static(b"\x0a\x06orders"),
+                signatures: Vec::new(),
+            }
+            .encode_to_vec()
+            .into(),
+            &self.client1,
+        );
+        bad.push((
+            config_update,
+            Expected::refused("a CONFIG_UPDATE envelope", Status::BadRequest, None),
+        ));
+        bad.push((
+            Envelope {
+                payload: Bytes::from_static(b"\xff\xff\xff not a payload"),
+                signature: Bytes::from_static(b"x"),
+            },
+            Expected::refused("malformed bytes", Status::BadRequest, None),
+        ));
+        bad.push((
+            Envelope::default(),
+            Expected::refused("an empty envelope", Status::BadRequest, None),
+        ));
+        bad
+    }
+}
+
+fn value(message: &impl Message) -> ConfigValue {
+    ConfigValue {
+        version: 0,
+        value: message.encode_to_vec().into(),
+        mod_policy: "Admins".to_owned(),
+    }
+}
+
+fn implicit(name: &str, rule: Rule, sub_policy: &str) -> (String, ConfigPolicy) {
+    (
+        name.to_owned(),
+        ConfigPolicy {
+            version: 0,
+            policy: Some(Policy {
+                r#type: PolicyType::ImplicitMeta as i32,
+                value: ImplicitMetaPolicy {
+                    sub_policy: sub_policy.to_owned(),
+                    rule: rule as i32,
+                }
+                .encode_to_vec()
+                .into(),
+            }),
+            mod_policy: "Admins".to_owned(),
+        },
+    )
+}
+
+/// An organisation's group: its MSP and signature policies.
+fn org_group(org: &TestOrg, policies: &[(&str, String)]) -> ConfigGroup {
+    ConfigGroup {
+        version: 0,
+        groups: BTreeMap::new(),
+        values: BTreeMap::from([(
+            "MSP".to_owned(),
+            value(&MspConfig {
+                r#type: 0,
+                config: org.msp_config().encode_to_vec().into(),
+            }),
+        )]),
+        policies: policies
+            .iter()
+            .map(|(name, rule)| {
+                (
+                    (*name).to_owned(),
+                    ConfigPolicy {
+                        version: 0,
+                        policy: Some(Policy {
+                            r#type: PolicyType::Signature as i32,
+                            value: weft_policy::dsl::parse(rule)
+                                .unwrap()
+                                .encode_to_vec()
+                                .into(),
+                        }),
+                        mod_policy: "Admins".to_owned(),
+                    },
+                )
+            })
+            .collect(),
+        mod_policy: "Admins".to_owned(),
+    }
+}
+
+/// An unsigned genesis block of one CONFIG envelope, as configtxgen
+/// writes it.
+fn genesis_block(root: ConfigGroup) -> Block {
+    let config = ConfigEnvelope {
+        config: Some(Config {
+            sequence: 0,
+            channel_group: Some(root),
+        }),
+        last_update: None,
+    };
+    let nonce = fresh_nonce();
+    let payload = Payload {
+        header: Some(Header {
+            channel_header: ChannelHeader {
+                r#type: HeaderType::Config as i32,
+                version: 1,
+                channel_id: CHANNEL.to_owned(),
+                tx_id: weft_protos::hash::compute_tx_id(&nonce, &[]),
+                ..ChannelHeader::default()
+            }
+            .encode_to_vec()
+            .into(),
+            signature_header: SignatureHeader {
+                creator: Bytes::new(),
+                nonce: nonce.into(),
+            }
+            .encode_to_vec()
+            .into(),
+        }),
+        data: config.encode_to_vec().into(),
+    };
+    let envelope = Envelope {
+        payload: payload.encode_to_vec().into(),
+        signature: Bytes::new(),
+    };
+    let mut block = weft_protos::block::new_block(0, &[], vec![envelope.encode_to_vec().into()]);
+    let signatures = Metadata {
+        value: OrdererBlockMetadata {
+            last_config: Some(LastConfig { index: 0 }),
+            consenter_metadata: Bytes::new(),
+        }
+        .encode_to_vec()
+        .into(),
+        signatures: Vec::new(),
+    };
+    weft_protos::block::set_metadata_slot(
+        &mut block,
+        BlockMetadataIndex::Signatures,
+        signatures.encode_to_vec().into(),
+    );
+    block
+}
