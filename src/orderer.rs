@@ -15,7 +15,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use prost::Message;
 use serde::Deserialize;
 use weft_ledger::Durability;
-use weft_orderer::{ConsensusMode, NodeConfig, Orderer};
+use weft_orderer::{ClusterConfig, ConsensusMode, NodeConfig, Orderer};
 use weft_protos::common::Block;
 
 use crate::settings::{GoDuration, load_yaml, resolve};
@@ -31,6 +31,18 @@ pub struct OrdererFile {
     pub ledger: LedgerSection,
     #[serde(default)]
     pub consensus: ConsensusSection,
+    #[serde(default)]
+    pub cluster: Option<ClusterSection>,
+}
+
+/// Where the node serves Raft cluster traffic, and how channel configs
+/// name it among their consenters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterSection {
+    pub listen_address: SocketAddr,
+    #[serde(default)]
+    pub endpoint: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -113,6 +125,8 @@ struct Settings {
     node: NodeConfig,
     signer: weft_msp::Signer,
     genesis_blocks: Vec<Block>,
+    /// The cluster listen address and this node's consenter endpoint.
+    cluster: Option<(SocketAddr, String)>,
 }
 
 impl Settings {
@@ -158,6 +172,22 @@ impl Settings {
                 }
             }
         };
+        let cluster = match &file.cluster {
+            Some(cluster) => {
+                let endpoint = cluster
+                    .endpoint
+                    .clone()
+                    .unwrap_or_else(|| cluster.listen_address.to_string());
+                let valid = endpoint
+                    .rsplit_once(':')
+                    .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+                if !valid {
+                    bail!("{}: {endpoint:?} is not host:port", at("cluster.endpoint"));
+                }
+                Some((cluster.listen_address, endpoint))
+            }
+            None => None,
+        };
         if file.orderer.max_message_bytes == 0 {
             bail!("{}: must be at least 1", at("orderer.maxMessageBytes"));
         }
@@ -175,6 +205,7 @@ impl Settings {
             },
             signer,
             genesis_blocks,
+            cluster,
         })
     }
 }
@@ -195,16 +226,37 @@ async fn run(settings: Settings) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(settings.listen_address)
         .await
         .with_context(|| format!("orderer.listenAddress: binding {}", settings.listen_address))?;
-    let orderer = Orderer::start(
+    let cluster = match &settings.cluster {
+        Some((address, endpoint)) => Some(ClusterConfig {
+            listener: tokio::net::TcpListener::bind(address)
+                .await
+                .with_context(|| format!("cluster.listenAddress: binding {address}"))?,
+            endpoint: endpoint.clone(),
+        }),
+        None => None,
+    };
+    let cluster_address = match &cluster {
+        Some(cluster) => Some(
+            cluster
+                .listener
+                .local_addr()
+                .context("cluster.listenAddress")?,
+        ),
+        None => None,
+    };
+    let orderer = Orderer::start_with_cluster(
         settings.node,
         settings.signer,
         settings.genesis_blocks,
         listener,
+        cluster,
     )
     .await
     .context("starting the orderer")?;
+    let cluster_note =
+        cluster_address.map_or_else(String::new, |address| format!(", cluster {address}"));
     println!(
-        "orderer {} ready: grpc {}, channels [{}]",
+        "orderer {} ready: grpc {}{cluster_note}, channels [{}]",
         settings.id,
         orderer.local_addr(),
         orderer.channel_ids().join(", ")

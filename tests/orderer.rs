@@ -293,9 +293,10 @@ async fn a_clean_shutdown_orders_the_pending_batch() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_etcdraft_channel_is_refused_unless_the_node_orders_it_alone() {
-    // Goal: until Raft arrives, a channel whose config names etcdraft does
-    // not start by accident; the node's consensus override runs it solo.
+async fn an_etcdraft_channel_needs_cluster_settings_unless_the_node_orders_it_alone() {
+    // Goal: a node without cluster settings refuses a channel whose config
+    // names etcdraft, saying what is missing; the node's consensus
+    // override runs it solo.
     let mut network = Network::with_batch_timeout("100ms");
     network.genesis = network.genesis_with_consensus("etcdraft");
     let data = tempfile::tempdir().unwrap();
@@ -309,7 +310,9 @@ async fn an_etcdraft_channel_is_refused_unless_the_node_orders_it_alone() {
     .await
     .unwrap_err();
     assert!(
-        error.to_string().contains("etcdraft is not supported yet"),
+        error
+            .to_string()
+            .contains("this node has no cluster settings"),
         "{error}"
     );
 
@@ -415,6 +418,426 @@ async fn weft_orderer_start_serves_until_terminated() {
     let store =
         BlockStore::open(&StoreConfig::new(dir.path().join("data/ledgers/orders"))).unwrap();
     assert_eq!(store.height(), 2);
+}
+
+/// One `weft orderer start` process of a Raft cluster.
+struct RaftNode {
+    config: std::path::PathBuf,
+    grpc: String,
+    process: Option<std::process::Child>,
+    /// The node's log lines (standard error), read by a thread.
+    log: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl RaftNode {
+    fn spawn(&mut self) {
+        let mut process = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args([
+                "orderer",
+                "start",
+                "--config",
+                self.config.to_str().unwrap(),
+            ])
+            .env("NO_COLOR", "1")
+            .env("WEFT_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = process.stderr.take().unwrap();
+        let log = self.log.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+                let Ok(line) = line else { return };
+                log.lock().unwrap().push(line);
+            }
+        });
+        self.process = Some(process);
+    }
+
+    /// The highest term in which this node said it leads, since `from`
+    /// log lines.
+    fn led_in_term(&self) -> Option<u64> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|line| line.contains("this node leads"))
+            .filter_map(|line| {
+                let term = line.split("term=").nth(1)?;
+                term.split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .max()
+    }
+
+    fn lost_leadership_after(&self, term: u64) -> bool {
+        let log = self.log.lock().unwrap();
+        let led = log.iter().rposition(|line| {
+            line.contains("this node leads") && line.contains(&format!("term={term}"))
+        });
+        led.is_some_and(|at| {
+            log[at..]
+                .iter()
+                .any(|line| line.contains("no longer leads"))
+        })
+    }
+
+    async fn client(&self) -> AtomicBroadcastClient<Channel> {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.grpc))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        AtomicBroadcastClient::new(channel)
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.kill().unwrap(); // SIGKILL
+            process.wait().unwrap();
+        }
+    }
+}
+
+impl Drop for RaftNode {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Broadcasts transactions to `node` on one stream, a window at a time,
+/// until `stop`; returns the TxIDs answered SUCCESS and the number
+/// refused (no leader while one is elected, or the node died).
+async fn broadcast_load(
+    network: Arc<Network>,
+    client: AtomicBroadcastClient<Channel>,
+    name: String,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> (Vec<String>, usize) {
+    const WINDOW: usize = 20;
+    let mut client = client;
+    let mut succeeded = Vec::new();
+    let mut refused = 0;
+    let mut round = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let transactions: Vec<(String, Envelope)> = (0..WINDOW)
+            .map(|i| {
+                network.transaction(CHANNEL, &network.client1, &format!("{name}-{round}-{i}"), 0)
+            })
+            .collect();
+        round += 1;
+        let requests: Vec<Envelope> = transactions.iter().map(|(_, e)| e.clone()).collect();
+        let Ok(responses) = client.broadcast(tokio_stream::iter(requests)).await else {
+            return (succeeded, refused + WINDOW);
+        };
+        let mut responses = responses.into_inner();
+        let mut answered = 0;
+        loop {
+            match responses.message().await {
+                Ok(Some(response)) => {
+                    if response.status == Status::Success as i32 {
+                        succeeded.push(transactions[answered].0.clone());
+                    } else {
+                        refused += 1;
+                    }
+                    answered += 1;
+                }
+                // The node died: the rest got no answer.
+                Ok(None) | Err(_) => break,
+            }
+        }
+        if answered < WINDOW {
+            refused += WINDOW - answered;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    (succeeded, refused)
+}
+
+/// The blocks 0..height of the channel on `node`.
+async fn blocks_of(node: &RaftNode, reader: &Signer, height: u64) -> Vec<Block> {
+    let mut client = node.client().await;
+    let request = seek_envelope(
+        CHANNEL,
+        reader,
+        Position::Specified(SeekSpecified { number: 0 }),
+        Position::Specified(SeekSpecified { number: height - 1 }),
+        SeekBehavior::BlockUntilReady,
+    );
+    let mut stream = client
+        .deliver(tokio_stream::iter(vec![request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut blocks = Vec::new();
+    let read = async {
+        while (blocks.len() as u64) < height {
+            match stream.message().await.unwrap().unwrap().r#type.unwrap() {
+                Delivered::Block(block) => blocks.push(block),
+                Delivered::Status(status) => panic!("deliver ended early with {status}"),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), read)
+        .await
+        .expect("the node delivers every block up to the height");
+    blocks
+}
+
+/// The height of the channel on `node` (Deliver of the newest block).
+async fn height_of(node: &RaftNode, reader: &Signer) -> u64 {
+    let mut client = node.client().await;
+    let request = seek_envelope(
+        CHANNEL,
+        reader,
+        Position::Newest(SeekNewest {}),
+        Position::Newest(SeekNewest {}),
+        SeekBehavior::BlockUntilReady,
+    );
+    let mut stream = client
+        .deliver(tokio_stream::iter(vec![request]))
+        .await
+        .unwrap()
+        .into_inner();
+    match stream.message().await.unwrap().unwrap().r#type.unwrap() {
+        Delivered::Block(block) => block.header.unwrap().number + 1,
+        Delivered::Status(status) => panic!("no newest block: {status}"),
+    }
+}
+
+async fn wait_for_leader(nodes: &[RaftNode], alive: &[usize], after_term: u64) -> (usize, u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let leader = alive
+            .iter()
+            .filter_map(|&index| nodes[index].led_in_term().map(|term| (index, term)))
+            .filter(|(index, term)| {
+                *term > after_term && !nodes[*index].lost_leadership_after(*term)
+            })
+            .max_by_key(|(_, term)| *term);
+        if let Some(leader) = leader {
+            return leader;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no raft leader elected"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_raft_cluster_survives_a_killed_leader_and_the_node_catches_up() {
+    // Goal: three `weft orderer start` processes order an etcdraft
+    // channel. Under a steady broadcast load on every node (followers
+    // forward to the leader), the leader is killed with SIGKILL; another
+    // takes over, every transaction answered SUCCESS is in the chain
+    // exactly once, and the survivors' blocks have the same header
+    // hashes. Restarted, the killed node catches up (its log was
+    // compacted past on the others: it pulls blocks for a snapshot) to
+    // the same hashes, and orders again.
+    let network = Arc::new(Network::with_batch_timeout("100ms"));
+    let dir = tempfile::tempdir().unwrap();
+    let msp = dir.path().join("msp");
+    for (folder, file, pem) in [
+        ("signcerts", "cert.pem", &network.orderer.0.certificate_pem),
+        ("keystore", "key_sk", &network.orderer.0.key_pem),
+    ] {
+        std::fs::create_dir_all(msp.join(folder)).unwrap();
+        std::fs::write(msp.join(folder).join(file), pem).unwrap();
+    }
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let metadata = weft_protos::etcdraft::ConfigMetadata {
+        consenters: ports
+            .iter()
+            .map(|(_, cluster)| weft_protos::etcdraft::Consenter {
+                host: "127.0.0.1".to_owned(),
+                port: u32::from(*cluster),
+                ..Default::default()
+            })
+            .collect(),
+        options: Some(weft_protos::etcdraft::Options {
+            tick_interval: "50ms".to_owned(),
+            election_tick: 10,
+            heartbeat_tick: 1,
+            max_inflight_blocks: 5,
+            // Small, so that logs are compacted during the test.
+            snapshot_interval_size: 64 * 1024,
+        }),
+    };
+    let genesis = network.genesis_with_raft(&metadata);
+    std::fs::write(dir.path().join("orders.block"), genesis.encode_to_vec()).unwrap();
+    let mut nodes: Vec<RaftNode> = ports
+        .iter()
+        .enumerate()
+        .map(|(index, (grpc, cluster))| {
+            let config = dir.path().join(format!("orderer{index}.yaml"));
+            std::fs::write(
+                &config,
+                format!(
+                    "orderer:\n  id: orderer{index}\n  listenAddress: 127.0.0.1:{grpc}\n  \
+                     localMspId: OrdererMSP\n  mspConfigPath: msp\n  fileSystemPath: data{index}\n\
+                     channels:\n  - genesisBlock: orders.block\n\
+                     consensus:\n  type: channel\n\
+                     cluster:\n  listenAddress: 127.0.0.1:{cluster}\n"
+                ),
+            )
+            .unwrap();
+            RaftNode {
+                config,
+                grpc: format!("127.0.0.1:{grpc}"),
+                process: None,
+                log: Arc::default(),
+            }
+        })
+        .collect();
+    for node in &mut nodes {
+        node.spawn();
+    }
+    let (leader, term) = wait_for_leader(&nodes, &[0, 1, 2], 0).await;
+
+    // A steady load on every node, the leader included.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut loads = Vec::new();
+    for (index, node) in nodes.iter().enumerate() {
+        let mut client = None;
+        for _ in 0..50 {
+            if let Ok(channel) =
+                tonic::transport::Endpoint::from_shared(format!("http://{}", node.grpc))
+                    .unwrap()
+                    .connect()
+                    .await
+            {
+                client = Some(AtomicBroadcastClient::new(channel));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        loads.push(tokio::spawn(broadcast_load(
+            network.clone(),
+            client.expect("the node serves"),
+            format!("node{index}"),
+            stop.clone(),
+        )));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    nodes[leader].kill();
+    let survivors: Vec<usize> = (0..3).filter(|&index| index != leader).collect();
+    let (new_leader, _) = wait_for_leader(&nodes, &survivors, term).await;
+    assert_ne!(new_leader, leader);
+    // Keep the load on under the new leader for a while.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut succeeded = Vec::new();
+    for load in loads {
+        let (ok, _refused) = load.await.unwrap();
+        succeeded.extend(ok);
+    }
+    assert!(
+        succeeded.len() > 100,
+        "only {} transactions ordered",
+        succeeded.len()
+    );
+
+    // The survivors agree on every block.
+    let reader = &network.orderer.clone_signer();
+    let height = height_of(&nodes[new_leader], reader).await;
+    let chains = [
+        blocks_of(&nodes[survivors[0]], reader, height).await,
+        blocks_of(&nodes[survivors[1]], reader, height).await,
+    ];
+    let hashes = |blocks: &[Block]| -> Vec<Vec<u8>> {
+        blocks
+            .iter()
+            .map(|block| block_header_hash(block.header.as_ref().unwrap()).to_vec())
+            .collect()
+    };
+    assert_eq!(hashes(&chains[0]), hashes(&chains[1]));
+    assert_eq!(chains[0][0], genesis);
+    let mut ordered: HashMap<String, usize> = HashMap::new();
+    for block in &chains[0][1..] {
+        for envelope in &block.data.as_ref().unwrap().data {
+            *ordered.entry(tx_id_of(envelope)).or_default() += 1;
+        }
+    }
+    for tx_id in &succeeded {
+        assert_eq!(ordered.get(tx_id), Some(&1), "{tx_id} answered SUCCESS");
+    }
+    assert!(
+        ordered.values().all(|&count| count == 1),
+        "a transaction ordered twice"
+    );
+
+    // The killed node comes back and catches up.
+    nodes[leader].spawn();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if tokio::time::timeout(Duration::from_secs(2), height_of(&nodes[leader], reader))
+            .await
+            .is_ok_and(|caught_up| caught_up >= height)
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the restarted node did not catch up"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let restarted = blocks_of(&nodes[leader], reader, height).await;
+    assert_eq!(hashes(&restarted), hashes(&chains[0]));
+    let pulled = nodes[leader]
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|line| line.contains("pulled blocks to catch up with a snapshot"));
+    assert!(pulled, "the restarted node caught up from a snapshot");
+
+    // It orders again: a transaction sent to it (forwarded to the
+    // leader) reaches every node.
+    let (tx_id, envelope) = network.transaction(CHANNEL, &network.client1, "after", 0);
+    let mut client = nodes[leader].client().await;
+    let mut answer = Vec::new();
+    for _ in 0..50 {
+        answer = broadcast(
+            &mut client,
+            &[(envelope.clone(), Expected::ordered(tx_id.clone(), false))],
+        )
+        .await;
+        if answer[0].0 == Status::Success {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(answer[0].0, Status::Success, "{answer:?}");
+    let (leader_now, _) = wait_for_leader(&nodes, &[0, 1, 2], 0).await;
+    let height = height_of(&nodes[leader_now], reader).await;
+    let chains = [
+        blocks_of(&nodes[0], reader, height).await,
+        blocks_of(&nodes[1], reader, height).await,
+        blocks_of(&nodes[2], reader, height).await,
+    ];
+    assert_eq!(hashes(&chains[0]), hashes(&chains[1]));
+    assert_eq!(hashes(&chains[0]), hashes(&chains[2]));
+    let found = chains[0]
+        .iter()
+        .skip(1)
+        .flat_map(|block| block.data.as_ref().unwrap().data.iter())
+        .filter(|envelope| tx_id_of(envelope) == tx_id)
+        .count();
+    assert_eq!(found, 1);
 }
 
 #[test]
@@ -1196,6 +1619,15 @@ impl Network {
         } else {
             Bytes::new()
         };
+        self.genesis_with(consensus, metadata)
+    }
+
+    /// The channel's genesis block for a Raft cluster with `metadata`.
+    fn genesis_with_raft(&self, metadata: &weft_protos::etcdraft::ConfigMetadata) -> Block {
+        self.genesis_with("etcdraft", metadata.encode_to_vec().into())
+    }
+
+    fn genesis_with(&self, consensus: &str, metadata: Bytes) -> Block {
         let member = |org: &TestOrg| format!("OR('{}.member')", org.msp_id());
         let orderer_org = org_group(
             &self.orderer_org,

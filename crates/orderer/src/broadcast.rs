@@ -55,13 +55,16 @@ use weft_protos::orderer::BroadcastResponse;
 use weft_protos::tx::Sign;
 use weft_protos::view::{Limits, TxBody, TxEnvelope};
 
-use crate::chain::ChainInput;
+use crate::chain::{Ack, ChainInput};
 use crate::channel::{Channel, ChannelConfig};
 use crate::config_update::{UpdateError, next_config};
 use crate::server::Channels;
 
 /// Envelopes of one stream being checked at once.
 pub const CHECKS_IN_FLIGHT_MAX: usize = 64;
+/// Envelopes of one stream submitted to the consenter and not answered
+/// yet (Raft answers once a block is decided: enough for several blocks).
+const SUBMITTED_IN_FLIGHT_MAX: usize = 1024;
 /// Responses buffered per stream before the client must read.
 const RESPONSES_BUFFERED_MAX: usize = 64;
 /// The policy a Broadcast client must satisfy.
@@ -382,14 +385,18 @@ async fn read_requests(
     }
 }
 
-/// Takes the outcomes in request order: submits accepted envelopes to
-/// their consenter, then answers.
+/// Takes the outcomes in request order and submits accepted envelopes to
+/// their consenter; the answers follow in the same order (`answer`), so a
+/// consenter that answers once an envelope is ordered (Raft) still has
+/// many envelopes of one stream in flight.
 async fn answer_in_order(
     mut checks: mpsc::Receiver<CheckOutcome>,
     responses: mpsc::Sender<Result<BroadcastResponse, GrpcStatus>>,
     remote: Option<SocketAddr>,
 ) {
     let remote = remote.map_or_else(|| "unknown".to_owned(), |address| address.to_string());
+    let (acks, acks_out) = mpsc::channel(SUBMITTED_IN_FLIGHT_MAX);
+    let answering = tokio::spawn(answer(acks_out, responses, remote));
     while let Some(outcome) = checks.recv().await {
         let outcome = outcome.await.unwrap_or_else(|_| {
             Err(Refusal::new(
@@ -397,13 +404,33 @@ async fn answer_in_order(
                 "the envelope check failed unexpectedly",
             ))
         });
-        let result = match outcome {
+        let submitted = match outcome {
             Ok(accepted) => accepted
                 .channel
                 .chain
                 .submit(accepted.input)
                 .await
                 .map_err(|e| Refusal::new(Status::ServiceUnavailable, e.to_string())),
+            Err(refusal) => Err(refusal),
+        };
+        if acks.send(submitted).await.is_err() {
+            break;
+        }
+    }
+    drop(acks);
+    // The answering task ends once every answer is sent or the client left.
+    let _ = answering.await;
+}
+
+/// Sends each submission's answer, in request order.
+async fn answer(
+    mut acks: mpsc::Receiver<Result<Ack, Refusal>>,
+    responses: mpsc::Sender<Result<BroadcastResponse, GrpcStatus>>,
+    remote: String,
+) {
+    while let Some(submitted) = acks.recv().await {
+        let result = match submitted {
+            Ok(ack) => ack.outcome().await,
             Err(refusal) => Err(refusal),
         };
         let response = match result {

@@ -9,11 +9,13 @@
 //!
 //! - **solo** (here): the task itself is the only decider; it runs the
 //!   [`BlockCutter`] and its timer and hands each batch to the writer.
-//! - **Raft** (to come): the leader's task runs the cutter and proposes
-//!   each batch as a Raft log entry; every node, leader included, hands
-//!   entries to its writer once Raft has ordered them. Because
+//! - **Raft** (`crate::raft`): the leader's task runs the cutter and
+//!   proposes each batch as a Raft log entry; every node, leader included,
+//!   hands entries to its writer once Raft has decided them. Because
 //!   [`BlockWriter::assemble`] is a function of the batch sequence, all
-//!   nodes store the same blocks, each with its own signature.
+//!   nodes store the same blocks, each with its own signature. Raft
+//!   answers each submission ([`Ack::Later`]) only once its block is
+//!   decided, so a client's SUCCESS survives the loss of any minority.
 //!
 //! [`Consenter`] names the choice; [`start`] spawns the matching task.
 //!
@@ -33,6 +35,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use weft_protos::tx::Sign;
 
+use weft_protos::common::Status;
+
+use crate::broadcast::Refusal;
 use crate::channel::{Channel, ChannelConfig, config_of_block};
 use crate::cutter::{Batch, BlockCutter};
 use crate::error::{Error, Result};
@@ -45,6 +50,8 @@ const MAILBOX_CAPACITY: usize = 4096;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Consenter {
     Solo,
+    /// Raft (etcdraft) among the consenters the channel config names.
+    Raft,
 }
 
 /// An envelope accepted by Broadcast, on its way to the consenter.
@@ -75,34 +82,98 @@ pub(crate) struct Unavailable {
     pub channel: String,
 }
 
+/// What the mailbox carries: an accepted envelope and, when the consenter
+/// answers only once the envelope is ordered (Raft), where to answer.
+#[derive(Debug)]
+pub(crate) struct Submission {
+    pub input: ChainInput,
+    /// Forwarded by another orderer of the cluster: a node that is not the
+    /// leader refuses it rather than forwarding it again.
+    pub forwarded: bool,
+    pub done: Option<oneshot::Sender<Result<(), Refusal>>>,
+}
+
+/// When a client may be told SUCCESS for a submitted envelope.
+#[derive(Debug)]
+pub(crate) enum Ack {
+    /// Now: the consenter holds it (solo, whose mailbox survives until
+    /// ordered, as Fabric's solo answers).
+    Now,
+    /// Once the consenter answers: Raft answers when the envelope's block
+    /// is decided, or refuses it (no leader, leadership lost).
+    Later(oneshot::Receiver<Result<(), Refusal>>),
+}
+
+impl Ack {
+    /// Waits for the consenter's answer.
+    pub async fn outcome(self) -> Result<(), Refusal> {
+        match self {
+            Self::Now => Ok(()),
+            Self::Later(answer) => answer.await.unwrap_or_else(|_| {
+                Err(Refusal::new(
+                    Status::ServiceUnavailable,
+                    "the consenter stopped before the envelope was ordered",
+                ))
+            }),
+        }
+    }
+}
+
 /// The sending end of a channel's mailbox.
 #[derive(Debug, Clone)]
 pub(crate) struct ChainHandle {
     channel_id: String,
-    mailbox: mpsc::Sender<ChainInput>,
+    mailbox: mpsc::Sender<Submission>,
+    /// Whether the consenter answers each envelope (Raft) or holding it is
+    /// enough (solo).
+    answers: bool,
 }
 
 impl ChainHandle {
     /// Hands an accepted envelope to the consenter, waiting while the
-    /// mailbox is full.
-    pub async fn submit(&self, input: ChainInput) -> Result<(), Unavailable> {
-        self.mailbox.send(input).await.map_err(|_| Unavailable {
-            channel: self.channel_id.clone(),
-        })
+    /// mailbox is full; the [`Ack`] tells when the client may hear SUCCESS.
+    pub async fn submit(&self, input: ChainInput) -> Result<Ack, Unavailable> {
+        self.submit_as(input, false).await
+    }
+
+    /// [`ChainHandle::submit`] for an envelope another orderer forwarded.
+    pub async fn submit_forwarded(&self, input: ChainInput) -> Result<Ack, Unavailable> {
+        self.submit_as(input, true).await
+    }
+
+    async fn submit_as(&self, input: ChainInput, forwarded: bool) -> Result<Ack, Unavailable> {
+        let (done, ack) = if self.answers {
+            let (done, answer) = oneshot::channel();
+            (Some(done), Ack::Later(answer))
+        } else {
+            (None, Ack::Now)
+        };
+        self.mailbox
+            .send(Submission {
+                input,
+                forwarded,
+                done,
+            })
+            .await
+            .map_err(|_| Unavailable {
+                channel: self.channel_id.clone(),
+            })?;
+        Ok(ack)
     }
 }
 
 /// The receiving end, until the task takes it.
 #[derive(Debug)]
-pub(crate) struct Mailbox(mpsc::Receiver<ChainInput>);
+pub(crate) struct Mailbox(pub(crate) mpsc::Receiver<Submission>);
 
-/// A new mailbox for `channel_id`.
-pub(crate) fn mailbox(channel_id: &str) -> (ChainHandle, Mailbox) {
+/// A new mailbox for `channel_id`, ordered by `consenter`.
+pub(crate) fn mailbox(channel_id: &str, consenter: Consenter) -> (ChainHandle, Mailbox) {
     let (sender, receiver) = mpsc::channel(MAILBOX_CAPACITY);
     (
         ChainHandle {
             channel_id: channel_id.to_owned(),
             mailbox: sender,
+            answers: consenter == Consenter::Raft,
         },
         Mailbox(receiver),
     )
@@ -111,8 +182,8 @@ pub(crate) fn mailbox(channel_id: &str) -> (ChainHandle, Mailbox) {
 /// A running channel task.
 #[derive(Debug)]
 pub(crate) struct ChainTask {
-    halt: oneshot::Sender<()>,
-    task: JoinHandle<Result<()>>,
+    pub(crate) halt: oneshot::Sender<()>,
+    pub(crate) task: JoinHandle<Result<()>>,
 }
 
 impl ChainTask {
@@ -128,27 +199,25 @@ impl ChainTask {
     }
 }
 
-/// Starts the consenter task of `channel`, writing with `writer`.
-pub(crate) fn start(
-    consenter: Consenter,
+/// Starts the solo consenter task of `channel`, writing with `writer`
+/// (Raft channels start with `crate::raft::start`).
+pub(crate) fn start_solo(
     channel: Arc<Channel>,
     mailbox: Mailbox,
     writer: BlockWriter,
     signer: Arc<dyn Sign + Send + Sync>,
 ) -> ChainTask {
     let (halt, halted) = oneshot::channel();
-    let task = match consenter {
-        Consenter::Solo => tokio::spawn(async move {
-            let channel_id = channel.id.clone();
-            let result = Solo::new(channel, writer, signer)
-                .run(mailbox.0, halted)
-                .await;
-            if let Err(error) = &result {
-                tracing::error!(channel = %channel_id, %error, "solo chain stopped");
-            }
-            result
-        }),
-    };
+    let task = tokio::spawn(async move {
+        let channel_id = channel.id.clone();
+        let result = Solo::new(channel, writer, signer)
+            .run(mailbox.0, halted)
+            .await;
+        if let Err(error) = &result {
+            tracing::error!(channel = %channel_id, %error, "solo chain stopped");
+        }
+        result
+    });
     ChainTask { halt, task }
 }
 
@@ -178,7 +247,7 @@ impl Solo {
 
     async fn run(
         mut self,
-        mut mailbox: mpsc::Receiver<ChainInput>,
+        mut mailbox: mpsc::Receiver<Submission>,
         mut halted: oneshot::Receiver<()>,
     ) -> Result<()> {
         loop {
@@ -195,7 +264,7 @@ impl Solo {
                 biased;
                 _ = &mut halted => break,
                 input = mailbox.recv() => match input {
-                    Some(input) => self.order(input).await?,
+                    Some(submission) => self.order(submission.input).await?,
                     None => break,
                 },
                 () = timer => {
@@ -207,8 +276,8 @@ impl Solo {
         }
         // Order what clients were already told SUCCESS for, then stop.
         mailbox.close();
-        while let Some(input) = mailbox.recv().await {
-            self.order(input).await?;
+        while let Some(submission) = mailbox.recv().await {
+            self.order(submission.input).await?;
         }
         let batch = self.cutter.cut();
         self.write_batch(batch).await

@@ -60,6 +60,9 @@ pub enum Error {
     /// The gRPC server failed.
     #[error("gRPC server: {0}")]
     Serve(#[from] tonic::transport::Error),
+    /// The channel's Raft node, its log store or its cluster failed.
+    #[error("channel {channel}: raft: {reason}")]
+    Raft { channel: String, reason: String },
     /// A channel task failed or panicked.
     #[error("channel {channel}: {reason}")]
     Task { channel: String, reason: String },

@@ -19,6 +19,9 @@
 //! 3. [`BlockWriter`]: each decided batch becomes the next block (a
 //!    deterministic function of the batch sequence), signed by the
 //!    orderer and appended to the channel's `weft_ledger::BlockStore`;
+//!    with Raft (`raft`), the leader cuts and proposes each batch as a
+//!    log entry, and every consenter writes the block once Raft decides
+//!    it; cluster traffic travels on `weft.cluster.Cluster`;
 //! 4. `deliver`: blocks back to readers (`/Channel/Readers`) with Fabric's
 //!    seek semantics, shared with the peer through `weft_ledger`.
 //!
@@ -35,6 +38,7 @@ mod config_update;
 pub mod cutter;
 mod deliver;
 mod error;
+mod raft;
 mod server;
 pub mod writer;
 
@@ -43,5 +47,5 @@ pub use chain::Consenter;
 pub use config::{BatchSize, ChannelOrdererConfig, ConfigError, Consensus};
 pub use cutter::BlockCutter;
 pub use error::{Error, Result};
-pub use server::{ConsensusMode, NodeConfig, Orderer};
+pub use server::{ClusterConfig, ConsensusMode, NodeConfig, Orderer};
 pub use writer::{BlockContent, BlockWriter};

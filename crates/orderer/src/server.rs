@@ -3,7 +3,8 @@
 //! as one [`Orderer`].
 //!
 //! Layout of the data directory: `ledgers/<channel>/` holds each channel's
-//! RocksDB block store. On first start a channel is created from its
+//! RocksDB block store, `raft/<channel>/` the Raft log of each etcdraft
+//! channel. On first start a channel is created from its
 //! genesis (bootstrap) block; on later starts it is reopened from its
 //! store, with the configuration of its last config block, and a genesis
 //! block still given for it must be the one stored.
@@ -26,23 +27,29 @@ use weft_protos::tx::Sign;
 use weft_protos::view::Limits;
 
 use crate::broadcast::{self, CheckContext};
+use weft_protos::cluster::cluster_server::ClusterServer;
+
 use crate::chain::{self, ChainTask, Consenter};
 use crate::channel::{self, Channel, ChannelConfig};
 use crate::config::Consensus;
 use crate::deliver;
 use crate::error::{Error, Result};
+use crate::raft::transport::{self, ClusterService, Transport};
+use crate::raft::{LogStore, Members, Options as RaftOptions};
 use crate::writer::BlockWriter;
 
 /// How long a shutdown waits for open streams to end before cutting them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// The directory of the channels' block stores, under the data directory.
 const LEDGERS_DIR: &str = "ledgers";
+/// The directory of the channels' Raft logs, under the data directory.
+const RAFT_DIR: &str = "raft";
 
 /// Which consenter this node runs for its channels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ConsensusMode {
-    /// Each channel's `ConsensusType` decides (solo today; etcdraft
-    /// channels are refused until Raft arrives).
+    /// Each channel's `ConsensusType` decides: solo, or etcdraft (Raft
+    /// among the consenters it names; the node needs a [`ClusterConfig`]).
     #[default]
     FollowChannel,
     /// Every channel is ordered by this node alone, whatever its config
@@ -81,6 +88,18 @@ impl NodeConfig {
     }
 }
 
+/// How a node takes part in Raft clusters: where it serves cluster
+/// traffic (`weft.cluster.Cluster`) and the endpoint by which channel
+/// configs name it among their consenters.
+#[derive(Debug)]
+pub struct ClusterConfig {
+    pub listener: TcpListener,
+    /// `host:port` exactly as in the consenters of the channels' etcdraft
+    /// metadata (it need not be the listener's own address, e.g. behind
+    /// a NAT or when listening on 0.0.0.0).
+    pub endpoint: String,
+}
+
 /// The channels a node serves, by ID.
 #[derive(Debug, Default)]
 pub(crate) struct Channels {
@@ -102,6 +121,7 @@ pub struct Orderer {
     tasks: Vec<(String, ChainTask)>,
     shutdown: watch::Sender<bool>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
+    cluster_server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
 }
 
 impl Orderer {
@@ -109,11 +129,26 @@ impl Orderer {
     /// `genesis_blocks` not there yet, starts their consenters (blocks
     /// are signed by `signer`) and serves `orderer.AtomicBroadcast` on
     /// `listener` until [`Orderer::shutdown`].
+    ///
+    /// A node started this way orders no etcdraft channel: see
+    /// [`Orderer::start_with_cluster`].
     pub async fn start(
         config: NodeConfig,
         signer: impl Sign + Send + Sync + 'static,
         genesis_blocks: Vec<Block>,
         listener: TcpListener,
+    ) -> Result<Self> {
+        Self::start_with_cluster(config, signer, genesis_blocks, listener, None).await
+    }
+
+    /// [`Orderer::start`], also serving cluster traffic as `cluster` says
+    /// and ordering etcdraft channels with their other consenters.
+    pub async fn start_with_cluster(
+        config: NodeConfig,
+        signer: impl Sign + Send + Sync + 'static,
+        genesis_blocks: Vec<Block>,
+        listener: TcpListener,
+        cluster: Option<ClusterConfig>,
     ) -> Result<Self> {
         let address = listener.local_addr().map_err(|source| Error::Io {
             path: PathBuf::from("<listener>"),
@@ -128,11 +163,22 @@ impl Orderer {
                 reason: format!("opening the channels failed: {e}"),
             })??;
 
+        let transport = Arc::new(Transport::new(config.message_bytes_max));
         let mut by_id = HashMap::new();
         let mut stores = Vec::new();
         let mut starts = Vec::new();
+        let mut inboxes = HashMap::new();
         for (channel_id, store, channel_config) in opened {
             let consenter = consenter_for(&channel_id, &channel_config, config.consensus)?;
+            let raft = match consenter {
+                Consenter::Solo => None,
+                Consenter::Raft => Some(raft_parts(
+                    &config,
+                    &channel_id,
+                    &channel_config,
+                    cluster.as_ref(),
+                )?),
+            };
             let writer = BlockWriter::new(
                 &channel_id,
                 store.clone(),
@@ -146,7 +192,7 @@ impl Orderer {
                 consenter = ?consenter,
                 "channel opened"
             );
-            let (handle, mailbox) = chain::mailbox(&channel_id);
+            let (handle, mailbox) = chain::mailbox(&channel_id, consenter);
             let channel = Arc::new(Channel::new(
                 channel_id.clone(),
                 store.clone(),
@@ -154,22 +200,73 @@ impl Orderer {
                 handle,
             ));
             by_id.insert(channel_id.clone(), channel.clone());
-            stores.push((channel_id, store));
-            starts.push((consenter, channel, mailbox, writer));
+            stores.push((channel_id.clone(), store));
+            let raft = raft.map(|(members, options, log)| {
+                let (inbox, inbox_out) = tokio::sync::mpsc::channel(transport::INBOX_MAX);
+                inboxes.insert(channel_id.clone(), inbox);
+                (members, options, log, inbox_out)
+            });
+            starts.push((channel, mailbox, writer, raft));
         }
-        let tasks = starts
-            .into_iter()
-            .map(|(consenter, channel, mailbox, writer)| {
-                let id = channel.id.clone();
-                (
-                    id,
-                    chain::start(consenter, channel, mailbox, writer, signer.clone()),
-                )
-            })
-            .collect();
-
         let channels = Arc::new(Channels { by_id });
         let (shutdown, shutdown_signal) = watch::channel(false);
+
+        // The cluster service first: starting Raft channels may pull
+        // blocks from the other consenters, which may pull from us.
+        let cluster_server = match cluster {
+            Some(cluster) => {
+                let cluster_address =
+                    cluster.listener.local_addr().map_err(|source| Error::Io {
+                        path: PathBuf::from("<cluster listener>"),
+                        source,
+                    })?;
+                let service = ClusterService {
+                    channels: channels.clone(),
+                    inboxes: Arc::new(inboxes),
+                };
+                let mut stop = shutdown_signal.clone();
+                tracing::info!(address = %cluster_address, endpoint = %cluster.endpoint, "orderer serving cluster traffic");
+                Some(tokio::spawn(
+                    tonic::transport::Server::builder()
+                        .add_service(
+                            ClusterServer::new(service)
+                                .max_decoding_message_size(config.message_bytes_max)
+                                .max_encoding_message_size(config.message_bytes_max),
+                        )
+                        .serve_with_incoming_shutdown(
+                            TcpListenerStream::new(cluster.listener),
+                            async move {
+                                let _ = stop.wait_for(|stop| *stop).await;
+                            },
+                        ),
+                ))
+            }
+            None => None,
+        };
+
+        let mut tasks = Vec::new();
+        for (channel, mailbox, writer, raft) in starts {
+            let id = channel.id.clone();
+            let task = match raft {
+                None => chain::start_solo(channel, mailbox, writer, signer.clone()),
+                Some((members, options, store, inbox)) => {
+                    crate::raft::start(crate::raft::Setup {
+                        channel,
+                        mailbox,
+                        inbox,
+                        writer,
+                        signer: signer.clone(),
+                        transport: transport.clone(),
+                        members,
+                        options,
+                        store,
+                    })
+                    .await?
+                }
+            };
+            tasks.push((id, task));
+        }
+
         let service = Service {
             context: CheckContext {
                 channels: channels.clone(),
@@ -201,6 +298,7 @@ impl Orderer {
             tasks,
             shutdown,
             server,
+            cluster_server,
         })
     }
 
@@ -233,6 +331,7 @@ impl Orderer {
             tasks,
             shutdown,
             mut server,
+            cluster_server,
             ..
         } = self;
         // Receivers may all be gone if the server already stopped.
@@ -255,6 +354,22 @@ impl Orderer {
         for (channel_id, task) in tasks {
             if let Err(error) = task.halt(&channel_id).await {
                 first_error.get_or_insert(error);
+            }
+        }
+        if let Some(cluster_server) = cluster_server {
+            // Forwarded submissions end with the channel tasks.
+            match tokio::time::timeout(SHUTDOWN_GRACE, cluster_server).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(error))) => {
+                    first_error.get_or_insert(Error::Serve(error));
+                }
+                Ok(Err(error)) => {
+                    first_error.get_or_insert(Error::Task {
+                        channel: String::new(),
+                        reason: format!("the cluster server task died: {error}"),
+                    });
+                }
+                Err(_) => tracing::warn!("cluster streams still open after the grace period"),
             }
         }
         drop(channels);
@@ -313,13 +428,47 @@ fn consenter_for(
             );
             Ok(Consenter::Solo)
         }
-        (Consensus::EtcdRaft(_), ConsensusMode::FollowChannel) => Err(Error::Consensus {
-            channel: channel_id.to_owned(),
-            reason: "consensus type etcdraft is not supported yet; use a solo channel, or set \
-                     the node's consensus to solo to order it on this node alone"
-                .to_owned(),
-        }),
+        (Consensus::EtcdRaft(_), ConsensusMode::FollowChannel) => Ok(Consenter::Raft),
     }
+}
+
+/// What a Raft channel needs besides the channel: its members, its
+/// options and its opened log store (`<data dir>/raft/<channel>/`).
+fn raft_parts(
+    config: &NodeConfig,
+    channel_id: &str,
+    channel_config: &ChannelConfig,
+    cluster: Option<&ClusterConfig>,
+) -> Result<(Members, RaftOptions, LogStore)> {
+    let consensus_error = |reason: String| Error::Consensus {
+        channel: channel_id.to_owned(),
+        reason,
+    };
+    let cluster = cluster.ok_or_else(|| {
+        consensus_error(
+            "the channel is ordered by etcdraft, but this node has no cluster settings \
+             (cluster.listenAddress in orderer.yaml); or set the node's consensus to solo to \
+             order it alone"
+                .to_owned(),
+        )
+    })?;
+    let metadata = crate::raft::raft_metadata(channel_config).ok_or_else(|| {
+        consensus_error("the channel config names no etcdraft metadata".to_owned())
+    })?;
+    let members = Members::new(metadata, &cluster.endpoint).map_err(&consensus_error)?;
+    let options = RaftOptions::new(metadata.options.as_ref())
+        .map_err(|reason| consensus_error(format!("etcdraft {reason}")))?;
+    let path = config.data_dir.join(RAFT_DIR).join(channel_id);
+    std::fs::create_dir_all(&path).map_err(|source| Error::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let ids: Vec<u64> = members.endpoints.keys().copied().collect();
+    let store = LogStore::open(&path, &ids).map_err(|reason| Error::Raft {
+        channel: channel_id.to_owned(),
+        reason,
+    })?;
+    Ok((members, options, store))
 }
 
 /// Opens the stores of every channel on disk and of every genesis block.

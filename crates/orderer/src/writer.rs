@@ -19,7 +19,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use ring::rand::SecureRandom;
 use weft_ledger::BlockStore;
-use weft_protos::block::{new_block, sign_block};
+use weft_protos::block::{last_config_index, new_block, sign_block_with_consenter_metadata};
 use weft_protos::common::Block;
 use weft_protos::hash::{Hash, block_header_hash};
 use weft_protos::tx::Sign;
@@ -117,6 +117,17 @@ impl BlockWriter {
     /// Blocking: signing and the (possibly synced) write take a while, so
     /// async callers run it on a blocking thread.
     pub fn write(&mut self, content: &BlockContent) -> Result<Block> {
+        self.write_with_consenter_metadata(content, Bytes::new())
+    }
+
+    /// [`BlockWriter::write`], recording `consenter_metadata` in the signed
+    /// orderer metadata (Raft records the log index the block was decided
+    /// at, so that a restarted node knows what it has applied).
+    pub fn write_with_consenter_metadata(
+        &mut self,
+        content: &BlockContent,
+        consenter_metadata: Bytes,
+    ) -> Result<Block> {
         let mut block = self.assemble(content);
         let number = self.next_number;
         let last_config = match content {
@@ -129,9 +140,10 @@ impl BlockWriter {
             block: number,
             reason: "the system random generator failed".to_owned(),
         })?;
-        sign_block(
+        sign_block_with_consenter_metadata(
             &mut block,
             last_config,
+            consenter_metadata,
             self.signer.as_ref(),
             Bytes::copy_from_slice(&nonce),
         )
@@ -154,6 +166,53 @@ impl BlockWriter {
         self.last_config = last_config;
         debug_assert_eq!(self.store.height(), self.next_number);
         Ok(block)
+    }
+}
+
+impl BlockWriter {
+    /// Appends a block another orderer of the cluster wrote (a node
+    /// catching up from a Raft snapshot), as it was signed there. It must
+    /// be the next block and link to the last one; its header must hash
+    /// its data.
+    pub fn append_pulled(&mut self, block: &Block) -> Result<()> {
+        let number = self.next_number;
+        let bad = |reason: String| Error::BadChain {
+            channel: self.channel_id.clone(),
+            block: number,
+            reason: format!("a pulled block: {reason}"),
+        };
+        let header = block
+            .header
+            .as_ref()
+            .ok_or_else(|| bad("no header".to_owned()))?;
+        if header.number != number {
+            return Err(bad(format!("it is block {}", header.number)));
+        }
+        if header.previous_hash.as_ref() != self.previous_hash {
+            return Err(bad("it does not link to the last block".to_owned()));
+        }
+        let data = block
+            .data
+            .as_ref()
+            .ok_or_else(|| bad("no data".to_owned()))?;
+        if header.data_hash.as_ref() != weft_protos::hash::block_data_hash(data) {
+            return Err(bad("its data hash does not match its data".to_owned()));
+        }
+        let last_config = last_config_index(block)
+            .ok_or_else(|| bad("it records no last config block".to_owned()))?;
+        if last_config > number || last_config < self.last_config {
+            return Err(bad(format!(
+                "its last config block {last_config} is impossible"
+            )));
+        }
+        self.store.append(block).map_err(|source| Error::Ledger {
+            channel: self.channel_id.clone(),
+            source,
+        })?;
+        self.previous_hash = block_header_hash(header);
+        self.next_number = number + 1;
+        self.last_config = last_config;
+        Ok(())
     }
 }
 

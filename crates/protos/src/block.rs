@@ -61,13 +61,26 @@ pub fn sign_block(
     signer: &dyn Sign,
     nonce: Bytes,
 ) -> Result<(), SignError> {
+    sign_block_with_consenter_metadata(block, last_config, Bytes::new(), signer, nonce)
+}
+
+/// [`sign_block`], also recording the consenter's metadata in the signed
+/// `OrdererBlockMetadata` (Raft: an `etcdraft.BlockMetadata` with the Raft
+/// index the block was decided at).
+pub fn sign_block_with_consenter_metadata(
+    block: &mut Block,
+    last_config: u64,
+    consenter_metadata: Bytes,
+    signer: &dyn Sign,
+    nonce: Bytes,
+) -> Result<(), SignError> {
     let header = block
         .header
         .as_ref()
         .ok_or_else(|| SignError("a block without a header cannot be signed".to_owned()))?;
     let value: Bytes = OrdererBlockMetadata {
         last_config: Some(LastConfig { index: last_config }),
-        consenter_metadata: Bytes::new(),
+        consenter_metadata,
     }
     .encode_to_vec()
     .into();
@@ -110,6 +123,20 @@ pub fn last_config_index(block: &Block) -> Option<u64> {
     let metadata = Metadata::decode(slot.clone()).ok()?;
     let orderer = OrdererBlockMetadata::decode(metadata.value).ok()?;
     Some(orderer.last_config?.index)
+}
+
+/// The consenter metadata `block` records in the `OrdererBlockMetadata`
+/// of its SIGNATURES slot (empty for solo). `None` when the slot is absent
+/// or malformed.
+pub fn consenter_metadata(block: &Block) -> Option<Bytes> {
+    let slot = block
+        .metadata
+        .as_ref()?
+        .metadata
+        .get(BlockMetadataIndex::Signatures as usize)?;
+    let metadata = Metadata::decode(slot.clone()).ok()?;
+    let orderer = OrdererBlockMetadata::decode(metadata.value).ok()?;
+    Some(orderer.consenter_metadata)
 }
 
 /// Writes `value` into metadata slot `index` of `block`, creating the five

@@ -71,6 +71,12 @@ fabric_package!(
     "etcdraft.rs"
 );
 fabric_package!(
+    /// `weft.cluster`: weft's own orderer-to-orderer protocol (Raft
+    /// messages, forwarded envelopes, block pulls); not Fabric's.
+    cluster,
+    "weft.cluster.rs"
+);
+fabric_package!(
     /// `gateway`: the Fabric Gateway service.
     gateway,
     "gateway.rs"

@@ -1,0 +1,1062 @@
+//! The Raft consenter (Fabric's etcdraft): the orderers named in a
+//! channel's `ConsensusType` metadata order it together with raft-rs.
+//!
+//! **Who is who.** The consenters of the channel's etcdraft
+//! `ConfigMetadata` get Raft IDs 1, 2, … in config order; a node finds
+//! itself by its cluster endpoint (`host:port`, as the config names it).
+//! The consenters' TLS certificates are carried but not yet checked (no
+//! mutual TLS in weft yet). The consenter set is fixed: a config update
+//! that changes it is refused.
+//!
+//! **What the log holds.** One entry per block: the leader runs the
+//! [`BlockCutter`] and proposes each cut batch (or a config envelope,
+//! alone) as one entry. Every node, leader included, turns each committed
+//! entry into the next block with its [`BlockWriter`], in log order, so
+//! all nodes store the same headers and data (the same header hashes);
+//! only the SIGNATURES metadata differs, each orderer signing its own
+//! copy as in Fabric. Each block records the Raft index it was decided at
+//! (`etcdraft.BlockMetadata.raft_index`), so a restarted node knows which
+//! entries it has applied: the block store is the state machine, and
+//! applying an entry twice is impossible.
+//!
+//! **When a client hears SUCCESS.** Only once the envelope's block is
+//! decided (its entry committed by a majority and applied here), so an
+//! envelope answered SUCCESS survives the loss of any minority of nodes,
+//! the leader included. A follower checks an envelope as Broadcast does,
+//! forwards it to the leader (`transport`) and relays the leader's
+//! answer; with no leader known it answers SERVICE_UNAVAILABLE, as
+//! Fabric does.
+//!
+//! **Determinism.** Nothing is checked when an entry is applied: the
+//! leader checks before proposing. It takes new envelopes only once it
+//! has applied every entry of earlier terms, and proposes nothing while
+//! a config entry is in flight, so the configuration an envelope was
+//! checked against is the one in force when its block is written.
+//!
+//! **Snapshots.** After `SnapshotIntervalSize` bytes of entries, a node
+//! compacts its log into a snapshot that only says how many blocks the
+//! chain has (`SnapshotData`). A node that receives a snapshot pulls the
+//! missing blocks from another consenter before taking it.
+//!
+//! The task drives raft-rs as designed: it ticks the `RawNode`, steps
+//! messages, proposes; each `Ready` is handled on a blocking thread
+//! (persist, send, apply), then `advance`d.
+
+mod storage;
+pub(crate) mod transport;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use prost::Message as _;
+use raft::eraftpb::{Entry, EntryType, Snapshot};
+use raft::{RawNode, StateRole};
+use tokio::sync::{mpsc, oneshot};
+use weft_protos::cluster::{Batch as LogBatch, LogEntry, SnapshotData, log_entry};
+use weft_protos::common::Status;
+use weft_protos::etcdraft;
+use weft_protos::tx::Sign;
+
+use crate::broadcast::Refusal;
+use crate::chain::{ChainInput, ChainTask, Mailbox, Submission};
+use crate::channel::{Channel, ChannelConfig, config_of_block};
+use crate::config::Consensus;
+use crate::cutter::{Batch, BlockCutter};
+use crate::error::{Error, Result};
+use crate::writer::{BlockContent, BlockWriter};
+
+pub(crate) use storage::LogStore;
+use transport::Transport;
+
+/// Fabric's etcdraft defaults (configtxgen), for options left at zero.
+const TICK_INTERVAL_DEFAULT: Duration = Duration::from_millis(500);
+const ELECTION_TICK_DEFAULT: u32 = 10;
+const HEARTBEAT_TICK_DEFAULT: u32 = 1;
+const MAX_INFLIGHT_BLOCKS_DEFAULT: u32 = 5;
+const SNAPSHOT_INTERVAL_BYTES_DEFAULT: u64 = 16 * 1024 * 1024;
+/// The largest append message Raft builds (it always holds one entry).
+const RAFT_MESSAGE_BYTES_MAX: u64 = 1024 * 1024;
+/// Append messages in flight to one follower.
+const RAFT_INFLIGHT_MESSAGES_MAX: usize = 256;
+/// Entries kept in the log behind a snapshot, so that a follower a little
+/// behind catches up from the log rather than a snapshot (Fabric's
+/// `SnapshotCatchUpEntries`).
+const SNAPSHOT_CATCH_UP_ENTRIES: usize = 4;
+/// How often a node missing blocks retries pulling them.
+const PULL_RETRY: Duration = Duration::from_millis(500);
+/// How many rounds of pulling from every peer before giving up.
+const PULL_ROUNDS_MAX: u32 = 120;
+
+/// This node's place in a channel's consenter set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Members {
+    /// Raft ID (1-based, in config order) → endpoint `host:port`.
+    pub endpoints: BTreeMap<u64, String>,
+    pub self_id: u64,
+}
+
+impl Members {
+    /// The consenters of `metadata`, with this node found by its cluster
+    /// endpoint.
+    pub fn new(metadata: &etcdraft::ConfigMetadata, self_endpoint: &str) -> Result<Self, String> {
+        let endpoints: BTreeMap<u64, String> = metadata
+            .consenters
+            .iter()
+            .zip(1u64..)
+            .map(|(consenter, id)| (id, format!("{}:{}", consenter.host, consenter.port)))
+            .collect();
+        if endpoints.is_empty() {
+            return Err("the etcdraft metadata names no consenter".to_owned());
+        }
+        let mut distinct: Vec<&String> = endpoints.values().collect();
+        distinct.sort();
+        distinct.dedup();
+        if distinct.len() != endpoints.len() {
+            return Err("two consenters have the same host:port".to_owned());
+        }
+        let self_id = endpoints
+            .iter()
+            .find(|(_, endpoint)| endpoint.as_str() == self_endpoint)
+            .map(|(id, _)| *id)
+            .ok_or_else(|| {
+                format!(
+                    "this node's cluster endpoint {self_endpoint} is not among the channel's \
+                     consenters [{}]",
+                    endpoints.values().cloned().collect::<Vec<_>>().join(", ")
+                )
+            })?;
+        Ok(Self { endpoints, self_id })
+    }
+
+    fn ids(&self) -> Vec<u64> {
+        self.endpoints.keys().copied().collect()
+    }
+}
+
+/// The Raft timing and limits of a channel, from its etcdraft options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Options {
+    pub tick_interval: Duration,
+    pub election_tick: u32,
+    pub heartbeat_tick: u32,
+    pub max_inflight_blocks: u32,
+    pub snapshot_interval_bytes: u64,
+}
+
+impl Options {
+    /// Reads `options`, with Fabric's defaults for values left at zero.
+    pub fn new(options: Option<&etcdraft::Options>) -> Result<Self, String> {
+        let options = options.cloned().unwrap_or_default();
+        let tick_interval = if options.tick_interval.is_empty() {
+            TICK_INTERVAL_DEFAULT
+        } else {
+            weft_protos::duration::parse_go_duration(&options.tick_interval)
+                .map_err(|e| format!("Options.TickInterval {:?}: {e}", options.tick_interval))?
+        };
+        if tick_interval.is_zero() {
+            return Err("Options.TickInterval must be positive".to_owned());
+        }
+        let or = |value: u32, default: u32| if value == 0 { default } else { value };
+        let parsed = Self {
+            tick_interval,
+            election_tick: or(options.election_tick, ELECTION_TICK_DEFAULT),
+            heartbeat_tick: or(options.heartbeat_tick, HEARTBEAT_TICK_DEFAULT),
+            max_inflight_blocks: or(options.max_inflight_blocks, MAX_INFLIGHT_BLOCKS_DEFAULT),
+            snapshot_interval_bytes: if options.snapshot_interval_size == 0 {
+                SNAPSHOT_INTERVAL_BYTES_DEFAULT
+            } else {
+                u64::from(options.snapshot_interval_size)
+            },
+        };
+        if parsed.election_tick <= parsed.heartbeat_tick {
+            return Err(format!(
+                "Options.ElectionTick ({}) must be greater than Options.HeartbeatTick ({})",
+                parsed.election_tick, parsed.heartbeat_tick
+            ));
+        }
+        Ok(parsed)
+    }
+}
+
+/// The etcdraft metadata of a channel configuration, or why there is none.
+pub(crate) fn raft_metadata(config: &ChannelConfig) -> Option<&etcdraft::ConfigMetadata> {
+    match &config.orderer.consensus {
+        Consensus::EtcdRaft(metadata) => Some(metadata),
+        Consensus::Solo => None,
+    }
+}
+
+/// The Raft index a block records (0 for blocks without one: the genesis
+/// block, solo blocks).
+fn raft_index_of(block: &weft_protos::common::Block) -> u64 {
+    weft_protos::block::consenter_metadata(block)
+        .and_then(|bytes| etcdraft::BlockMetadata::decode(bytes).ok())
+        .map_or(0, |metadata| metadata.raft_index)
+}
+
+/// Everything a channel's Raft task starts from.
+pub(crate) struct Setup {
+    pub channel: Arc<Channel>,
+    pub mailbox: Mailbox,
+    pub inbox: mpsc::Receiver<raft::eraftpb::Message>,
+    pub writer: BlockWriter,
+    pub signer: Arc<dyn Sign + Send + Sync>,
+    pub transport: Arc<Transport>,
+    pub members: Members,
+    pub options: Options,
+    pub store: LogStore,
+}
+
+impl std::fmt::Debug for Setup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Setup")
+            .field("channel", &self.channel.id)
+            .field("members", &self.members)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens a channel's Raft log and starts its task. Blocks from a snapshot
+/// the chain lacks are pulled first.
+pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
+    let channel_id = setup.channel.id.clone();
+    let raft_error = |reason: String| Error::Raft {
+        channel: channel_id.clone(),
+        reason,
+    };
+    let Setup {
+        channel,
+        mailbox,
+        inbox,
+        mut writer,
+        signer,
+        transport,
+        members,
+        options,
+        store,
+    } = setup;
+    // A snapshot taken before a crash may be ahead of the block store.
+    let snapshot = store.snapshot_now();
+    let (writer_back, pulled) = {
+        let channel = channel.clone();
+        let transport = transport.clone();
+        let members = members.clone();
+        tokio::task::spawn_blocking(move || {
+            let result = catch_up(&channel, &mut writer, &transport, &members, &snapshot);
+            (writer, result)
+        })
+        .await
+        .map_err(|e| raft_error(format!("catching up failed: {e}")))?
+    };
+    pulled?;
+    let writer = writer_back;
+    let snapshot_index = store.snapshot_now().get_metadata().index;
+    let tip = channel
+        .store
+        .height()
+        .checked_sub(1)
+        .ok_or_else(|| raft_error("the block store is empty".to_owned()))?;
+    let tip_block = channel
+        .store
+        .block(tip)
+        .map_err(|source| Error::Ledger {
+            channel: channel_id.clone(),
+            source,
+        })?
+        .ok_or_else(|| raft_error(format!("block {tip} is missing")))?;
+    let applied = raft_index_of(&tip_block).max(snapshot_index);
+    let config = raft::Config {
+        id: members.self_id,
+        election_tick: options.election_tick as usize,
+        heartbeat_tick: options.heartbeat_tick as usize,
+        applied,
+        max_size_per_msg: RAFT_MESSAGE_BYTES_MAX,
+        max_inflight_msgs: RAFT_INFLIGHT_MESSAGES_MAX,
+        check_quorum: true,
+        pre_vote: true,
+        ..raft::Config::default()
+    };
+    config
+        .validate()
+        .map_err(|e| raft_error(format!("raft config: {e}")))?;
+    let logger = slog::Logger::root(
+        TracingDrain,
+        slog::o!("channel" => channel_id.clone(), "raft_id" => members.self_id),
+    );
+    let node = RawNode::new(&config, store.clone(), &logger)
+        .map_err(|e| raft_error(format!("starting the raft node: {e}")))?;
+    let batch = channel.config().orderer.clone();
+    tracing::info!(
+        channel = %channel_id,
+        raft_id = members.self_id,
+        consenters = members.endpoints.len(),
+        applied,
+        "raft node started"
+    );
+    let core = Core {
+        cutter: BlockCutter::new(batch.batch_size, batch.batch_timeout),
+        channel,
+        node,
+        store,
+        writer,
+        signer,
+        transport,
+        consenter_ids: members.ids(),
+        members,
+        options,
+        applied,
+        bytes_since_snapshot: 0,
+        recent: std::collections::VecDeque::new(),
+        pending_waiters: Vec::new(),
+        proposed: BTreeMap::new(),
+        config_in_flight: None,
+        leader_since: None,
+    };
+    let (halt, halted) = oneshot::channel();
+    let task = tokio::spawn(async move {
+        let result = run(core, mailbox.0, inbox, halted).await;
+        if let Err(error) = &result {
+            tracing::error!(channel = %channel_id, %error, "raft chain stopped");
+        }
+        result
+    });
+    Ok(ChainTask { halt, task })
+}
+
+/// Pulls the blocks a snapshot says the chain has and the store lacks.
+fn catch_up(
+    channel: &Channel,
+    writer: &mut BlockWriter,
+    transport: &Transport,
+    members: &Members,
+    snapshot: &Snapshot,
+) -> Result<()> {
+    if snapshot.get_metadata().index == 0 {
+        return Ok(());
+    }
+    let data = SnapshotData::decode(snapshot.get_data()).map_err(|e| Error::Raft {
+        channel: channel.id.clone(),
+        reason: format!("a snapshot's data does not decode: {e}"),
+    })?;
+    let runtime = tokio::runtime::Handle::current();
+    let mut rounds = 0;
+    while writer.next_number() < data.height {
+        let mut progressed = false;
+        for (id, endpoint) in &members.endpoints {
+            if *id == members.self_id {
+                continue;
+            }
+            let start = writer.next_number();
+            let pulled =
+                runtime.block_on(transport.pull(endpoint, &channel.id, start, data.height));
+            match pulled {
+                Ok(blocks) => {
+                    for block in &blocks {
+                        writer.append_pulled(block)?;
+                        install_if_config(channel, block)?;
+                        progressed = true;
+                    }
+                    tracing::info!(
+                        channel = %channel.id,
+                        from = %endpoint,
+                        blocks = blocks.len(),
+                        height = writer.next_number(),
+                        target = data.height,
+                        "pulled blocks to catch up with a snapshot"
+                    );
+                }
+                Err(error) => {
+                    tracing::warn!(channel = %channel.id, peer = %endpoint, %error, "pulling blocks failed");
+                }
+            }
+            if writer.next_number() >= data.height {
+                break;
+            }
+        }
+        if !progressed {
+            rounds += 1;
+            if rounds >= PULL_ROUNDS_MAX {
+                return Err(Error::Raft {
+                    channel: channel.id.clone(),
+                    reason: format!(
+                        "no consenter could give blocks {}..{}",
+                        writer.next_number(),
+                        data.height
+                    ),
+                });
+            }
+            std::thread::sleep(PULL_RETRY);
+        }
+    }
+    if writer.next_number() == data.height
+        && channel.store.last_header_hash().map(|hash| hash.to_vec())
+            != Some(data.last_header_hash.to_vec())
+    {
+        return Err(Error::BadChain {
+            channel: channel.id.clone(),
+            block: data.height.saturating_sub(1),
+            reason: "the chain differs from the one the raft snapshot describes".to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// Makes a pulled config block's configuration current.
+fn install_if_config(channel: &Channel, block: &weft_protos::common::Block) -> Result<()> {
+    let number = block.header.as_ref().map_or(0, |header| header.number);
+    if weft_protos::block::last_config_index(block) != Some(number) {
+        return Ok(());
+    }
+    if let Some((_, config)) = config_of_block(block) {
+        channel.install(ChannelConfig::new(&channel.id, number, config)?);
+    }
+    Ok(())
+}
+
+/// Envelopes of one proposed entry waiting for their answer.
+#[derive(Debug)]
+struct Proposed {
+    term: u64,
+    waiters: Vec<Option<oneshot::Sender<Result<(), Refusal>>>>,
+}
+
+/// The state of one channel's Raft node: everything but the task's
+/// receivers, so that a `Ready` can be handled on a blocking thread.
+struct Core {
+    channel: Arc<Channel>,
+    node: RawNode<LogStore>,
+    store: LogStore,
+    writer: BlockWriter,
+    signer: Arc<dyn Sign + Send + Sync>,
+    transport: Arc<Transport>,
+    members: Members,
+    consenter_ids: Vec<u64>,
+    options: Options,
+    /// The last entry turned into a block (or covered by a snapshot).
+    applied: u64,
+    bytes_since_snapshot: u64,
+    /// The chain after each of the last block entries applied: (Raft
+    /// index, height, last header hash), the candidates for a snapshot.
+    recent: std::collections::VecDeque<(u64, u64, Bytes)>,
+    /// Leader only: the cutter's pending envelopes and their waiters, in
+    /// the same order.
+    cutter: BlockCutter,
+    pending_waiters: Vec<Option<oneshot::Sender<Result<(), Refusal>>>>,
+    /// Entries proposed by this node and not applied yet, by index.
+    proposed: BTreeMap<u64, Proposed>,
+    /// The index of a proposed config entry not applied yet.
+    config_in_flight: Option<u64>,
+    /// Leader only: the last index when it became leader; it takes new
+    /// envelopes once it has applied that far.
+    leader_since: Option<u64>,
+}
+
+fn answer(waiter: Option<oneshot::Sender<Result<(), Refusal>>>, result: Result<(), Refusal>) {
+    if let Some(waiter) = waiter {
+        // The client may have gone.
+        let _ = waiter.send(result);
+    }
+}
+
+fn unavailable(info: &str) -> Result<(), Refusal> {
+    Err(Refusal::new(Status::ServiceUnavailable, info))
+}
+
+async fn run(
+    mut core: Core,
+    mut mailbox: mpsc::Receiver<Submission>,
+    mut inbox: mpsc::Receiver<raft::eraftpb::Message>,
+    mut halted: oneshot::Receiver<()>,
+) -> Result<()> {
+    let mut ticks = tokio::time::interval(core.options.tick_interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let deadline = if core.is_leader() {
+            core.cutter.deadline()
+        } else {
+            None
+        };
+        let timer = async {
+            match deadline {
+                Some(deadline) => {
+                    tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let takes = core.takes_submissions();
+        tokio::select! {
+            biased;
+            _ = &mut halted => break,
+            message = inbox.recv() => match message {
+                Some(message) => core.step(message),
+                None => break,
+            },
+            _ = ticks.tick() => {
+                core.node.tick();
+            }
+            submission = mailbox.recv(), if takes => match submission {
+                Some(submission) => core.submit(submission),
+                None => break,
+            },
+            () = timer => {
+                if let Some(batch) = core.cutter.expire(Instant::now()) {
+                    core.propose_batch(batch);
+                }
+            }
+        }
+        if core.node.has_ready() {
+            core = tokio::task::spawn_blocking(move || {
+                let result = core.handle_ready();
+                (core, result)
+            })
+            .await
+            .map_err(|e| Error::Task {
+                channel: String::new(),
+                reason: format!("a raft ready task died: {e}"),
+            })
+            .and_then(|(core, result)| result.map(|()| core))?;
+        }
+    }
+    // Envelopes not decided yet get no SUCCESS; their clients hear the
+    // consenter stopped (the waiters are dropped).
+    tracing::info!(channel = %core.channel.id, "raft chain halted");
+    Ok(())
+}
+
+impl Core {
+    fn is_leader(&self) -> bool {
+        self.node.raft.state == StateRole::Leader
+    }
+
+    /// Whether the task takes envelopes from its mailbox now: a follower
+    /// always does (it forwards them or refuses them); a leader once it
+    /// may propose and while it has room for more blocks in flight.
+    fn takes_submissions(&self) -> bool {
+        if !self.is_leader() {
+            return true;
+        }
+        self.leader_since.is_some_and(|since| self.applied >= since)
+            && self.config_in_flight.is_none()
+            && self.proposed.len() < self.options.max_inflight_blocks as usize
+    }
+
+    fn step(&mut self, message: raft::eraftpb::Message) {
+        if !self.members.endpoints.contains_key(&message.from) {
+            tracing::warn!(channel = %self.channel.id, from = message.from, "a raft message from an unknown node");
+            return;
+        }
+        if let Err(error) = self.node.step(message) {
+            tracing::debug!(channel = %self.channel.id, %error, "raft message not stepped");
+        }
+    }
+
+    fn submit(&mut self, submission: Submission) {
+        let Submission {
+            input,
+            forwarded,
+            done,
+        } = submission;
+        if self.is_leader() {
+            self.order(input, done);
+            return;
+        }
+        if forwarded {
+            answer(
+                done,
+                unavailable("this orderer is not the Raft leader any more; retry"),
+            );
+            return;
+        }
+        let leader = self.node.raft.leader_id;
+        let Some(endpoint) = self.members.endpoints.get(&leader).cloned() else {
+            answer(
+                done,
+                unavailable("no Raft leader: the cluster is electing one; retry"),
+            );
+            return;
+        };
+        let transport = self.transport.clone();
+        let channel_id = self.channel.id.clone();
+        tokio::spawn(async move {
+            let result = transport.forward(&endpoint, &channel_id, input).await;
+            answer(done, result);
+        });
+    }
+
+    /// The leader orders an envelope: checks it again if the config
+    /// changed since it was checked, cuts, proposes.
+    fn order(&mut self, input: ChainInput, done: Option<oneshot::Sender<Result<(), Refusal>>>) {
+        let config = self.channel.config();
+        match input {
+            ChainInput::Normal {
+                envelope,
+                size_bytes,
+                config_sequence,
+            } => {
+                if config_sequence < config.sequence()
+                    && let Err(refusal) = crate::broadcast::recheck(&config, &envelope)
+                {
+                    answer(done, Err(refusal));
+                    return;
+                }
+                let ordered = self.cutter.ordered(envelope, size_bytes, Instant::now());
+                self.pending_waiters.push(done);
+                for batch in ordered.batches {
+                    self.propose_batch(batch);
+                }
+            }
+            ChainInput::Config {
+                mut envelope,
+                update,
+                config_sequence,
+            } => {
+                if config_sequence != config.sequence() {
+                    match crate::broadcast::recheck_config_update(
+                        &config,
+                        &update,
+                        self.signer.as_ref(),
+                    ) {
+                        Ok(ChainInput::Config {
+                            envelope: fresh, ..
+                        }) => envelope = fresh,
+                        Ok(ChainInput::Normal { .. }) => {
+                            answer(done, unavailable("the config update changed kind"));
+                            return;
+                        }
+                        Err(refusal) => {
+                            answer(done, Err(refusal));
+                            return;
+                        }
+                    }
+                }
+                if let Err(refusal) = self.check_consenters(&envelope) {
+                    answer(done, Err(refusal));
+                    return;
+                }
+                let pending = self.cutter.cut();
+                self.propose_batch(pending);
+                let entry = LogEntry {
+                    content: Some(log_entry::Content::Config(envelope)),
+                };
+                self.config_in_flight = self.propose(&entry, vec![done]);
+            }
+        }
+    }
+
+    /// Refuses a config that changes the consenter set or leaves Raft
+    /// (not supported yet).
+    fn check_consenters(&self, envelope: &Bytes) -> Result<(), Refusal> {
+        let bad = |info: String| Err(Refusal::new(Status::BadRequest, info));
+        let block = weft_protos::block::new_block(0, &[], vec![envelope.clone()]);
+        let Some((_, config)) = config_of_block(&block) else {
+            return bad("the config envelope holds no config".to_owned());
+        };
+        let next = match ChannelConfig::new(&self.channel.id, 0, config) {
+            Ok(next) => next,
+            Err(error) => return bad(format!("the updated config is unusable: {error}")),
+        };
+        let Some(metadata) = raft_metadata(&next) else {
+            return bad(
+                "changing the consensus type of a Raft channel is not supported".to_owned(),
+            );
+        };
+        let self_endpoint = self
+            .members
+            .endpoints
+            .get(&self.members.self_id)
+            .cloned()
+            .unwrap_or_default();
+        let same = Members::new(metadata, &self_endpoint)
+            .is_ok_and(|members| members.endpoints == self.members.endpoints);
+        if same {
+            Ok(())
+        } else {
+            bad("changing the Raft consenter set is not supported yet".to_owned())
+        }
+    }
+
+    fn propose_batch(&mut self, batch: Batch) {
+        if batch.is_empty() {
+            return;
+        }
+        let waiters: Vec<_> = self
+            .pending_waiters
+            .drain(..batch.len().min(self.pending_waiters.len()))
+            .collect();
+        let entry = LogEntry {
+            content: Some(log_entry::Content::Transactions(LogBatch {
+                envelopes: batch,
+            })),
+        };
+        self.propose(&entry, waiters);
+    }
+
+    /// Proposes one entry; its index, or `None` (waiters refused) when
+    /// Raft drops it.
+    fn propose(
+        &mut self,
+        entry: &LogEntry,
+        waiters: Vec<Option<oneshot::Sender<Result<(), Refusal>>>>,
+    ) -> Option<u64> {
+        match self.node.propose(Vec::new(), entry.encode_to_vec()) {
+            Ok(()) => {
+                let index = self.node.raft.raft_log.last_index();
+                let term = self.node.raft.term;
+                self.proposed.insert(index, Proposed { term, waiters });
+                Some(index)
+            }
+            Err(error) => {
+                tracing::warn!(channel = %self.channel.id, %error, "a proposal was dropped");
+                for waiter in waiters {
+                    answer(waiter, unavailable("the Raft leader changed; retry"));
+                }
+                None
+            }
+        }
+    }
+
+    /// Handles one `Ready`: persist, send, apply, advance. Blocking.
+    fn handle_ready(&mut self) -> Result<()> {
+        let channel_id = self.channel.id.clone();
+        let raft_error = move |reason: String| Error::Raft {
+            channel: channel_id.clone(),
+            reason,
+        };
+        let mut ready = self.node.ready();
+        if let Some(soft) = ready.ss() {
+            let role = soft.raft_state;
+            let leader = soft.leader_id;
+            self.on_role(role, leader);
+        }
+        // A leader may send before persisting (Raft thesis 10.2.1).
+        self.send(ready.take_messages());
+        if !ready.snapshot().is_empty() {
+            let snapshot = ready.snapshot().clone();
+            self.install_snapshot(&snapshot)?;
+        }
+        self.store
+            .persist(ready.entries(), ready.hs(), true)
+            .map_err(raft_error)?;
+        self.send(ready.take_persisted_messages());
+        let committed = ready.take_committed_entries();
+        self.apply(committed)?;
+        let mut light = self.node.advance(ready);
+        if let Some(commit) = light.commit_index() {
+            self.store.set_commit(commit).map_err(raft_error)?;
+        }
+        self.send(light.take_messages());
+        let committed = light.take_committed_entries();
+        self.apply(committed)?;
+        self.node.advance_apply();
+        self.maybe_compact()
+    }
+
+    fn on_role(&mut self, role: StateRole, leader: u64) {
+        let was_leader = self.leader_since.is_some();
+        if role == StateRole::Leader && !was_leader {
+            self.leader_since = Some(self.node.raft.raft_log.last_index());
+            let config = self.channel.config();
+            self.cutter = BlockCutter::new(config.orderer.batch_size, config.orderer.batch_timeout);
+            tracing::info!(channel = %self.channel.id, term = self.node.raft.term, "this node leads the channel's raft cluster");
+        } else if role != StateRole::Leader && was_leader {
+            self.leader_since = None;
+            // Envelopes not proposed yet were never answered: refuse them.
+            self.cutter.cut();
+            for waiter in self.pending_waiters.drain(..) {
+                answer(waiter, unavailable("the Raft leader changed; retry"));
+            }
+            tracing::info!(channel = %self.channel.id, leader, "this node no longer leads");
+        } else {
+            tracing::info!(channel = %self.channel.id, leader, ?role, "raft role");
+        }
+    }
+
+    fn send(&self, messages: Vec<raft::eraftpb::Message>) {
+        for message in messages {
+            match self.members.endpoints.get(&message.to) {
+                Some(endpoint) => self.transport.send(endpoint, &self.channel.id, &message),
+                None => {
+                    tracing::warn!(channel = %self.channel.id, to = message.to, "a raft message to an unknown node");
+                }
+            }
+        }
+    }
+
+    /// Turns committed entries into blocks, in order, skipping those the
+    /// chain already holds.
+    fn apply(&mut self, entries: Vec<Entry>) -> Result<()> {
+        for entry in entries {
+            if entry.index <= self.applied {
+                continue;
+            }
+            if entry.get_entry_type() == EntryType::EntryNormal && !entry.get_data().is_empty() {
+                self.apply_entry(&entry)?;
+                self.bytes_since_snapshot += entry.get_data().len() as u64;
+            }
+            // Conf changes are never proposed: the consenter set is fixed.
+            self.applied = entry.index;
+            if let Some(proposed) = self.proposed.remove(&entry.index) {
+                let result = if proposed.term == entry.term {
+                    Ok(())
+                } else {
+                    unavailable("the Raft leader changed before the envelope was ordered; retry")
+                };
+                for waiter in proposed.waiters {
+                    answer(waiter, result.clone());
+                }
+            }
+            if self
+                .config_in_flight
+                .is_some_and(|index| index <= entry.index)
+            {
+                self.config_in_flight = None;
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_entry(&mut self, entry: &Entry) -> Result<()> {
+        let bad = |reason: String| Error::Raft {
+            channel: self.channel.id.clone(),
+            reason: format!("committed entry {}: {reason}", entry.index),
+        };
+        let decoded =
+            LogEntry::decode(entry.get_data()).map_err(|e| bad(format!("does not decode: {e}")))?;
+        let content = match decoded.content {
+            Some(log_entry::Content::Transactions(batch)) => {
+                BlockContent::Transactions(batch.envelopes)
+            }
+            Some(log_entry::Content::Config(envelope)) => BlockContent::Config(envelope),
+            None => return Err(bad("holds nothing".to_owned())),
+        };
+        let metadata = etcdraft::BlockMetadata {
+            consenter_ids: self.consenter_ids.clone(),
+            next_consenter_id: self.consenter_ids.len() as u64 + 1,
+            raft_index: entry.index,
+        }
+        .encode_to_vec();
+        let block = self
+            .writer
+            .write_with_consenter_metadata(&content, metadata.into())?;
+        let number = block.header.as_ref().map_or(0, |header| header.number);
+        if let Some(header) = &block.header {
+            let hash = weft_protos::hash::block_header_hash(header);
+            self.recent
+                .push_back((entry.index, number + 1, Bytes::copy_from_slice(&hash)));
+            if self.recent.len() > SNAPSHOT_CATCH_UP_ENTRIES + 1 {
+                self.recent.pop_front();
+            }
+        }
+        tracing::debug!(
+            channel = %self.channel.id,
+            block = number,
+            raft_index = entry.index,
+            transactions = block.data.as_ref().map_or(0, |data| data.data.len()),
+            "block written"
+        );
+        if let BlockContent::Config(_) = content {
+            let (_, config) = config_of_block(&block).ok_or_else(|| Error::BadChain {
+                channel: self.channel.id.clone(),
+                block: number,
+                reason: "the config block written holds no config".to_owned(),
+            })?;
+            let config = ChannelConfig::new(&self.channel.id, number, config)?;
+            self.cutter
+                .reconfigure(config.orderer.batch_size, config.orderer.batch_timeout);
+            tracing::info!(
+                channel = %self.channel.id,
+                block = number,
+                sequence = config.sequence(),
+                "channel reconfigured"
+            );
+            self.channel.install(config);
+        }
+        Ok(())
+    }
+
+    /// Takes a snapshot from the leader: pulls the blocks it covers, then
+    /// replaces the log.
+    fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<()> {
+        let index = snapshot.get_metadata().index;
+        tracing::info!(channel = %self.channel.id, index, "installing a raft snapshot");
+        catch_up(
+            &self.channel,
+            &mut self.writer,
+            &self.transport,
+            &self.members,
+            snapshot,
+        )?;
+        self.store
+            .apply_snapshot(snapshot)
+            .map_err(|reason| Error::Raft {
+                channel: self.channel.id.clone(),
+                reason,
+            })?;
+        self.applied = self.applied.max(index);
+        self.recent.clear();
+        // Proposals the snapshot covers have an unknown fate here.
+        let later = self.proposed.split_off(&(index + 1));
+        for (_, proposed) in std::mem::replace(&mut self.proposed, later) {
+            for waiter in proposed.waiters {
+                answer(waiter, unavailable("the Raft leader changed; retry"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Compacts the log once enough has been applied since the last
+    /// snapshot, keeping the last [`SNAPSHOT_CATCH_UP_ENTRIES`] block
+    /// entries.
+    fn maybe_compact(&mut self) -> Result<()> {
+        if self.bytes_since_snapshot < self.options.snapshot_interval_bytes
+            || self.recent.len() <= SNAPSHOT_CATCH_UP_ENTRIES
+        {
+            return Ok(());
+        }
+        let Some((index, height, hash)) = self.recent.pop_front() else {
+            return Ok(());
+        };
+        let data = SnapshotData {
+            height,
+            last_header_hash: hash,
+        };
+        self.store
+            .compact(index, data.encode_to_vec())
+            .map_err(|reason| Error::Raft {
+                channel: self.channel.id.clone(),
+                reason,
+            })?;
+        tracing::info!(
+            channel = %self.channel.id,
+            index,
+            height,
+            "raft log compacted"
+        );
+        self.bytes_since_snapshot = 0;
+        Ok(())
+    }
+}
+
+/// Forwards raft-rs's slog records to `tracing`.
+struct TracingDrain;
+
+impl slog::Drain for TracingDrain {
+    type Ok = ();
+    type Err = slog::Never;
+
+    fn log(
+        &self,
+        record: &slog::Record<'_>,
+        values: &slog::OwnedKVList,
+    ) -> std::result::Result<(), slog::Never> {
+        let mut fields = KeyValues(String::new());
+        let _ = slog::KV::serialize(record.kv(), record, &mut fields);
+        let _ = slog::KV::serialize(values, record, &mut fields);
+        let message = record.msg();
+        let fields = fields.0;
+        match record.level() {
+            slog::Level::Critical | slog::Level::Error => {
+                tracing::error!(target: "raft", "{message}{fields}");
+            }
+            slog::Level::Warning => tracing::warn!(target: "raft", "{message}{fields}"),
+            slog::Level::Info => tracing::info!(target: "raft", "{message}{fields}"),
+            slog::Level::Debug => tracing::debug!(target: "raft", "{message}{fields}"),
+            slog::Level::Trace => tracing::trace!(target: "raft", "{message}{fields}"),
+        }
+        Ok(())
+    }
+}
+
+/// slog key-value pairs as ` key=value` text.
+struct KeyValues(String);
+
+impl slog::Serializer for KeyValues {
+    fn emit_arguments(&mut self, key: slog::Key, value: &std::fmt::Arguments<'_>) -> slog::Result {
+        use std::fmt::Write as _;
+        let _ = write!(self.0, " {key}={value}");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn consenter(host: &str, port: u32) -> etcdraft::Consenter {
+        etcdraft::Consenter {
+            host: host.to_owned(),
+            port,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn consenters_get_ids_in_config_order_and_self_is_found_by_endpoint() {
+        let metadata = etcdraft::ConfigMetadata {
+            consenters: vec![
+                consenter("o0.example.com", 7050),
+                consenter("o1.example.com", 7050),
+                consenter("127.0.0.1", 7052),
+            ],
+            options: None,
+        };
+        let members = Members::new(&metadata, "o1.example.com:7050").unwrap();
+        assert_eq!(members.self_id, 2);
+        assert_eq!(members.ids(), [1, 2, 3]);
+        assert_eq!(members.endpoints[&3], "127.0.0.1:7052");
+        let error = Members::new(&metadata, "o9.example.com:7050").unwrap_err();
+        assert!(
+            error.contains("o9.example.com:7050 is not among"),
+            "{error}"
+        );
+        let twice = etcdraft::ConfigMetadata {
+            consenters: vec![consenter("a", 1), consenter("a", 1)],
+            options: None,
+        };
+        assert!(Members::new(&twice, "a:1").is_err());
+        assert!(Members::new(&etcdraft::ConfigMetadata::default(), "a:1").is_err());
+    }
+
+    #[test]
+    fn options_default_as_fabric_and_are_checked() {
+        let defaults = Options::new(None).unwrap();
+        assert_eq!(
+            defaults,
+            Options {
+                tick_interval: Duration::from_millis(500),
+                election_tick: 10,
+                heartbeat_tick: 1,
+                max_inflight_blocks: 5,
+                snapshot_interval_bytes: 16 * 1024 * 1024,
+            }
+        );
+        let set = etcdraft::Options {
+            tick_interval: "100ms".to_owned(),
+            election_tick: 5,
+            heartbeat_tick: 1,
+            max_inflight_blocks: 2,
+            snapshot_interval_size: 1024,
+        };
+        let parsed = Options::new(Some(&set)).unwrap();
+        assert_eq!(parsed.tick_interval, Duration::from_millis(100));
+        assert_eq!(parsed.snapshot_interval_bytes, 1024);
+        let slow_heartbeat = etcdraft::Options {
+            election_tick: 2,
+            heartbeat_tick: 2,
+            ..set.clone()
+        };
+        assert!(Options::new(Some(&slow_heartbeat)).is_err());
+        let bad_tick = etcdraft::Options {
+            tick_interval: "soon".to_owned(),
+            ..set
+        };
+        assert!(
+            Options::new(Some(&bad_tick))
+                .unwrap_err()
+                .contains("TickInterval")
+        );
+    }
+}
