@@ -32,6 +32,16 @@ enum Command {
     /// Run an orderer.
     #[command(subcommand)]
     Orderer(OrdererCommand),
+    /// Measure weft: nodes as separate processes over real gRPC.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// FastFabric's peer experiment: a peer process commits signed blocks
+    /// of transfer transactions fed over Deliver from this process.
+    Committer(crate::bench::committer::CommitterBenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -124,5 +134,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Block(BlockCommand::Inspect { file }) => block::inspect(&file),
         Command::Peer(PeerCommand::Start { config }) => crate::peer::start(&config),
         Command::Orderer(OrdererCommand::Start { config }) => crate::orderer::start(&config),
+        Command::Bench(BenchCommand::Committer(args)) => crate::bench::committer::run(&args),
     }
 }

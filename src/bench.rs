@@ -1,0 +1,211 @@
+//! `weft bench`: measuring weft as a whole, process against process over
+//! real gRPC, the way the papers measured Fabric.
+//!
+//! Each bench builds what it needs in a fresh directory (crypto material,
+//! a channel), runs the nodes under test as separate `weft` processes, and
+//! ends with one line scripts can read:
+//! `committed <N> tx in <S> s: <X> tx/s, p50 <a> ms, p95 <b> ms, p99 <c> ms`.
+
+pub mod committer;
+mod feeder;
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use prost::Message;
+use weft_msp::Signer;
+use weft_protos::common::Block;
+
+/// The crypto config and channel profile a bench network is built from:
+/// the repository's defaults, so a bench runs the network a user gets.
+const CRYPTO_CONFIG: &str = include_str!("../config/crypto.yaml");
+const CHANNEL_CONFIG: &str = include_str!("../config/channel.yaml");
+const CHANNEL_PROFILE: &str = "TwoOrgs";
+
+/// A channel with generated identities, in a directory of its own.
+pub struct BenchChannel {
+    pub dir: PathBuf,
+    pub channel_id: String,
+    pub genesis: Block,
+    pub genesis_path: PathBuf,
+}
+
+impl BenchChannel {
+    /// Generates crypto material and the genesis block of `channel_id` in
+    /// `dir`, with `endorsement` as the channel's default endorsement
+    /// policy (an ImplicitMeta rule such as `ANY Endorsement`).
+    pub fn create(dir: &Path, channel_id: &str, endorsement: &str) -> Result<Self> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let crypto_config = dir.join("crypto.yaml");
+        let channel_config = dir.join("channel.yaml");
+        std::fs::write(&crypto_config, CRYPTO_CONFIG)?;
+        std::fs::write(&channel_config, CHANNEL_CONFIG)?;
+        crate::cryptogen::generate(&crypto_config, &dir.join("crypto"))?;
+        let genesis = crate::channel::genesis_block_with(
+            &channel_config,
+            Some(CHANNEL_PROFILE),
+            channel_id,
+            |profile| {
+                if let Some(application) = &mut profile.application {
+                    application.policies.insert(
+                        "Endorsement".to_owned(),
+                        crate::channel::profile::PolicySpec {
+                            kind: "ImplicitMeta".to_owned(),
+                            rule: endorsement.to_owned(),
+                        },
+                    );
+                }
+            },
+        )?;
+        let genesis_path = dir.join(format!("{channel_id}.block"));
+        std::fs::write(&genesis_path, genesis.encode_to_vec())?;
+        Ok(Self {
+            dir: dir.to_owned(),
+            channel_id: channel_id.to_owned(),
+            genesis,
+            genesis_path,
+        })
+    }
+
+    /// The MSP folder of a peer of an org (`org1`, `peer0`).
+    pub fn peer_msp(&self, org: &str, peer: &str) -> PathBuf {
+        self.dir.join(format!(
+            "crypto/peerOrganizations/{org}.example.com/peers/{peer}.{org}.example.com/msp"
+        ))
+    }
+
+    /// The signer of a peer (`org1`, `peer0`).
+    pub fn peer(&self, org: &str, peer: &str) -> Result<Signer> {
+        load_signer(&self.peer_msp(org, peer), &org_msp_id(org))
+    }
+
+    /// The signer of a client user of an org (`org1`, `User1`).
+    pub fn user(&self, org: &str, user: &str) -> Result<Signer> {
+        load_signer(
+            &self.dir.join(format!(
+                "crypto/peerOrganizations/{org}.example.com/users/{user}@{org}.example.com/msp"
+            )),
+            &org_msp_id(org),
+        )
+    }
+
+    /// The signer of orderer `index`.
+    pub fn orderer(&self, index: usize) -> Result<Signer> {
+        load_signer(
+            &self.dir.join(format!(
+                "crypto/ordererOrganizations/example.com/orderers/orderer{index}.example.com/msp"
+            )),
+            "OrdererMSP",
+        )
+    }
+}
+
+/// `org1` → `Org1MSP`.
+fn org_msp_id(org: &str) -> String {
+    let mut chars = org.chars();
+    let capitalised: String = chars
+        .next()
+        .map(|first| first.to_ascii_uppercase())
+        .into_iter()
+        .chain(chars)
+        .collect();
+    crate::cryptogen::msp_id(&capitalised)
+}
+
+fn load_signer(dir: &Path, msp_id: &str) -> Result<Signer> {
+    weft_msp::folder::load_signer(dir, msp_id)?
+        .ok_or_else(|| anyhow!("{} holds no signing identity", dir.display()))
+}
+
+/// `GET path` from a node's operations endpoint, as text.
+pub fn http_get(address: SocketAddr, path: &str) -> Result<String> {
+    let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(5))
+        .with_context(|| format!("connecting to {address}"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow!("{address}{path}: not an HTTP response"))?;
+    if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
+        bail!(
+            "{address}{path}: {}",
+            head.lines().next().unwrap_or_default()
+        );
+    }
+    Ok(body.to_owned())
+}
+
+/// The sum of every series of metric `name` in Prometheus text format.
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let value = if rest.starts_with('{') {
+                rest.rsplit_once(' ')?.1
+            } else {
+                rest.strip_prefix(' ')?
+            };
+            value.trim().parse::<f64>().ok()
+        })
+        .sum()
+}
+
+/// The `q`-quantile (0..=1) of sorted `values`, nearest rank.
+pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// The last line of every bench.
+pub fn summary_line(transactions: u64, elapsed: Duration, latencies: &mut [Duration]) -> String {
+    latencies.sort_unstable();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    format!(
+        "committed {transactions} tx in {:.2} s: {:.0} tx/s, p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms",
+        elapsed.as_secs_f64(),
+        transactions as f64 / elapsed.as_secs_f64().max(f64::MIN_POSITIVE),
+        ms(quantile(latencies, 0.50)),
+        ms(quantile(latencies, 0.95)),
+        ms(quantile(latencies, 0.99)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_sums_add_up_every_series() {
+        let text = "# HELP x\n# TYPE x counter\n\
+            ledger_transaction_count{channel=\"a\",validation_code=\"VALID\"} 10\n\
+            ledger_transaction_count{channel=\"b\",validation_code=\"VALID\"} 5\n\
+            ledger_transaction_count_other 7\n\
+            process_cpu_seconds_total 1.5\n";
+        assert_eq!(metric_sum(text, "ledger_transaction_count"), 15.0);
+        assert_eq!(metric_sum(text, "process_cpu_seconds_total"), 1.5);
+        assert_eq!(metric_sum(text, "absent"), 0.0);
+    }
+
+    #[test]
+    fn quantiles_are_nearest_rank() {
+        let values: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(quantile(&values, 0.5), Duration::from_millis(50));
+        assert_eq!(quantile(&values, 0.99), Duration::from_millis(99));
+        assert_eq!(quantile(&values, 1.0), Duration::from_millis(100));
+        assert_eq!(quantile(&[], 0.5), Duration::ZERO);
+    }
+
+    #[test]
+    fn org_names_become_msp_ids() {
+        assert_eq!(org_msp_id("org1"), "Org1MSP");
+    }
+}
