@@ -35,6 +35,15 @@ use crate::ops::{self, FailedCheck};
 /// SIGTERM.
 pub fn start(config_path: &Path) -> Result<()> {
     let config = PeerConfig::load(config_path)?;
+    // Stage 1 (signatures, policies) of every channel runs on rayon's
+    // global pool.
+    if config.committer.validation_threads > 0 {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(config.committer.validation_threads)
+            .thread_name(|index| format!("validate-{index}"))
+            .build_global()
+            .context("committer.validationThreads: starting the validation pool")?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("peer")

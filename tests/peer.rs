@@ -4,8 +4,9 @@
 //!
 //! The network is made by the `weft` command from the repository's default
 //! crypto and channel configs (one transaction per block, so that two
-//! orderers given the same broadcasts write the same chain). One of the two
-//! orderers is a forger: it signs its blocks with a peer's key, which the
+//! orderers given the same broadcasts write the same chain), with two
+//! channels. One of the two orderers is a forger: it serves the first
+//! channel only, and signs its blocks with a peer's key, which the
 //! channel's `/Channel/Orderer/BlockValidation` policy does not accept.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -33,6 +34,8 @@ use weft_protos::tx::{
 };
 
 const CHANNEL: &str = "ledger";
+/// A channel only the honest orderer serves.
+const SECOND_CHANNEL: &str = "second";
 const CHAINCODE: &str = "kv";
 /// How long a node may take to start or to commit what it was given.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -46,8 +49,18 @@ async fn a_peer_process_commits_what_the_orderer_orders_and_refuses_forged_block
     // from its own ledger.
     let dir = tempfile::tempdir().unwrap();
     let network = Network::create(dir.path());
-    let honest = network.start_orderer("honest", &network.orderer_msp(), "OrdererMSP");
-    let forger = network.start_orderer("forger", &network.peer_msp("org2"), "Org2MSP");
+    let honest = network.start_orderer(
+        "honest",
+        &network.orderer_msp(),
+        "OrdererMSP",
+        &["ledger.block", "second.block"],
+    );
+    let forger = network.start_orderer(
+        "forger",
+        &network.peer_msp("org2"),
+        "Org2MSP",
+        &["ledger.block"],
+    );
 
     // Both orderers get the same transactions in the same order.
     let transactions = network.workload();
@@ -82,6 +95,22 @@ async fn a_peer_process_commits_what_the_orderer_orders_and_refuses_forged_block
             header_of(ours).number
         );
     }
+
+    // The second channel commits side by side, from the honest orderer
+    // alone (the forger does not know it).
+    let both: &[&Signer] = &[&network.org1_peer, &network.org2_peer];
+    let second = [
+        network.put_on(SECOND_CHANNEL, "counter", None, both),
+        network.put_on(SECOND_CHANNEL, "counter", Some(None), both),
+    ];
+    assert_eq!(
+        broadcast(honest.grpc, &second).await,
+        [Status::Success, Status::Success]
+    );
+    assert_eq!(
+        committed_codes_on(SECOND_CHANNEL, peer.grpc, &network.client, 2).await,
+        [TxValidationCode::Valid, TxValidationCode::MvccReadConflict]
+    );
 
     let operations = peer.operations.unwrap();
     let metrics = http_get(operations, "/metrics").1;
@@ -256,6 +285,21 @@ impl Network {
                 "ledger.block",
             ],
         );
+        weft(
+            dir,
+            &[
+                "channel",
+                "genesis",
+                "--config",
+                "channel.yaml",
+                "--profile",
+                "TwoOrgs",
+                "--channel",
+                SECOND_CHANNEL,
+                "--output",
+                "second.block",
+            ],
+        );
         let users = dir.join("crypto/peerOrganizations/org1.example.com/users");
         Self {
             dir: dir.to_owned(),
@@ -275,14 +319,18 @@ impl Network {
         self.dir.join(peer_msp_path(org))
     }
 
-    fn start_orderer(&self, name: &str, msp: &Path, msp_id: &str) -> Node {
+    fn start_orderer(&self, name: &str, msp: &Path, msp_id: &str, blocks: &[&str]) -> Node {
         let config = self.dir.join(format!("{name}.yaml"));
+        let channels: String = blocks
+            .iter()
+            .map(|block| format!("  - genesisBlock: {block}\n"))
+            .collect();
         std::fs::write(
             &config,
             format!(
                 "orderer:\n  id: {name}\n  listenAddress: 127.0.0.1:0\n  localMspId: {msp_id}\n  \
                  mspConfigPath: {msp}\n  fileSystemPath: {name}\n\
-                 channels:\n  - genesisBlock: ledger.block\n\
+                 channels:\n{channels}\
                  consensus:\n  type: solo\n",
                 msp = msp.display(),
             ),
@@ -303,13 +351,14 @@ impl Network {
             format!(
                 "peer:\n  id: peer0.org1.example.com\n  listenAddress: 127.0.0.1:0\n  \
                  localMspId: Org1MSP\n  mspConfigPath: {msp}\n  fileSystemPath: {data}\n\
-                 channels:\n  - genesisBlock: {genesis}\n\
+                 channels:\n  - genesisBlock: {genesis}\n  - genesisBlock: {second}\n\
                  orderers: [{orderers}]\n\
                  committer:\n  reconnectBackoffMax: 200ms\n\
                  operations:\n  listenAddress: 127.0.0.1:0\n",
                 msp = self.peer_msp("org1").display(),
                 data = data.display(),
                 genesis = self.genesis.display(),
+                second = self.dir.join("second.block").display(),
                 orderers = orderers.join(", "),
             ),
         )
@@ -334,13 +383,23 @@ impl Network {
     /// A transaction writing `key`, having read it at `read` (`Some(None)`:
     /// read as absent), endorsed by `endorsers`.
     fn put(&self, key: &str, read: Option<Option<(u64, u64)>>, endorsers: &[&Signer]) -> Envelope {
+        self.put_on(CHANNEL, key, read, endorsers)
+    }
+
+    fn put_on(
+        &self,
+        channel: &str,
+        key: &str,
+        read: Option<Option<(u64, u64)>>,
+        endorsers: &[&Signer],
+    ) -> Envelope {
         let mut rwset = ReadWriteSetBuilder::new();
         if let Some(version) = read {
             rwset.read(CHAINCODE, key, version);
         }
         rwset.write(CHAINCODE, key, Bytes::from_static(b"value"));
         let invocation = Invocation {
-            channel_id: CHANNEL,
+            channel_id: channel,
             chaincode: CHAINCODE,
             args: vec![Bytes::from_static(b"put"), Bytes::from(key.to_owned())],
             nonce: self.client.new_nonce().unwrap(),
@@ -486,10 +545,10 @@ async fn broadcast(orderer: SocketAddr, envelopes: &[Envelope]) -> Vec<Status> {
     statuses
 }
 
-fn seek(client: &Signer, start: u64, stop: u64) -> Envelope {
+fn seek(channel: &str, client: &Signer, start: u64, stop: u64) -> Envelope {
     signed_envelope(
         HeaderType::DeliverSeekInfo,
-        CHANNEL,
+        channel,
         seek_range(start, stop).encode_to_vec().into(),
         client,
         client.new_nonce().unwrap(),
@@ -501,7 +560,7 @@ fn seek(client: &Signer, start: u64, stop: u64) -> Envelope {
 /// Blocks 1..=`last` from an orderer's Deliver.
 async fn orderer_blocks(orderer: SocketAddr, client: &Signer, last: u64) -> Vec<Block> {
     let mut stream = AtomicBroadcastClient::new(connect(orderer).await)
-        .deliver(tokio_stream::iter([seek(client, 1, last)]))
+        .deliver(tokio_stream::iter([seek(CHANNEL, client, 1, last)]))
         .await
         .unwrap()
         .into_inner();
@@ -523,7 +582,7 @@ async fn orderer_blocks(orderer: SocketAddr, client: &Signer, last: u64) -> Vec<
 /// Blocks 1..=`last` from the peer's Deliver.
 async fn peer_blocks(peer: SocketAddr, client: &Signer, last: u64) -> Vec<Block> {
     let mut stream = DeliverClient::new(connect(peer).await)
-        .deliver(tokio_stream::iter([seek(client, 1, last)]))
+        .deliver(tokio_stream::iter([seek(CHANNEL, client, 1, last)]))
         .await
         .unwrap()
         .into_inner();
@@ -541,8 +600,17 @@ async fn peer_blocks(peer: SocketAddr, client: &Signer, last: u64) -> Vec<Block>
 /// client watching the peer's filtered blocks sees them; waits for the
 /// peer to commit them.
 async fn committed_codes(peer: SocketAddr, client: &Signer, last: u64) -> Vec<TxValidationCode> {
+    committed_codes_on(CHANNEL, peer, client, last).await
+}
+
+async fn committed_codes_on(
+    channel: &str,
+    peer: SocketAddr,
+    client: &Signer,
+    last: u64,
+) -> Vec<TxValidationCode> {
     let mut stream = DeliverClient::new(connect(peer).await)
-        .deliver_filtered(tokio_stream::iter([seek(client, 1, last)]))
+        .deliver_filtered(tokio_stream::iter([seek(channel, client, 1, last)]))
         .await
         .unwrap()
         .into_inner();

@@ -63,6 +63,10 @@ pub struct CommitterBenchArgs {
     /// The peer's pipeline depth (committer.pipelineDepth).
     #[arg(long, default_value_t = 4)]
     depth: usize,
+    /// The peer's validation threads (committer.validationThreads; 0 =
+    /// one per core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
     /// The peer's world state (ledger.stateDatabase).
     #[arg(long, default_value = "memory", value_parser = ["memory", "rocksdb"])]
     state: String,
@@ -72,7 +76,7 @@ pub struct CommitterBenchArgs {
     /// Blocks released to the peer ahead of its last commit.
     #[arg(long, default_value_t = 16)]
     window: usize,
-    /// Run the sweep (pipeline depth, block size, state database,
+    /// Run the sweep (pipeline depth, validation threads, block size, state database,
     /// durability, one at a time around the options given) instead of one
     /// run.
     #[arg(long)]
@@ -90,6 +94,7 @@ pub struct CommitterBenchArgs {
 struct RunPoint {
     block_size: usize,
     depth: usize,
+    threads: usize,
     state: String,
     durability: String,
 }
@@ -143,6 +148,7 @@ pub fn run(args: &CommitterBenchArgs) -> Result<()> {
     let baseline = RunPoint {
         block_size: args.block_size,
         depth: args.depth,
+        threads: args.threads,
         state: args.state.clone(),
         durability: args.durability.clone(),
     };
@@ -188,8 +194,9 @@ pub fn run(args: &CommitterBenchArgs) -> Result<()> {
         )
         .with_context(|| format!("run {index} ({point:?})"))?;
         println!(
-            "  depth {:>2}, block {:>3}, {:>7}, {:>12}: {:>7.0} tx/s, p50 {:>6.1} ms, cpu {:>4.0}% of {cores} cores",
+            "  depth {:>2}, threads {:>2}, block {:>3}, {:>7}, {:>12}: {:>7.0} tx/s, p50 {:>6.1} ms, cpu {:>4.0}% of {cores} cores",
             point.depth,
+            threads_label(point.threads),
             point.block_size,
             point.state,
             point.durability,
@@ -221,6 +228,12 @@ fn sweep_points(baseline: &RunPoint) -> Vec<RunPoint> {
     for depth in [1, 2, 4, 8] {
         add(RunPoint {
             depth,
+            ..baseline.clone()
+        });
+    }
+    for threads in [1, 2, 4] {
+        add(RunPoint {
+            threads,
             ..baseline.clone()
         });
     }
@@ -555,7 +568,7 @@ fn write_peer_config(
          channels:\n  - genesisBlock: {genesis}\n\
          orderers: [\"{orderer}\"]\n\
          ledger:\n  stateDatabase: {state}\n  durability: {durability}\n\
-         committer:\n  pipelineDepth: {depth}\n\
+         committer:\n  pipelineDepth: {depth}\n  validationThreads: {threads}\n\
          operations:\n  listenAddress: 127.0.0.1:0\n",
         msp = channel.peer_msp("org1", "peer0").display(),
         data = dir.join("peer").display(),
@@ -563,6 +576,7 @@ fn write_peer_config(
         state = point.state,
         durability = point.durability,
         depth = point.depth,
+        threads = point.threads,
     );
     std::fs::write(&path, text)?;
     Ok(path)
@@ -621,13 +635,14 @@ impl PeerProcess {
 fn print_table(results: &[RunResult], cores: usize) {
     println!();
     println!(
-        "| depth | block | state | durability | tx/s | p50 ms | p99 ms | CPU % of {cores} cores | CPU µs/tx | validate µs/tx | MVCC µs/tx | block store µs/tx | state µs/tx |"
+        "| depth | threads | block | state | durability | tx/s | p50 ms | p99 ms | CPU % of {cores} cores | CPU µs/tx | validate µs/tx | MVCC µs/tx | block store µs/tx | state µs/tx |"
     );
-    println!("|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in results {
         println!(
-            "| {} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            "| {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
             r.point.depth,
+            threads_label(r.point.threads),
             r.point.block_size,
             r.point.state,
             r.point.durability,
@@ -643,4 +658,13 @@ fn print_table(results: &[RunResult], cores: usize) {
         );
     }
     println!();
+}
+
+/// How a run's validation thread count reads: 0 means one per core.
+fn threads_label(threads: usize) -> String {
+    if threads == 0 {
+        "auto".to_owned()
+    } else {
+        threads.to_string()
+    }
 }

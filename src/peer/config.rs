@@ -105,6 +105,8 @@ impl LedgerSection {
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct CommitterSection {
     pub pipeline_depth: usize,
+    /// Threads of the validation pool; 0 = one per core.
+    pub validation_threads: usize,
     pub queue_blocks: usize,
     pub reconnect_backoff_max: GoDuration,
 }
@@ -113,6 +115,7 @@ impl Default for CommitterSection {
     fn default() -> Self {
         Self {
             pipeline_depth: 4,
+            validation_threads: 0,
             queue_blocks: 64,
             reconnect_backoff_max: GoDuration(std::time::Duration::from_secs(10)),
         }
