@@ -4,7 +4,9 @@
 //! stays valid when every key it read still has the version it read, in
 //! the committed state and with no earlier valid transaction of the same
 //! block having written it, and when every range it scanned would still
-//! return the same keys and versions (no phantoms). Its writes then join the
+//! return the same keys and versions (no phantoms: compared read by read,
+//! or, for long results, through Fabric's Merkle summary rebuilt with
+//! [`weft_protos::range_summary`]). Its writes then join the
 //! block's update batch at height (block, transaction index), and become
 //! "earlier writes" for the transactions after it.
 //!
@@ -14,7 +16,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use weft_protos::kvrwset::range_query_info::ReadsInfo;
-use weft_protos::kvrwset::{KvRead, RangeQueryInfo};
+use weft_protos::kvrwset::{KvRead, RangeQueryInfo, Version};
+use weft_protos::range_summary::{RangeReads, RangeSummarizer};
 use weft_protos::view::{DecodedBlock, TxBody, TxEnvelope};
 use weft_statedb::{Height, StateReader, UpdateBatch, VersionedValue};
 
@@ -202,64 +205,97 @@ fn same_version(read: &KvRead, current: Option<&VersionedValue>) -> bool {
 }
 
 /// Whether re-running a range query over committed state plus the block's
-/// earlier writes yields the keys and versions the endorser recorded. When
-/// the chaincode stopped early (`itr_exhausted` false), only the recorded
-/// prefix must match.
+/// earlier writes yields what the endorser recorded, as Fabric checks it.
+/// When the chaincode stopped before the end of the range
+/// (`itr_exhausted` false), the recorded `end_key` is the last key it saw
+/// and the range includes it. Raw reads must match key for key and version
+/// for version, with nothing more in the range; a Merkle summary must
+/// equal the one rebuilt over the keys the range holds now.
 fn range_unchanged(
     namespace: &str,
     range: &RangeQueryInfo,
     writes: &BlockWrites,
     state: &dyn StateReader,
 ) -> weft_statedb::Result<bool> {
-    let recorded: Vec<(&str, Height)> = match &range.reads_info {
-        Some(ReadsInfo::RawReads(reads)) => reads
-            .kv_reads
-            .iter()
-            .map(|read| {
-                let version = read
-                    .version
-                    .as_ref()
-                    .map_or(Height::default(), |v| Height::new(v.block_num, v.tx_num));
-                (read.key.as_str(), version)
-            })
-            .collect(),
-        None => Vec::new(),
-        // FIXME: Fabric summarises large range results as a Merkle tree of
-        // hashes; until weft re-computes that summary, such a transaction
-        // is conservatively treated as a phantom read.
-        Some(ReadsInfo::ReadsMerkleHashes(_)) => return Ok(false),
+    let end = if range.itr_exhausted || range.end_key.is_empty() {
+        range.end_key.clone()
+    } else {
+        // The smallest key after `end_key`: the range's end becomes
+        // inclusive.
+        format!("{}\0", range.end_key)
     };
-    let in_range = |key: &str| {
-        key >= range.start_key.as_str()
-            && (range.end_key.is_empty() || key < range.end_key.as_str())
-    };
+    let current = |limit| current_range(namespace, &range.start_key, &end, limit, writes, state);
+    match &range.reads_info {
+        Some(ReadsInfo::ReadsMerkleHashes(recorded)) => {
+            let Some(mut summarizer) = RangeSummarizer::new(recorded.max_degree) else {
+                return Ok(false);
+            };
+            for (key, height) in current(usize::MAX)? {
+                summarizer.add(KvRead {
+                    key,
+                    version: Some(Version {
+                        block_num: height.block_num,
+                        tx_num: height.tx_num,
+                    }),
+                });
+            }
+            Ok(summarizer.finish() == RangeReads::Summary(recorded.clone()))
+        }
+        Some(ReadsInfo::RawReads(reads)) => {
+            let recorded: Vec<(&str, Height)> = reads
+                .kv_reads
+                .iter()
+                .map(|read| {
+                    let version = read
+                        .version
+                        .as_ref()
+                        .map_or(Height::default(), |v| Height::new(v.block_num, v.tx_num));
+                    (read.key.as_str(), version)
+                })
+                .collect();
+            let actual = current(recorded.len() + 1)?;
+            Ok(actual.len() == recorded.len()
+                && actual.iter().zip(&recorded).all(
+                    |((key, height), (recorded_key, recorded_height))| {
+                        key == recorded_key && height == recorded_height
+                    },
+                ))
+        }
+        None => Ok(current(1)?.is_empty()),
+    }
+}
+
+/// The first `limit` keys of `namespace` in `[start, end)` (an empty `end`:
+/// no bound) with their versions, as committed state plus the block's
+/// earlier writes show them.
+fn current_range(
+    namespace: &str,
+    start: &str,
+    end: &str,
+    limit: usize,
+    writes: &BlockWrites,
+    state: &dyn StateReader,
+) -> weft_statedb::Result<Vec<(String, Height)>> {
+    let in_range = |key: &str| key >= start && (end.is_empty() || key < end);
     let local: Vec<(&str, Option<Height>)> = writes
-        .range((namespace.to_owned(), range.start_key.clone())..)
+        .range((namespace.to_owned(), start.to_owned())..)
         .take_while(|((ns, key), _)| ns == namespace && in_range(key))
         .map(|((_, key), height)| (key.as_str(), *height))
         .collect();
+    // Deletes may hide committed keys: fetch enough to fill `limit` anyway.
     let deletes = local.iter().filter(|(_, height)| height.is_none()).count();
-    let limit = recorded.len() + 1 + deletes;
-    let committed = state.range(namespace, &range.start_key, &range.end_key, limit)?;
-
-    // Merge committed keys with the block's earlier writes, in key order.
-    let mut actual: BTreeMap<&str, Height> = committed
-        .iter()
-        .map(|(key, value)| (key.as_str(), value.version))
+    let committed = state.range(namespace, start, end, limit.saturating_add(deletes))?;
+    let mut merged: BTreeMap<String, Height> = committed
+        .into_iter()
+        .map(|(key, value)| (key, value.version))
         .collect();
-    for (key, height) in &local {
+    for (key, height) in local {
         match height {
-            Some(height) => actual.insert(key, *height),
-            None => actual.remove(key),
+            Some(height) => merged.insert(key.to_owned(), height),
+            None => merged.remove(key),
         };
     }
-    let mut actual = actual.into_iter();
-    for expected in &recorded {
-        if actual.next() != Some(*expected) {
-            return Ok(false);
-        }
-    }
-    Ok(!range.itr_exhausted || actual.next().is_none())
+    Ok(merged.into_iter().take(limit).collect())
 }
 
 #[cfg(test)]
@@ -276,6 +312,8 @@ mod tests {
     };
     use weft_statedb::memory::{MemoryOptions, MemoryState};
     use weft_statedb::{Height, StateReader, UpdateBatch, VersionedState};
+
+    use weft_protos::range_summary::{MAX_DEGREE_DEFAULT, RangeReads, RangeSummarizer};
 
     use super::{update_batch, validate_block};
     use crate::TxValidationCode::{self, MvccReadConflict, PhantomReadConflict, Valid};
@@ -451,10 +489,11 @@ mod tests {
                 rwset(vec![], vec![range("a", "d", true, &full)], vec![]),
                 // A key the endorser did not see: phantom.
                 rwset(vec![], vec![range("a", "d", true, &full[..2])], vec![]),
-                // The chaincode stopped early: only the prefix must match.
+                // The chaincode stopped after "b": the recorded end key is
+                // the last key it saw, and the range includes it.
                 rwset(
                     vec![],
-                    vec![range("a", "d", false, &full[..2])],
+                    vec![range("a", "b", false, &full[..2])],
                     vec![put("bb", "new")],
                 ),
                 // An earlier valid transaction inserted "bb" into the range.
@@ -504,15 +543,102 @@ mod tests {
         assert_eq!(run(&block, &state), [Valid, PhantomReadConflict, Valid]);
     }
 
+    /// A state holding `k000`..`k119`, all at version (1, n).
+    fn long_state() -> (tempfile::TempDir, MemoryState) {
+        let dir = tempfile::tempdir().unwrap();
+        let state = MemoryState::open(dir.path(), MemoryOptions::default()).unwrap();
+        let mut batch = UpdateBatch::new();
+        for n in 0..120 {
+            batch.put(
+                NS,
+                &format!("k{n:03}"),
+                Bytes::from_static(b"1"),
+                Height::new(1, n),
+            );
+        }
+        state.apply(&batch, Height::new(1, 119)).unwrap();
+        (dir, state)
+    }
+
+    /// The range query info an endorser records for `results` over
+    /// `[start, end)`, summarised as Fabric's endorsers do.
+    fn summarised(start: &str, end: &str, results: &[(String, (u64, u64))]) -> RangeQueryInfo {
+        let mut summarizer = RangeSummarizer::new(MAX_DEGREE_DEFAULT).unwrap();
+        for (key, version) in results {
+            summarizer.add(read(key, Some(*version)));
+        }
+        let RangeReads::Summary(summary) = summarizer.finish() else {
+            panic!("{} results are too few to summarise", results.len());
+        };
+        RangeQueryInfo {
+            start_key: start.to_owned(),
+            end_key: end.to_owned(),
+            itr_exhausted: true,
+            reads_info: Some(ReadsInfo::ReadsMerkleHashes(summary)),
+        }
+    }
+
     #[test]
-    fn merkle_summarised_ranges_are_not_yet_verified() {
-        // FIXME: weft does not recompute Fabric's Merkle summaries of large
-        // range results yet, so such a transaction is rejected as a phantom
-        // even when nothing changed.
-        let (_dir, state) = state();
-        let mut summarised = range("a", "d", true, &[]);
-        summarised.reads_info = Some(ReadsInfo::ReadsMerkleHashes(Default::default()));
-        let block = block(3, vec![rwset(vec![], vec![summarised], vec![])]);
-        assert_eq!(run(&block, &state), [PhantomReadConflict]);
+    fn merkle_summarised_ranges_are_rebuilt_and_compared() {
+        let (_dir, state) = long_state();
+        let all: Vec<(String, (u64, u64))> =
+            (0..120).map(|n| (format!("k{n:03}"), (1, n))).collect();
+        let mut missing_one = all.clone();
+        missing_one.remove(70);
+        let mut stale = all.clone();
+        stale[3].1 = (0, 9);
+        let block = block(
+            2,
+            vec![
+                // What the range holds: valid.
+                rwset(vec![], vec![summarised("k", "l", &all)], vec![]),
+                // The endorser saw one key fewer, or an older version.
+                rwset(vec![], vec![summarised("k", "l", &missing_one)], vec![]),
+                rwset(vec![], vec![summarised("k", "l", &stale)], vec![]),
+                // A sub-range: keys outside it do not matter.
+                rwset(
+                    vec![],
+                    vec![summarised("k010", "k090", &all[10..90])],
+                    vec![],
+                ),
+                // An earlier valid transaction changes k100; the full range
+                // now differs, the sub-range does not.
+                rwset(vec![], vec![], vec![put("k100", "2")]),
+                rwset(vec![], vec![summarised("k", "l", &all)], vec![]),
+                rwset(
+                    vec![],
+                    vec![summarised("k010", "k090", &all[10..90])],
+                    vec![],
+                ),
+            ],
+        );
+        assert_eq!(
+            run(&block, &state),
+            [
+                Valid,
+                PhantomReadConflict,
+                PhantomReadConflict,
+                Valid,
+                Valid,
+                PhantomReadConflict,
+                Valid
+            ]
+        );
+    }
+
+    #[test]
+    fn a_summary_over_a_range_that_shrank_below_the_degree_is_a_phantom() {
+        let (_dir, state) = long_state();
+        let all: Vec<(String, (u64, u64))> =
+            (0..120).map(|n| (format!("k{n:03}"), (1, n))).collect();
+        let deletes = (0..100).map(|n| delete(&format!("k{n:03}"))).collect();
+        let block = block(
+            2,
+            vec![
+                rwset(vec![], vec![], deletes),
+                rwset(vec![], vec![summarised("k", "l", &all)], vec![]),
+            ],
+        );
+        assert_eq!(run(&block, &state), [Valid, PhantomReadConflict]);
     }
 }
