@@ -13,7 +13,10 @@
 //! Committed versions are fetched for the whole block with one bulk read
 //! (Thakkar et al.) before the serial pass.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
+
+use bytes::Bytes;
 
 use weft_protos::kvrwset::range_query_info::ReadsInfo;
 use weft_protos::kvrwset::{KvRead, RangeQueryInfo, Version};
@@ -89,11 +92,12 @@ pub fn validate_block(
             continue;
         }
         let height = Height::new(block_num, index as u64);
-        for namespace in namespaces_of(transaction) {
-            for write in &namespace.kv.writes {
-                let key = (namespace.namespace.clone(), write.key.clone());
-                writes.insert(key, (!write.is_delete).then_some(height));
-            }
+        for write in writes_of(transaction) {
+            let put = write.value.is_some();
+            writes.insert(
+                (write.namespace.into_owned(), write.key.into_owned()),
+                put.then_some(height),
+            );
         }
     }
     Ok(())
@@ -112,22 +116,85 @@ pub fn update_batch(block: &DecodedBlock, codes: &[TxValidationCode]) -> UpdateB
             continue;
         }
         let height = Height::new(block.header.number, index as u64);
-        for namespace in namespaces_of(transaction) {
-            for write in &namespace.kv.writes {
-                if write.is_delete {
-                    batch.delete(&namespace.namespace, &write.key, height);
-                } else {
-                    batch.put(
-                        &namespace.namespace,
-                        &write.key,
-                        write.value.clone(),
-                        height,
-                    );
-                }
+        for write in writes_of(transaction) {
+            match write.value {
+                Some(value) => batch.put(&write.namespace, &write.key, value, height),
+                None => batch.delete(&write.namespace, &write.key, height),
             }
         }
     }
     batch
+}
+
+/// A key of the world state a transaction read: a public key, or the
+/// hash of a private one.
+struct StateRead<'a> {
+    namespace: Cow<'a, str>,
+    key: Cow<'a, str>,
+    version: Option<&'a Version>,
+}
+
+/// A key of the world state a transaction writes; `value` `None` deletes.
+struct StateWrite<'a> {
+    namespace: Cow<'a, str>,
+    key: Cow<'a, str>,
+    value: Option<Bytes>,
+}
+
+/// Where the hashes of collection `collection` of chaincode `namespace`
+/// live in the world state: Fabric's `<namespace>$$h<collection>`, keyed by
+/// the hex of the key hash (state keys are text), holding value hashes.
+fn hashed_namespace(namespace: &str, collection: &str) -> String {
+    format!("{namespace}$$h{collection}")
+}
+
+/// The point reads of a transaction, public and hashed, in rwset order.
+fn reads_of(transaction: &TxEnvelope) -> impl Iterator<Item = StateRead<'_>> {
+    namespaces_of(transaction).flat_map(|namespace| {
+        let public = namespace.kv.reads.iter().map(|read| StateRead {
+            namespace: Cow::Borrowed(namespace.namespace.as_str()),
+            key: Cow::Borrowed(read.key.as_str()),
+            version: read.version.as_ref(),
+        });
+        let hashed = namespace.collection_hashed.iter().flat_map(|collection| {
+            let state_namespace = hashed_namespace(&namespace.namespace, &collection.collection);
+            collection
+                .rwset
+                .hashed_reads
+                .iter()
+                .map(move |read| StateRead {
+                    namespace: Cow::Owned(state_namespace.clone()),
+                    key: Cow::Owned(hex::encode(&read.key_hash)),
+                    version: read.version.as_ref(),
+                })
+        });
+        public.chain(hashed)
+    })
+}
+
+/// The writes of a transaction, public and hashed, in rwset order. A purge
+/// of private data deletes its hash.
+fn writes_of(transaction: &TxEnvelope) -> impl Iterator<Item = StateWrite<'_>> {
+    namespaces_of(transaction).flat_map(|namespace| {
+        let public = namespace.kv.writes.iter().map(|write| StateWrite {
+            namespace: Cow::Borrowed(namespace.namespace.as_str()),
+            key: Cow::Borrowed(write.key.as_str()),
+            value: (!write.is_delete).then(|| write.value.clone()),
+        });
+        let hashed = namespace.collection_hashed.iter().flat_map(|collection| {
+            let state_namespace = hashed_namespace(&namespace.namespace, &collection.collection);
+            collection
+                .rwset
+                .hashed_writes
+                .iter()
+                .map(move |write| StateWrite {
+                    namespace: Cow::Owned(state_namespace.clone()),
+                    key: Cow::Owned(hex::encode(&write.key_hash)),
+                    value: (!write.is_delete && !write.is_purge).then(|| write.value_hash.clone()),
+                })
+        });
+        public.chain(hashed)
+    })
 }
 
 fn namespaces_of(
@@ -147,8 +214,8 @@ fn bulk_read(
     codes: &[TxValidationCode],
     state: &dyn StateReader,
 ) -> weft_statedb::Result<HashMap<(String, String), Option<VersionedValue>>> {
-    let mut keys: Vec<(&str, &str)> = Vec::new();
-    let mut seen: HashSet<(&str, &str)> = HashSet::new();
+    let mut keys: Vec<(String, String)> = Vec::new();
+    let mut seen: HashSet<(String, String)> = HashSet::new();
     for (transaction, code) in block.transactions.iter().zip(codes) {
         if *code != TxValidationCode::Valid {
             continue;
@@ -156,21 +223,20 @@ fn bulk_read(
         let Ok(transaction) = transaction else {
             continue;
         };
-        for namespace in namespaces_of(transaction) {
-            for read in &namespace.kv.reads {
-                let key = (namespace.namespace.as_str(), read.key.as_str());
-                if seen.insert(key) {
-                    keys.push(key);
-                }
+        for read in reads_of(transaction) {
+            let key = (read.namespace.into_owned(), read.key.into_owned());
+            if !seen.contains(&key) {
+                seen.insert(key.clone());
+                keys.push(key);
             }
         }
     }
-    let values = state.get_many(&keys)?;
-    Ok(keys
-        .into_iter()
-        .map(|(namespace, key)| (namespace.to_owned(), key.to_owned()))
-        .zip(values)
-        .collect())
+    let borrowed: Vec<(&str, &str)> = keys
+        .iter()
+        .map(|(namespace, key)| (namespace.as_str(), key.as_str()))
+        .collect();
+    let values = state.get_many(&borrowed)?;
+    Ok(keys.into_iter().zip(values).collect())
 }
 
 fn check_reads(
@@ -179,14 +245,14 @@ fn check_reads(
     writes: &BlockWrites,
     state: &dyn StateReader,
 ) -> weft_statedb::Result<TxValidationCode> {
-    for namespace in namespaces_of(transaction) {
-        for read in &namespace.kv.reads {
-            let key = (namespace.namespace.clone(), read.key.clone());
-            let current = committed.get(&key).and_then(Option::as_ref);
-            if writes.contains_key(&key) || !same_version(read, current) {
-                return Ok(TxValidationCode::MvccReadConflict);
-            }
+    for read in reads_of(transaction) {
+        let key = (read.namespace.into_owned(), read.key.into_owned());
+        let current = committed.get(&key).and_then(Option::as_ref);
+        if writes.contains_key(&key) || !same_version(read.version, current) {
+            return Ok(TxValidationCode::MvccReadConflict);
         }
+    }
+    for namespace in namespaces_of(transaction) {
         for range in &namespace.kv.range_queries_info {
             if !range_unchanged(&namespace.namespace, range, writes, state)? {
                 return Ok(TxValidationCode::PhantomReadConflict);
@@ -196,8 +262,8 @@ fn check_reads(
     Ok(TxValidationCode::Valid)
 }
 
-fn same_version(read: &KvRead, current: Option<&VersionedValue>) -> bool {
-    match (&read.version, current) {
+fn same_version(read: Option<&Version>, current: Option<&VersionedValue>) -> bool {
+    match (read, current) {
         (None, None) => true,
         (Some(read), Some(current)) => Height::new(read.block_num, read.tx_num) == current.version,
         _ => false,
@@ -306,9 +372,13 @@ mod tests {
 
     use bytes::Bytes;
     use weft_protos::common::{BlockHeader, ChannelHeader, SignatureHeader};
-    use weft_protos::kvrwset::{KvRead, KvWrite, KvrwSet, QueryReads, RangeQueryInfo, Version};
+    use weft_protos::kvrwset::{
+        HashedRwSet, KvRead, KvReadHash, KvWrite, KvWriteHash, KvrwSet, QueryReads, RangeQueryInfo,
+        Version,
+    };
     use weft_protos::view::{
-        DecodedBlock, EndorsedAction, EndorserTransaction, NamespaceRwSet, TxBody, TxEnvelope,
+        CollectionHashes, DecodedBlock, EndorsedAction, EndorserTransaction, NamespaceRwSet,
+        TxBody, TxEnvelope,
     };
     use weft_statedb::memory::{MemoryOptions, MemoryState};
     use weft_statedb::{Height, StateReader, UpdateBatch, VersionedState};
@@ -365,6 +435,13 @@ mod tests {
     use weft_protos::kvrwset::range_query_info::ReadsInfo;
 
     fn tx(kv: KvrwSet) -> Result<TxEnvelope, weft_protos::DecodeError> {
+        tx_with_hashes(kv, Vec::new())
+    }
+
+    fn tx_with_hashes(
+        kv: KvrwSet,
+        collection_hashed: Vec<CollectionHashes>,
+    ) -> Result<TxEnvelope, weft_protos::DecodeError> {
         let action = EndorsedAction {
             signature_header: SignatureHeader::default(),
             signature_header_bytes: Bytes::new(),
@@ -376,7 +453,7 @@ mod tests {
             namespaces: vec![NamespaceRwSet {
                 namespace: NS.to_owned(),
                 kv,
-                collection_hashed: Vec::new(),
+                collection_hashed,
             }],
             event: None,
         };
@@ -640,5 +717,93 @@ mod tests {
             ],
         );
         assert_eq!(run(&block, &state), [Valid, PhantomReadConflict]);
+    }
+
+    /// A transaction touching only the hash of private key `key` of
+    /// collection `secrets`: reading it at `read` (if given) and writing
+    /// (`Some(true)`), purging (`Some(false)`) or leaving it.
+    fn private(
+        key: &str,
+        read: Option<Option<(u64, u64)>>,
+        write: Option<bool>,
+    ) -> Result<TxEnvelope, weft_protos::DecodeError> {
+        let key_hash = Bytes::copy_from_slice(&weft_protos::hash::sha256(key.as_bytes()));
+        let mut hashes = HashedRwSet::default();
+        if let Some(version) = read {
+            hashes.hashed_reads.push(KvReadHash {
+                key_hash: key_hash.clone(),
+                version: version.map(|(block_num, tx_num)| Version { block_num, tx_num }),
+            });
+        }
+        if let Some(put) = write {
+            hashes.hashed_writes.push(KvWriteHash {
+                key_hash,
+                is_delete: !put,
+                value_hash: if put {
+                    Bytes::from_static(b"value hash")
+                } else {
+                    Bytes::new()
+                },
+                is_purge: !put,
+            });
+        }
+        let collection = CollectionHashes {
+            collection: "secrets".to_owned(),
+            rwset: hashes,
+            pvt_rwset_hash: Bytes::new(),
+        };
+        tx_with_hashes(rwset(vec![], vec![], vec![]), vec![collection])
+    }
+
+    #[test]
+    fn private_data_hashes_are_versioned_like_public_keys() {
+        let (_dir, state) = state();
+        let mut codes = vec![Valid; 3];
+        let first = DecodedBlock {
+            header: BlockHeader {
+                number: 3,
+                ..BlockHeader::default()
+            },
+            metadata: Default::default(),
+            raw_envelopes: vec![Bytes::from_static(b"x"); 3],
+            transactions: vec![
+                private("k", Some(None), Some(true)),
+                // Read as absent, but written just before in this block.
+                private("k", Some(None), None),
+                private("other", None, Some(true)),
+            ],
+        };
+        validate_block(&first, &mut codes, &state).unwrap();
+        assert_eq!(codes, [Valid, MvccReadConflict, Valid]);
+        state
+            .apply(&update_batch(&first, &codes), Height::new(3, 2))
+            .unwrap();
+        let hashed_key = hex::encode(weft_protos::hash::sha256(b"k"));
+        let stored = state.get("cc$$hsecrets", &hashed_key).unwrap().unwrap();
+        assert_eq!(stored.version, Height::new(3, 0));
+        assert_eq!(&stored.value[..], b"value hash");
+
+        let second = DecodedBlock {
+            header: BlockHeader {
+                number: 4,
+                ..BlockHeader::default()
+            },
+            metadata: Default::default(),
+            raw_envelopes: vec![Bytes::from_static(b"x"); 4],
+            transactions: vec![
+                private("k", Some(Some((3, 0))), None),
+                private("k", Some(None), None),
+                // A purge deletes the hash; a later read of it conflicts.
+                private("k", Some(Some((3, 0))), Some(false)),
+                private("k", Some(Some((3, 0))), None),
+            ],
+        };
+        let mut codes = vec![Valid; 4];
+        validate_block(&second, &mut codes, &state).unwrap();
+        assert_eq!(codes, [Valid, MvccReadConflict, Valid, MvccReadConflict]);
+        state
+            .apply(&update_batch(&second, &codes), Height::new(4, 3))
+            .unwrap();
+        assert!(state.get("cc$$hsecrets", &hashed_key).unwrap().is_none());
     }
 }

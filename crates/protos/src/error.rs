@@ -19,6 +19,7 @@ pub enum Layer {
     ChaincodeHeaderExtension,
     TxReadWriteSet,
     KvReadWriteSet,
+    HashedReadWriteSet,
     ChaincodeEvent,
     ConfigEnvelope,
     ConfigUpdateEnvelope,
