@@ -4,14 +4,17 @@
 //! Each bench builds what it needs in a fresh directory (crypto material,
 //! a channel), runs the nodes under test as separate `weft` processes, and
 //! ends with one line scripts can read:
-//! `committed <N> tx in <S> s: <X> tx/s, p50 <a> ms, p95 <b> ms, p99 <c> ms`.
+//! `<committed|ordered> <N> tx in <S> s: <X> tx/s, p50 <a> ms, p95 <b> ms,
+//! p99 <c> ms`.
 
 pub mod committer;
 mod feeder;
+pub mod orderer;
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -35,9 +38,13 @@ pub struct BenchChannel {
 
 impl BenchChannel {
     /// Generates crypto material and the genesis block of `channel_id` in
-    /// `dir`, with `endorsement` as the channel's default endorsement
-    /// policy (an ImplicitMeta rule such as `ANY Endorsement`).
-    pub fn create(dir: &Path, channel_id: &str, endorsement: &str) -> Result<Self> {
+    /// `dir` from the default configs, the channel profile changed by
+    /// `adjust`.
+    pub fn create(
+        dir: &Path,
+        channel_id: &str,
+        adjust: impl FnOnce(&mut crate::channel::profile::Profile),
+    ) -> Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let crypto_config = dir.join("crypto.yaml");
         let channel_config = dir.join("channel.yaml");
@@ -48,17 +55,7 @@ impl BenchChannel {
             &channel_config,
             Some(CHANNEL_PROFILE),
             channel_id,
-            |profile| {
-                if let Some(application) = &mut profile.application {
-                    application.policies.insert(
-                        "Endorsement".to_owned(),
-                        crate::channel::profile::PolicySpec {
-                            kind: "ImplicitMeta".to_owned(),
-                            rule: endorsement.to_owned(),
-                        },
-                    );
-                }
-            },
+            adjust,
         )?;
         let genesis_path = dir.join(format!("{channel_id}.block"));
         std::fs::write(&genesis_path, genesis.encode_to_vec())?;
@@ -92,14 +89,30 @@ impl BenchChannel {
         )
     }
 
+    /// The MSP folder of orderer `index`.
+    pub fn orderer_msp(&self, index: usize) -> PathBuf {
+        self.dir.join(format!(
+            "crypto/ordererOrganizations/example.com/orderers/orderer{index}.example.com/msp"
+        ))
+    }
+
     /// The signer of orderer `index`.
     pub fn orderer(&self, index: usize) -> Result<Signer> {
-        load_signer(
-            &self.dir.join(format!(
-                "crypto/ordererOrganizations/example.com/orderers/orderer{index}.example.com/msp"
-            )),
-            "OrdererMSP",
-        )
+        load_signer(&self.orderer_msp(index), "OrdererMSP")
+    }
+}
+
+/// Sets the channel's default endorsement policy to the ImplicitMeta `rule`
+/// (such as `ANY Endorsement`).
+pub fn set_endorsement(profile: &mut crate::channel::profile::Profile, rule: &str) {
+    if let Some(application) = &mut profile.application {
+        application.policies.insert(
+            "Endorsement".to_owned(),
+            crate::channel::profile::PolicySpec {
+                kind: "ImplicitMeta".to_owned(),
+                rule: rule.to_owned(),
+            },
+        );
     }
 }
 
@@ -118,6 +131,82 @@ fn org_msp_id(org: &str) -> String {
 fn load_signer(dir: &Path, msp_id: &str) -> Result<Signer> {
     weft_msp::folder::load_signer(dir, msp_id)?
         .ok_or_else(|| anyhow!("{} holds no signing identity", dir.display()))
+}
+
+/// A `weft orderer start` or `weft peer start` child process.
+pub struct NodeProcess {
+    child: Child,
+    /// The node's gRPC address.
+    pub grpc: SocketAddr,
+    operations: Option<SocketAddr>,
+}
+
+impl NodeProcess {
+    /// Starts `weft <role> start --config <config>`, logging to `log`, and
+    /// waits for its `ready` line.
+    pub fn start(role: &str, config: &Path, log: &Path) -> Result<Self> {
+        let executable = std::env::current_exe().context("locating the weft executable")?;
+        let mut child = Command::new(executable)
+            .args([role, "start", "--config"])
+            .arg(config)
+            .env("WEFT_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log)?)
+            .spawn()
+            .with_context(|| format!("starting the {role}"))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow!("the {role}'s stdout is not piped"))?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        let address = |label: &str| -> Option<SocketAddr> {
+            line.split(label)
+                .nth(1)?
+                .split([',', ' '])
+                .next()?
+                .trim()
+                .parse()
+                .ok()
+        };
+        let grpc = address("grpc ")
+            .ok_or_else(|| anyhow!("the {role} did not start (see {}): {line:?}", log.display()))?;
+        Ok(Self {
+            grpc,
+            operations: address("operations "),
+            child,
+        })
+    }
+
+    /// The node's operations endpoint (peers have one).
+    pub fn operations(&self) -> Result<SocketAddr> {
+        self.operations
+            .ok_or_else(|| anyhow!("the node announced no operations endpoint"))
+    }
+
+    /// CPU seconds the process has used so far (user + system), to the
+    /// clock tick.
+    pub fn cpu_seconds(&self) -> Result<f64> {
+        let pid = i32::try_from(self.child.id())?;
+        let stat = procfs::process::Process::new(pid)?.stat()?;
+        Ok((stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
+    }
+
+    /// Asks the node to stop (SIGTERM) and waits for it.
+    pub fn stop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.stop();
+        }
+    }
 }
 
 /// `GET path` from a node's operations endpoint, as text.
@@ -165,12 +254,18 @@ pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
     sorted[rank - 1]
 }
 
-/// The last line of every bench.
-pub fn summary_line(transactions: u64, elapsed: Duration, latencies: &mut [Duration]) -> String {
+/// The last line of every bench; `verb` says what happened to the
+/// transactions (`committed`, `ordered`).
+pub fn summary_line(
+    verb: &str,
+    transactions: u64,
+    elapsed: Duration,
+    latencies: &mut [Duration],
+) -> String {
     latencies.sort_unstable();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     format!(
-        "committed {transactions} tx in {:.2} s: {:.0} tx/s, p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms",
+        "{verb} {transactions} tx in {:.2} s: {:.0} tx/s, p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms",
         elapsed.as_secs_f64(),
         transactions as f64 / elapsed.as_secs_f64().max(f64::MIN_POSITIVE),
         ms(quantile(latencies, 0.50)),

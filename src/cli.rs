@@ -42,6 +42,9 @@ enum BenchCommand {
     /// FastFabric's peer experiment: a peer process commits signed blocks
     /// of transfer transactions fed over Deliver from this process.
     Committer(crate::bench::committer::CommitterBenchArgs),
+    /// FastFabric's orderer experiment: concurrent clients broadcast
+    /// pre-signed envelopes to an orderer process.
+    Orderer(crate::bench::orderer::OrdererBenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -135,5 +138,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Peer(PeerCommand::Start { config }) => crate::peer::start(&config),
         Command::Orderer(OrdererCommand::Start { config }) => crate::orderer::start(&config),
         Command::Bench(BenchCommand::Committer(args)) => crate::bench::committer::run(&args),
+        Command::Bench(BenchCommand::Orderer(args)) => crate::bench::orderer::run(&args),
     }
 }

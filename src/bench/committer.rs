@@ -19,10 +19,8 @@
 //! reported as the rest of the process's CPU time.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,7 +38,7 @@ use weft_protos::protos::deliver_response::Type as PeerResponse;
 use weft_protos::protos::{ChaincodeId, Response};
 use weft_protos::tx::{Invocation, Proposal, ReadWriteSetBuilder, SimulationResult, endorse};
 
-use super::{BenchChannel, http_get, metric_sum, summary_line};
+use super::{BenchChannel, NodeProcess, http_get, metric_sum, summary_line};
 
 const CHANNEL: &str = "bench";
 const CHAINCODE: &str = "transfer";
@@ -142,7 +140,9 @@ pub fn run(args: &CommitterBenchArgs) -> Result<()> {
         "weft bench committer: {cores} cores, working in {}",
         dir.display()
     );
-    let channel = BenchChannel::create(&dir.join("network"), CHANNEL, "ANY Endorsement")?;
+    let channel = BenchChannel::create(&dir.join("network"), CHANNEL, |profile| {
+        super::set_endorsement(profile, "ANY Endorsement");
+    })?;
     let parties = Parties::load(&channel)?;
 
     let baseline = RunPoint {
@@ -396,7 +396,7 @@ fn run_point(
     runtime.block_on(async {
         let feeder = super::feeder::Feeder::start(channel, &dir.join("orderer")).await?;
         let config = write_peer_config(channel, point, feeder.address(), dir)?;
-        let mut peer = PeerProcess::start(&config, &dir.join("peer.log"))?;
+        let mut peer = NodeProcess::start("peer", &config, &dir.join("peer.log"))?;
         let outcome = measure(channel, parties, &feeder, &peer, blocks, window).await;
         peer.stop();
         feeder.stop().await;
@@ -422,7 +422,12 @@ impl Measured {
         let seconds = self.elapsed.as_secs_f64();
         let per_tx = |total: f64| total * 1e6 / self.transactions.max(1) as f64;
         let serial = self.mvcc_seconds + self.block_store_seconds + self.state_seconds;
-        let summary = summary_line(self.transactions, self.elapsed, &mut self.latencies);
+        let summary = summary_line(
+            "committed",
+            self.transactions,
+            self.elapsed,
+            &mut self.latencies,
+        );
         let quantile_ms = |q| super::quantile(&self.latencies, q).as_secs_f64() * 1000.0;
         RunResult {
             point: point.clone(),
@@ -452,7 +457,7 @@ async fn measure(
     channel: &BenchChannel,
     parties: &Parties,
     feeder: &super::feeder::Feeder,
-    peer: &PeerProcess,
+    peer: &NodeProcess,
     blocks: &Arc<Vec<Block>>,
     window: usize,
 ) -> Result<Measured> {
@@ -493,7 +498,7 @@ async fn measure(
         let now = Instant::now();
         let number = filtered.number as usize;
         if number == 1 {
-            start = Some((now, http_get(peer.operations, "/metrics")?));
+            start = Some((now, http_get(peer.operations()?, "/metrics")?));
         } else {
             latencies.push(now - released[number]);
             transactions += filtered.filtered_transactions.len() as u64;
@@ -506,7 +511,7 @@ async fn measure(
         committed_height += 1;
     }
     let end = Instant::now();
-    let metrics_after = http_get(peer.operations, "/metrics")?;
+    let metrics_after = http_get(peer.operations()?, "/metrics")?;
     let (started, metrics_before) = start.ok_or_else(|| anyhow!("block 1 was never committed"))?;
     if valid != transactions {
         bail!(
@@ -580,56 +585,6 @@ fn write_peer_config(
     );
     std::fs::write(&path, text)?;
     Ok(path)
-}
-
-/// A `weft peer start` child process.
-struct PeerProcess {
-    child: Child,
-    grpc: SocketAddr,
-    operations: SocketAddr,
-}
-
-impl PeerProcess {
-    /// Starts the peer and waits for its `ready` line.
-    fn start(config: &Path, log: &Path) -> Result<Self> {
-        let executable = std::env::current_exe().context("locating the weft executable")?;
-        let mut child = Command::new(executable)
-            .args(["peer", "start", "--config"])
-            .arg(config)
-            .env("WEFT_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(log)?)
-            .spawn()
-            .context("starting the peer")?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| anyhow!("the peer's stdout is not piped"))?;
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line)?;
-        let address = |label: &str| -> Result<SocketAddr> {
-            line.split(label)
-                .nth(1)
-                .and_then(|rest| rest.split([',', ' ']).next())
-                .and_then(|text| text.parse().ok())
-                .ok_or_else(|| anyhow!("the peer did not start (see {}): {line:?}", log.display()))
-        };
-        let grpc = address("grpc ")?;
-        let operations = address("operations ")?;
-        Ok(Self {
-            child,
-            grpc,
-            operations,
-        })
-    }
-
-    /// Asks the peer to stop (SIGTERM) and waits for it.
-    fn stop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-    }
 }
 
 fn print_table(results: &[RunResult], cores: usize) {
