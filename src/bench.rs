@@ -9,6 +9,7 @@
 
 pub mod committer;
 mod feeder;
+pub mod network;
 pub mod orderer;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -18,9 +19,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
+use bytes::Bytes;
 use prost::Message;
 use weft_msp::Signer;
-use weft_protos::common::Block;
+use weft_protos::common::{Block, Envelope};
+use weft_protos::protos::{ChaincodeId, Response};
+use weft_protos::tx::{Invocation, Proposal, ReadWriteSetBuilder, SimulationResult, endorse};
 
 /// The crypto config and channel profile a bench network is built from:
 /// the repository's defaults, so a bench runs the network a user gets.
@@ -113,6 +117,80 @@ pub fn set_endorsement(profile: &mut crate::channel::profile::Profile, rule: &st
                 rule: rule.to_owned(),
             },
         );
+    }
+}
+
+/// The chaincode of the transfer workload.
+pub const TRANSFER_CHAINCODE: &str = "transfer";
+/// Every account's balance before the first transfer.
+pub const INITIAL_BALANCE: i64 = 1_000_000;
+
+/// FastFabric's workload: move money between two accounts. The transaction
+/// reads both accounts (when they exist) and writes both balances.
+#[derive(Debug, Clone)]
+pub struct Transfer<'a> {
+    pub channel_id: &'a str,
+    pub from: String,
+    pub to: String,
+    /// Units moved from `from` to `to` since the accounts were created.
+    pub moved: i64,
+    /// The version both accounts were last written at; `None` creates them.
+    pub read_at: Option<(u64, u64)>,
+    /// An extra argument, to bring the transaction to a chosen size.
+    pub padding: Bytes,
+}
+
+impl Transfer<'_> {
+    /// The transaction as a Fabric client submits it: proposed by
+    /// `client`, simulated here, endorsed by each of `endorsers`, signed.
+    /// Returns its TxID and envelope.
+    pub fn transaction(
+        &self,
+        client: &Signer,
+        endorsers: &[&Signer],
+    ) -> Result<(String, Envelope)> {
+        let mut rwset = ReadWriteSetBuilder::new();
+        if let Some(version) = self.read_at {
+            rwset.read(TRANSFER_CHAINCODE, &self.from, Some(version));
+            rwset.read(TRANSFER_CHAINCODE, &self.to, Some(version));
+        }
+        let balance = |change: i64| Bytes::from(INITIAL_BALANCE.saturating_add(change).to_string());
+        rwset.write(TRANSFER_CHAINCODE, &self.from, balance(-self.moved));
+        rwset.write(TRANSFER_CHAINCODE, &self.to, balance(self.moved));
+        let invocation = Invocation {
+            channel_id: self.channel_id,
+            chaincode: TRANSFER_CHAINCODE,
+            args: vec![
+                Bytes::from_static(b"transfer"),
+                Bytes::from(self.from.clone()),
+                Bytes::from(self.to.clone()),
+                Bytes::from_static(b"1"),
+                self.padding.clone(),
+            ],
+            nonce: client.new_nonce()?,
+            timestamp_seconds: weft_msp::now(),
+        };
+        let proposal = Proposal::new(&invocation, client.serialized_identity().clone());
+        let simulation = SimulationResult {
+            results: rwset.encode(),
+            events: Bytes::new(),
+            response: Response {
+                status: 200,
+                message: String::new(),
+                payload: Bytes::new(),
+            },
+            chaincode_id: ChaincodeId {
+                path: String::new(),
+                name: TRANSFER_CHAINCODE.to_owned(),
+                version: "1.0".to_owned(),
+            },
+        };
+        let endorsements = endorsers
+            .iter()
+            .map(|endorser| endorse(&proposal, &simulation, *endorser))
+            .collect::<Result<Vec<_>, _>>()?;
+        let envelope = proposal.transaction(&endorsements, client)?;
+        Ok((proposal.tx_id.clone(), envelope))
     }
 }
 

@@ -35,16 +35,12 @@ use weft_protos::common::{Block, HeaderType};
 use weft_protos::hash::block_header_hash;
 use weft_protos::protos::deliver_client::DeliverClient;
 use weft_protos::protos::deliver_response::Type as PeerResponse;
-use weft_protos::protos::{ChaincodeId, Response};
-use weft_protos::tx::{Invocation, Proposal, ReadWriteSetBuilder, SimulationResult, endorse};
 
-use super::{BenchChannel, NodeProcess, http_get, metric_sum, summary_line};
+use super::{BenchChannel, NodeProcess, Transfer, http_get, metric_sum, summary_line};
 
 const CHANNEL: &str = "bench";
-const CHAINCODE: &str = "transfer";
 /// Transactions per run, whatever the block size.
 const TRANSACTIONS_PER_RUN: usize = 30_000;
-const INITIAL_BALANCE: i64 = 1_000_000;
 
 /// Options of `weft bench committer`.
 #[derive(Debug, Clone, clap::Args)]
@@ -326,55 +322,15 @@ fn padding_for(parties: &Parties, block_size: usize, tx_bytes: usize) -> Result<
 
 /// Transaction `slot` of block `number`, as a serialized envelope.
 fn transfer(parties: &Parties, number: u64, slot: usize, padding: &Bytes) -> Result<Bytes> {
-    let from = format!("account{:07}", 2 * slot);
-    let to = format!("account{:07}", 2 * slot + 1);
-    let moved = i64::try_from(number).unwrap_or(i64::MAX) - 1;
-    let mut rwset = ReadWriteSetBuilder::new();
-    if number > 1 {
-        let written_at = Some((number - 1, slot as u64));
-        rwset.read(CHAINCODE, &from, written_at);
-        rwset.read(CHAINCODE, &to, written_at);
-    }
-    rwset.write(
-        CHAINCODE,
-        &from,
-        Bytes::from((INITIAL_BALANCE - moved).to_string()),
-    );
-    rwset.write(
-        CHAINCODE,
-        &to,
-        Bytes::from((INITIAL_BALANCE + moved).to_string()),
-    );
-    let invocation = Invocation {
+    let transfer = Transfer {
         channel_id: CHANNEL,
-        chaincode: CHAINCODE,
-        args: vec![
-            Bytes::from_static(b"transfer"),
-            Bytes::from(from),
-            Bytes::from(to),
-            Bytes::from_static(b"1"),
-            padding.clone(),
-        ],
-        nonce: parties.client.new_nonce()?,
-        timestamp_seconds: weft_msp::now(),
+        from: format!("account{:07}", 2 * slot),
+        to: format!("account{:07}", 2 * slot + 1),
+        moved: i64::try_from(number).unwrap_or(i64::MAX) - 1,
+        read_at: (number > 1).then(|| (number - 1, slot as u64)),
+        padding: padding.clone(),
     };
-    let proposal = Proposal::new(&invocation, parties.client.serialized_identity().clone());
-    let simulation = SimulationResult {
-        results: rwset.encode(),
-        events: Bytes::new(),
-        response: Response {
-            status: 200,
-            message: String::new(),
-            payload: Bytes::new(),
-        },
-        chaincode_id: ChaincodeId {
-            path: String::new(),
-            name: CHAINCODE.to_owned(),
-            version: "1.0".to_owned(),
-        },
-    };
-    let endorsement = endorse(&proposal, &simulation, &parties.endorser)?;
-    let envelope = proposal.transaction(&[endorsement], &parties.client)?;
+    let (_, envelope) = transfer.transaction(&parties.client, &[&parties.endorser])?;
     Ok(envelope.encode_to_vec().into())
 }
 
