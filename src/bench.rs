@@ -211,6 +211,44 @@ fn load_signer(dir: &Path, msp_id: &str) -> Result<Signer> {
         .ok_or_else(|| anyhow!("{} holds no signing identity", dir.display()))
 }
 
+/// Where a bench works: the directory the user named (kept), or a
+/// temporary one (removed when dropped).
+pub struct WorkDir {
+    path: PathBuf,
+    _temporary: Option<tempfile::TempDir>,
+}
+
+impl WorkDir {
+    pub fn new(named: Option<&Path>) -> Result<Self> {
+        Ok(match named {
+            Some(path) => Self {
+                path: path.to_owned(),
+                _temporary: None,
+            },
+            None => {
+                let temporary = tempfile::tempdir().context("creating a temporary directory")?;
+                Self {
+                    path: temporary.path().to_owned(),
+                    _temporary: Some(temporary),
+                }
+            }
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Writes a bench's results as JSON to `path`, if one was given.
+pub fn write_json(path: Option<&Path>, results: &impl serde::Serialize) -> Result<()> {
+    if let Some(path) = path {
+        std::fs::write(path, serde_json::to_vec_pretty(results)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
 /// A `weft orderer start` or `weft peer start` child process.
 pub struct NodeProcess {
     child: Child,

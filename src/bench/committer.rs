@@ -36,7 +36,9 @@ use weft_protos::hash::block_header_hash;
 use weft_protos::protos::deliver_client::DeliverClient;
 use weft_protos::protos::deliver_response::Type as PeerResponse;
 
-use super::{BenchChannel, NodeProcess, Transfer, http_get, metric_sum, summary_line};
+use super::{
+    BenchChannel, NodeProcess, Transfer, WorkDir, http_get, metric_sum, summary_line, write_json,
+};
 
 const CHANNEL: &str = "bench";
 /// Transactions per run, whatever the block size.
@@ -123,14 +125,8 @@ struct RunResult {
 
 /// Runs the bench and prints its report.
 pub fn run(args: &CommitterBenchArgs) -> Result<()> {
-    let temporary;
-    let dir = match &args.dir {
-        Some(dir) => dir.clone(),
-        None => {
-            temporary = tempfile::tempdir().context("creating a temporary directory")?;
-            temporary.path().to_owned()
-        }
-    };
+    let work = WorkDir::new(args.dir.as_deref())?;
+    let dir = work.path().to_owned();
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     println!(
         "weft bench committer: {cores} cores, working in {}",
@@ -203,10 +199,7 @@ pub fn run(args: &CommitterBenchArgs) -> Result<()> {
         results.push(result);
     }
     print_table(&results, cores);
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_vec_pretty(&results)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    write_json(args.json.as_deref(), &results)?;
     if let Some(first) = results.first() {
         println!("{}", first.summary);
     }

@@ -31,7 +31,7 @@ use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
 use weft_protos::orderer::deliver_response::Type as DeliverType;
 use weft_protos::tx::{Invocation, Proposal, SimulationResult, endorse, seek_range};
 
-use super::{BenchChannel, NodeProcess, quantile, summary_line};
+use super::{BenchChannel, NodeProcess, WorkDir, quantile, summary_line, write_json};
 
 const CHANNEL: &str = "bench";
 /// How long the bench channel waits before cutting a partial block.
@@ -93,14 +93,8 @@ pub fn run(args: &OrdererBenchArgs) -> Result<()> {
     if args.clients == 0 || args.transactions == 0 {
         bail!("--clients and --transactions must be at least 1");
     }
-    let temporary;
-    let dir = match &args.dir {
-        Some(dir) => dir.clone(),
-        None => {
-            temporary = tempfile::tempdir().context("creating a temporary directory")?;
-            temporary.path().to_owned()
-        }
-    };
+    let work = WorkDir::new(args.dir.as_deref())?;
+    let dir = work.path().to_owned();
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     println!(
         "weft bench orderer: {cores} cores, working in {}",
@@ -136,10 +130,7 @@ pub fn run(args: &OrdererBenchArgs) -> Result<()> {
         results.push(result);
     }
     print_table(&results, cores);
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_vec_pretty(&results)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    write_json(args.json.as_deref(), &results)?;
     if let Some(last) = results.last() {
         println!("{}", last.summary);
     }
