@@ -27,6 +27,7 @@ use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
 use weft_protos::orderer::deliver_response::Type as OrdererResponse;
 use weft_protos::protos::deliver_client::DeliverClient;
 use weft_protos::protos::deliver_response::Type as PeerResponse;
+use weft_protos::protos::endorser_client::EndorserClient;
 use weft_protos::protos::{ChaincodeId, Response, TxValidationCode};
 use weft_protos::tx::{
     Invocation, Proposal, ReadWriteSetBuilder, SimulationResult, endorse, seek_range,
@@ -178,6 +179,134 @@ async fn a_peer_process_commits_what_the_orderer_orders_and_refuses_forged_block
     assert!(stdout.contains("committed 200 tx in "), "{stdout}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
+    // Goal: a client gets proposals endorsed by the peers of both
+    // organisations (the channel's MAJORITY Endorsement policy), submits
+    // the transaction to the orderer and sees it committed; later
+    // proposals read the committed state. Refusals come back as Fabric
+    // sends them: a ProposalResponse with status 500 and a message.
+    let dir = tempfile::tempdir().unwrap();
+    let network = Network::create(dir.path());
+    let orderer = network.start_orderer(
+        "orderer",
+        &network.orderer_msp(),
+        "OrdererMSP",
+        &["ledger.block", "second.block"],
+    );
+    let org1 = network.start_org_peer("org1", &dir.path().join("org1"), &[orderer.grpc]);
+    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc]);
+    let peers = [org1.grpc, org2.grpc];
+
+    let mut height = 0;
+    for args in [
+        &["kv", "put", "greeting", "hello"][..],
+        &["transfer", "create", "alice", "100"],
+        &["transfer", "create", "bob", "5"],
+        &["transfer", "transfer", "alice", "bob", "30"],
+        &["smallbank", "create_account", "c1", "50", "70"],
+        &["smallbank", "write_check", "c1", "200"],
+    ] {
+        let proposal = network.proposal(CHANNEL, args);
+        let responses = endorse_all(&peers, &proposal.signed(&network.client).unwrap()).await;
+        for response in &responses {
+            assert_eq!(
+                response.response.as_ref().unwrap().status,
+                200,
+                "{args:?}: {response:?}"
+            );
+        }
+        let envelope = proposal.transaction(&responses, &network.client).unwrap();
+        assert_eq!(
+            broadcast(orderer.grpc, &[envelope]).await,
+            [Status::Success]
+        );
+        height += 1;
+        let codes = committed_codes(org1.grpc, &network.client, height).await;
+        assert_eq!(codes.last(), Some(&TxValidationCode::Valid), "{args:?}");
+    }
+
+    for (args, expected) in [
+        (&["kv", "get", "greeting"][..], "hello"),
+        (&["transfer", "balance", "alice"], "70"),
+        (&["transfer", "balance", "bob"], "35"),
+        // Writing a check over the total costs a penalty of 1.
+        (
+            &["smallbank", "query", "c1"],
+            r#"{"checking":-151,"savings":70}"#,
+        ),
+    ] {
+        let proposal = network.proposal(CHANNEL, args);
+        let response = endorse_all(&peers[..1], &proposal.signed(&network.client).unwrap()).await;
+        let response = response[0].response.clone().unwrap();
+        assert_eq!(response.status, 200, "{args:?}: {response:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&response.payload),
+            expected,
+            "{args:?}"
+        );
+    }
+
+    // Refusals, each with Fabric's status and a message saying why.
+    let valid = network.proposal(CHANNEL, &["kv", "get", "greeting"]);
+    let mut forged = valid.signed(&network.client).unwrap();
+    let mut signature = forged.signature.to_vec();
+    let last = signature.len() - 2;
+    signature[last] ^= 1;
+    forged.signature = signature.into();
+    let committed = network.proposal(CHANNEL, &["kv", "put", "greeting", "again"]);
+    let committed_signed = committed.signed(&network.client).unwrap();
+    let responses = endorse_all(&peers, &committed_signed).await;
+    let envelope = committed.transaction(&responses, &network.client).unwrap();
+    assert_eq!(
+        broadcast(orderer.grpc, &[envelope]).await,
+        [Status::Success]
+    );
+    committed_codes(org1.grpc, &network.client, height + 1).await;
+    for (signed, status, message) in [
+        (forged, 500, "signature"),
+        (
+            network
+                .proposal(CHANNEL, &["nosuch", "f"])
+                .signed(&network.client)
+                .unwrap(),
+            500,
+            "chaincode definition for \"nosuch\" not found",
+        ),
+        (
+            network
+                .proposal("nochannel", &["kv", "get", "k"])
+                .signed(&network.client)
+                .unwrap(),
+            500,
+            "channel \"nochannel\" not found",
+        ),
+        (committed_signed, 500, "duplicate transaction"),
+        (
+            network
+                .proposal(CHANNEL, &["kv", "get", "absent"])
+                .signed(&network.client)
+                .unwrap(),
+            500,
+            "key \"absent\" not found",
+        ),
+        (
+            weft_protos::protos::SignedProposal {
+                proposal_bytes: Bytes::from_static(b"\xff\xffgarbage"),
+                signature: Bytes::new(),
+            },
+            500,
+            "malformed proposal",
+        ),
+    ] {
+        let response = endorse_all(&peers[..1], &signed).await.remove(0);
+        let answer = response.response.unwrap();
+        assert_eq!(answer.status, status, "{answer:?}");
+        assert!(answer.message.contains(message), "{answer:?}");
+        assert!(response.endorsement.is_none());
+    }
+}
+
 #[test]
 fn a_bad_peer_config_names_the_file_and_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -318,18 +447,24 @@ impl Network {
     }
 
     fn start_peer_in(&self, data: &Path, orderers: &[SocketAddr]) -> Node {
-        let config = self.dir.join("peer.yaml");
+        self.start_org_peer("org1", data, orderers)
+    }
+
+    /// Starts peer0 of `org` with its ledgers in `data`.
+    fn start_org_peer(&self, org: &str, data: &Path, orderers: &[SocketAddr]) -> Node {
+        let config = self.dir.join(format!("peer-{org}.yaml"));
         let orderers: Vec<String> = orderers.iter().map(|a| format!("\"{a}\"")).collect();
+        let msp_id = if org == "org1" { "Org1MSP" } else { "Org2MSP" };
         std::fs::write(
             &config,
             format!(
-                "peer:\n  id: peer0.org1.example.com\n  listenAddress: 127.0.0.1:0\n  \
-                 localMspId: Org1MSP\n  mspConfigPath: {msp}\n  fileSystemPath: {data}\n\
+                "peer:\n  id: peer0.{org}.example.com\n  listenAddress: 127.0.0.1:0\n  \
+                 localMspId: {msp_id}\n  mspConfigPath: {msp}\n  fileSystemPath: {data}\n\
                  channels:\n  - genesisBlock: {genesis}\n  - genesisBlock: {second}\n\
                  orderers: [{orderers}]\n\
                  committer:\n  reconnectBackoffMax: 200ms\n\
                  operations:\n  listenAddress: 127.0.0.1:0\n",
-                msp = self.peer_msp("org1").display(),
+                msp = self.peer_msp(org).display(),
                 data = data.display(),
                 genesis = self.genesis.display(),
                 second = self.dir.join("second.block").display(),
@@ -337,9 +472,24 @@ impl Network {
             ),
         )
         .unwrap();
-        let mut node = Node::start("peer", &config, &self.dir.join("peer.log"));
+        let mut node = Node::start("peer", &config, &self.dir.join(format!("peer-{org}.log")));
         node.data = Some(data.to_owned());
         node
+    }
+
+    /// A proposal by the client to invoke `args[0]` with the rest of `args`.
+    fn proposal(&self, channel: &str, args: &[&str]) -> Proposal {
+        let invocation = Invocation {
+            channel_id: channel,
+            chaincode: args[0],
+            args: args[1..]
+                .iter()
+                .map(|arg| Bytes::from(arg.to_string()))
+                .collect(),
+            nonce: self.client.new_nonce().unwrap(),
+            timestamp_seconds: weft_msp::now(),
+        };
+        Proposal::new(&invocation, self.client.serialized_identity().clone())
     }
 
     /// The transactions of [`expected_codes`], in order.
@@ -400,6 +550,25 @@ impl Network {
             .collect();
         proposal.transaction(&endorsements, &self.client).unwrap()
     }
+}
+
+/// Sends `signed` to each peer's Endorser; their answers in order.
+async fn endorse_all(
+    peers: &[SocketAddr],
+    signed: &weft_protos::protos::SignedProposal,
+) -> Vec<weft_protos::protos::ProposalResponse> {
+    let mut responses = Vec::new();
+    for peer in peers {
+        let mut client = EndorserClient::new(connect(*peer).await);
+        responses.push(
+            client
+                .process_proposal(signed.clone())
+                .await
+                .unwrap()
+                .into_inner(),
+        );
+    }
+    responses
 }
 
 fn peer_msp_path(org: &str) -> String {

@@ -203,7 +203,9 @@ pub fn code_for_decode_error(error: &DecodeError) -> TxValidationCode {
         Layer::Transaction
         | Layer::TransactionAction
         | Layer::ChaincodeActionPayload
-        | Layer::ChaincodeProposalPayload => TxValidationCode::InvalidEndorserTransaction,
+        | Layer::ChaincodeProposalPayload
+        | Layer::Proposal
+        | Layer::ChaincodeInvocationSpec => TxValidationCode::InvalidEndorserTransaction,
         Layer::ProposalResponsePayload | Layer::ChaincodeAction | Layer::ChaincodeEvent => {
             TxValidationCode::BadResponsePayload
         }

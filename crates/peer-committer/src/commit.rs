@@ -201,6 +201,7 @@ impl ChannelCommitter {
     pub fn handle(&self) -> crate::ChannelHandle {
         crate::ChannelHandle {
             ledger: self.ledger.clone(),
+            state: self.state.clone(),
             context: self.published.clone(),
         }
     }

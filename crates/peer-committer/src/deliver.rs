@@ -44,6 +44,8 @@ const READERS_POLICY: &str = "/Channel/Application/Readers";
 #[derive(Clone)]
 pub struct ChannelHandle {
     pub ledger: Arc<BlockStore>,
+    /// The channel's world state, for simulation.
+    pub state: Arc<dyn weft_statedb::VersionedState>,
     /// The channel's current configuration, replaced by its committer when
     /// a config block commits.
     pub context: Arc<RwLock<Arc<ChannelContext>>>,

@@ -14,6 +14,8 @@ pub enum Layer {
     TransactionAction,
     ChaincodeActionPayload,
     ChaincodeProposalPayload,
+    Proposal,
+    ChaincodeInvocationSpec,
     ProposalResponsePayload,
     ChaincodeAction,
     ChaincodeHeaderExtension,
