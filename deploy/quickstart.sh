@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The README's main job: build weft, generate the crypto material of the
 # default network (config/crypto.yaml) and the genesis block of channel
-# `mychannel` (config/channel.yaml), start an orderer and a peer as separate
-# processes on 127.0.0.1, run the transfer workload through them (broadcast
-# to the orderer, commits watched on the peer) and print what it measured.
+# `mychannel` (config/channel.yaml), start an orderer and the peers of both
+# organisations as separate processes on 127.0.0.1, run the transfer
+# workload through them as a Fabric client does (proposals endorsed by both
+# peers, transactions broadcast to the orderer, commit events from the
+# peers) and print what it measured.
 # The nodes stop when the workload ends (or on Ctrl-C); their ledgers stay.
 #
 #   bash deploy/quickstart.sh [DATA_DIR]
@@ -12,9 +14,7 @@
 # A DATA_DIR you name must not exist yet: keys are never overwritten.
 # WEFT_TRANSACTIONS sets the number of transfers (default 20000).
 #
-# Today the network has one orderer (solo) and one committing peer, and the
-# workload endorses its transactions with the peers' keys, as the peers
-# would, until weft's endorsers exist.
+# Today the network has one orderer (solo); Raft arrives with `weft network up`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,12 +50,13 @@ stop_nodes() {
 }
 trap stop_nodes EXIT
 
-start_node() { # role: starts it and waits for its ready line
-  local role=$1
-  "$weft" "$role" start --config "$data/$role.yaml" >"$data/$role.out" 2>"$data/$role.log" &
+start_node() { # role name: starts $data/name.yaml and waits for its ready line
+  local role=$1 name=$2
+  "$weft" "$role" start --config "$data/$name.yaml" >"$data/$name.out" 2>"$data/$name.log" &
   nodes+=("$!")
   for _ in $(seq 200); do
-    if grep -q ready "$data/$role.out"; then
+    if grep -q ready "$data/$name.out"; then
+      head -n1 "$data/$name.out"
       return
     fi
     if ! kill -0 "${nodes[-1]}" 2>/dev/null; then
@@ -63,17 +64,17 @@ start_node() { # role: starts it and waits for its ready line
     fi
     sleep 0.1
   done
-  echo "error: the $role did not start; its log:" >&2
-  cat "$data/$role.log" >&2
+  echo "error: $name did not start; its log:" >&2
+  cat "$data/$name.log" >&2
   exit 1
 }
 
-grpc_address() { # role: the gRPC address from its ready line
+grpc_address() { # name: the gRPC address from its ready line
   sed -nE 's/.* grpc ([0-9.]+:[0-9]+).*/\1/p' "$data/$1.out" | head -n1
 }
 
-echo "== orderer and peer"
-cat >"$data/orderer.yaml" <<YAML
+echo "== orderer and peers"
+cat >"$data/orderer0.yaml" <<YAML
 orderer:
   id: orderer0.example.com
   listenAddress: 127.0.0.1:0
@@ -85,29 +86,31 @@ channels:
 consensus:
   type: solo
 YAML
-start_node orderer
-head -n1 "$data/orderer.out"
-orderer=$(grpc_address orderer)
+start_node orderer orderer0
+orderer=$(grpc_address orderer0)
 
-cat >"$data/peer.yaml" <<YAML
+peers=()
+for org in org1 org2; do
+  msp_id="$(tr '[:lower:]' '[:upper:]' <<< "${org:0:1}")${org:1}MSP"
+  cat >"$data/peer0.$org.yaml" <<YAML
 peer:
-  id: peer0.org1.example.com
+  id: peer0.$org.example.com
   listenAddress: 127.0.0.1:0
-  localMspId: Org1MSP
-  mspConfigPath: crypto/peerOrganizations/org1.example.com/peers/peer0.org1.example.com/msp
-  fileSystemPath: peer0.org1
+  localMspId: $msp_id
+  mspConfigPath: crypto/peerOrganizations/$org.example.com/peers/peer0.$org.example.com/msp
+  fileSystemPath: peer0.$org
 channels:
   - genesisBlock: mychannel.block
 orderers: ["$orderer"]
 operations:
   listenAddress: 127.0.0.1:0
 YAML
-start_node peer
-head -n1 "$data/peer.out"
-peer=$(grpc_address peer)
+  start_node peer "peer0.$org"
+  peers+=("$(grpc_address "peer0.$org")")
+done
 
 echo "== workload: transfers between account pairs, endorsed by org1 and org2"
-"$weft" bench network --orderer "$orderer" --peer "$peer" --crypto "$data/crypto" \
-  --channel mychannel --transactions "${WEFT_TRANSACTIONS:-20000}"
+"$weft" bench network --orderer "$orderer" --peers "${peers[0]},${peers[1]}" \
+  --crypto "$data/crypto" --channel mychannel --transactions "${WEFT_TRANSACTIONS:-20000}"
 echo
-echo "crypto in $data/crypto, ledgers in $data/orderer0 and $data/peer0.org1, logs beside them"
+echo "crypto in $data/crypto, ledgers in $data/orderer0 and $data/peer0.org{1,2}, logs beside them"

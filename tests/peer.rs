@@ -157,26 +157,6 @@ async fn a_peer_process_commits_what_the_orderer_orders_and_refuses_forged_block
     let codes = committed_codes(peer.grpc, &network.client, last + 1).await;
     assert_eq!(codes.last(), Some(&TxValidationCode::Valid));
     assert_eq!(codes.len() as u64, last + 1);
-
-    // The README's workload runs against this network: transfers
-    // broadcast to the orderer, each committed VALID on the peer.
-    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args(["bench", "network", "--channel", CHANNEL])
-        .args(["--orderer", &honest.grpc.to_string()])
-        .args(["--peer", &peer.grpc.to_string()])
-        .arg("--crypto")
-        .arg(network.dir.join("crypto"))
-        .args(["--transactions", "200", "--concurrency", "20"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(stdout.contains("validation codes: 200 VALID"), "{stdout}");
-    assert!(stdout.contains("committed 200 tx in "), "{stdout}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -305,6 +285,27 @@ async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
         assert!(answer.message.contains(message), "{answer:?}");
         assert!(response.endorsement.is_none());
     }
+
+    // The README's workload runs against this network: transfers endorsed
+    // by both peers, broadcast to the orderer, committed VALID.
+    let peer_list = format!("{},{}", org1.grpc, org2.grpc);
+    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["bench", "network", "--channel", CHANNEL])
+        .args(["--orderer", &orderer.grpc.to_string()])
+        .args(["--peers", &peer_list])
+        .arg("--crypto")
+        .arg(network.dir.join("crypto"))
+        .args(["--transactions", "100", "--concurrency", "10"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("validation codes: 100 VALID"), "{stdout}");
+    assert!(stdout.contains("committed 100 tx in "), "{stdout}");
 }
 
 #[test]

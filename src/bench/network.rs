@@ -1,30 +1,31 @@
 //! `weft bench network`: the transfer workload against a running network,
-//! the way a Fabric client drives one. Transactions go to the orderer over
-//! `orderer.AtomicBroadcast/Broadcast`; their fate is read from a peer's
-//! filtered block events (`protos.Deliver/DeliverFiltered`), the commit
-//! events Fabric's SDKs wait for.
+//! driven as a Fabric client drives one. For each transaction the client
+//! sends a signed proposal to every endorsing peer
+//! (`protos.Endorser/ProcessProposal`), checks that they agree, assembles
+//! and signs the transaction, broadcasts it to the orderer
+//! (`orderer.AtomicBroadcast/Broadcast`), and waits for the peers' commit
+//! events (`protos.Deliver/DeliverFiltered`).
 //!
-//! Closed loop: `--concurrency` pairs of accounts each move money in turn;
-//! a pair's next transfer is sent as soon as its previous one is committed,
-//! reading the accounts at the version that commit gave them. Reported:
-//! committed transfers per second and the latency from sending a transfer
-//! to seeing it committed.
-//!
-//! Until weft's endorsers exist, the bench simulates each transfer itself
-//! and has it endorsed with the keys of the organisations' peer0 found in
-//! the network's crypto folder: the endorsement those peers would sign.
+//! Closed loop: `--concurrency` pairs of accounts are created with the
+//! built-in `transfer` chaincode, then each pair moves money in turn: its
+//! next transfer is proposed once every endorsing peer has committed the
+//! previous one, so that all of them simulate on the same state. Reported:
+//! committed transfers per second, and the latency from proposing a
+//! transfer to the first peer's commit event, the moment a Fabric client
+//! learns its transaction committed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use bytes::Bytes;
 use prost::Message;
-use rayon::prelude::*;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
 use weft_msp::Signer;
 use weft_protos::common::{Envelope, HeaderType, Status};
 use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
@@ -33,9 +34,16 @@ use weft_protos::orderer::seek_position::Type as SeekType;
 use weft_protos::orderer::{SeekInfo, SeekNewest, SeekPosition, SeekSpecified};
 use weft_protos::protos::deliver_client::DeliverClient;
 use weft_protos::protos::deliver_response::Type as PeerResponse;
+use weft_protos::protos::endorser_client::EndorserClient;
 use weft_protos::protos::{FilteredBlock, TxValidationCode};
+use weft_protos::tx::{Invocation, Proposal};
 
-use super::{Transfer, load_signer, org_msp_id, summary_line};
+use super::{TRANSFER_CHAINCODE, load_signer, org_msp_id, summary_line};
+
+/// How long the bench waits for any progress before giving up.
+const IDLE_MAX: Duration = Duration::from_secs(60);
+/// Each account's balance when created.
+const OPENING_BALANCE: u64 = 1_000_000;
 
 /// Options of `weft bench network`.
 #[derive(Debug, Clone, clap::Args)]
@@ -43,10 +51,12 @@ pub struct NetworkBenchArgs {
     /// The orderer to broadcast to.
     #[arg(long, default_value = "127.0.0.1:7050")]
     orderer: SocketAddr,
-    /// The peer whose commit events are watched.
-    #[arg(long, default_value = "127.0.0.1:7051")]
-    peer: SocketAddr,
-    /// The network's crypto folder (the output of `weft crypto generate`).
+    /// The endorsing peers (comma-separated): enough of them for the
+    /// channel's endorsement policy. Their commit events are watched.
+    #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:7051")]
+    peers: Vec<SocketAddr>,
+    /// The network's crypto folder (the output of `weft crypto generate`);
+    /// the client is org1's User1.
     #[arg(long)]
     crypto: PathBuf,
     /// The channel to run on.
@@ -58,75 +68,76 @@ pub struct NetworkBenchArgs {
     /// Account pairs moving money at once: transfers in flight.
     #[arg(long, default_value_t = 1000)]
     concurrency: usize,
-    /// The organisations whose peer0 endorses each transfer
-    /// (comma-separated), enough for the channel's endorsement policy.
-    #[arg(long, value_delimiter = ',', default_value = "org1,org2")]
-    endorsers: Vec<String>,
 }
 
-/// Who signs what.
-struct Parties {
-    client: Signer,
-    endorsers: Vec<Signer>,
-}
-
-impl Parties {
-    fn load(crypto: &Path, endorsers: &[String]) -> Result<Self> {
-        let org_dir = |org: &str| crypto.join(format!("peerOrganizations/{org}.example.com"));
-        Ok(Self {
-            client: load_signer(
-                &org_dir("org1").join("users/User1@org1.example.com/msp"),
-                &org_msp_id("org1"),
-            )?,
-            endorsers: endorsers
-                .iter()
-                .map(|org| {
-                    load_signer(
-                        &org_dir(org).join(format!("peers/peer0.{org}.example.com/msp")),
-                        &org_msp_id(org),
-                    )
-                })
-                .collect::<Result<_>>()?,
-        })
-    }
-}
-
-/// One pair of accounts and where its last transfer stands.
-struct Pair {
-    from: String,
-    to: String,
-    /// Transfers made so far (0: the accounts are being created).
-    moved: i64,
-}
-
-/// A transaction sent and not yet seen committed.
+/// A transaction being endorsed, ordered or committed.
 struct InFlight {
     pair: usize,
-    sent: Instant,
-    creates_accounts: bool,
+    proposed: Instant,
+    is_transfer: bool,
+    /// Peers that have not reported its commit yet.
+    peers_pending: usize,
+    /// The first commit event's code.
+    code: Option<i32>,
+}
+
+/// A transaction endorsed and ready to broadcast.
+struct Endorsed {
+    tx_id: String,
+    pair: usize,
+    proposed: Instant,
+    is_transfer: bool,
+    outcome: Result<Envelope, String>,
 }
 
 /// Runs the workload and prints what it measured.
 pub fn run(args: &NetworkBenchArgs) -> Result<()> {
-    if args.concurrency == 0 || args.transactions == 0 {
-        bail!("--concurrency and --transactions must be at least 1");
+    if args.concurrency == 0 || args.transactions == 0 || args.peers.is_empty() {
+        bail!("--concurrency, --transactions and --peers must not be zero or empty");
     }
-    let parties = Parties::load(&args.crypto, &args.endorsers)?;
+    let client = load_signer(
+        &args
+            .crypto
+            .join("peerOrganizations/org1.example.com/users/User1@org1.example.com/msp"),
+        &org_msp_id("org1"),
+    )?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    runtime.block_on(drive(args, &parties))
+    runtime.block_on(drive(args, Arc::new(client)))
 }
 
-async fn drive(args: &NetworkBenchArgs, parties: &Parties) -> Result<()> {
-    let mut commits = subscribe(args.peer, &args.channel, &parties.client).await?;
-    let orderer = tonic::transport::Endpoint::from_shared(format!("http://{}", args.orderer))?
+async fn connect(address: SocketAddr) -> Result<Channel> {
+    tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
         .connect()
         .await
-        .with_context(|| format!("connecting to the orderer at {}", args.orderer))?;
+        .with_context(|| format!("connecting to {address}"))
+}
+
+async fn drive(args: &NetworkBenchArgs, client: Arc<Signer>) -> Result<()> {
+    // Commit events of every peer, merged.
+    let (events, mut commits) = mpsc::channel::<Result<FilteredBlock>>(64);
+    for peer in &args.peers {
+        let mut stream = subscribe(*peer, &args.channel, &client).await?;
+        let events = events.clone();
+        tokio::spawn(async move {
+            loop {
+                let block = next_block(&mut stream).await;
+                let failed = block.is_err();
+                if events.send(block).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+    }
+    drop(events);
+    let mut endorsers = Vec::new();
+    for peer in &args.peers {
+        endorsers.push(EndorserClient::new(connect(*peer).await?));
+    }
     let (outbox, outgoing) = mpsc::channel::<Envelope>(4096);
-    let mut answers = AtomicBroadcastClient::new(orderer)
+    let mut answers = AtomicBroadcastClient::new(connect(args.orderer).await?)
         .broadcast(ReceiverStream::new(outgoing))
         .await
         .context("the orderer refused the Broadcast stream")?
@@ -144,79 +155,113 @@ async fn drive(args: &NetworkBenchArgs, parties: &Parties) -> Result<()> {
         }
         Ok::<(), anyhow::Error>(())
     });
+    let (endorsed_tx, mut endorsed) = mpsc::channel::<Endorsed>(4096);
+    let proposer = Proposer {
+        channel: args.channel.clone(),
+        client,
+        endorsers,
+        done: endorsed_tx,
+    };
 
     // Accounts unique to this run, so runs can follow each other on one
     // ledger.
-    let run_id = hex::encode(&parties.client.new_nonce()?[..4]);
-    let mut pairs: Vec<Pair> = (0..args.concurrency)
-        .map(|index| Pair {
-            from: format!("{run_id}-{index:06}-a"),
-            to: format!("{run_id}-{index:06}-b"),
-            moved: 0,
+    let run_id = hex::encode(&proposer.client.new_nonce()?[..4]);
+    let accounts: Vec<[String; 2]> = (0..args.concurrency)
+        .map(|index| {
+            [
+                format!("{run_id}-{index:06}-a"),
+                format!("{run_id}-{index:06}-b"),
+            ]
         })
         .collect();
     println!(
-        "weft bench network: {} transfers on channel {}, {} account pairs, orderer {}, peer {}",
-        args.transactions, args.channel, args.concurrency, args.orderer, args.peer
+        "weft bench network: {} transfers on channel {}, {} account pairs, orderer {}, peers {:?}",
+        args.transactions, args.channel, args.concurrency, args.orderer, args.peers
     );
+    for (pair, names) in accounts.iter().enumerate() {
+        for name in names {
+            let args = ["create", name.as_str(), &OPENING_BALANCE.to_string()].map(str::to_owned);
+            proposer.propose(pair, false, args);
+        }
+    }
 
     let mut in_flight: HashMap<String, InFlight> = HashMap::new();
-    let creations: Vec<(usize, Option<(u64, u64)>)> = (0..pairs.len()).map(|p| (p, None)).collect();
-    send(
-        &args.channel,
-        parties,
-        &pairs,
-        &creations,
-        &outbox,
-        &mut in_flight,
-    )
-    .await?;
-
-    let mut sent_transfers = 0usize;
+    let mut creations_left = vec![2u8; accounts.len()];
+    let mut proposed_transfers = 0usize;
     let mut latencies: Vec<Duration> = Vec::with_capacity(args.transactions);
     let mut codes: BTreeMap<String, u64> = BTreeMap::new();
+    let mut refused_endorsements = 0u64;
     let mut started: Option<Instant> = None;
-    while latencies.len() < args.transactions && !in_flight.is_empty() {
-        let block = next_block(&mut commits).await?;
-        let arrived = Instant::now();
-        let mut next = Vec::new();
-        for (index, transaction) in block.filtered_transactions.iter().enumerate() {
-            let Some(flight) = in_flight.remove(&transaction.txid) else {
-                continue;
-            };
-            let code = TxValidationCode::try_from(transaction.tx_validation_code)
-                .map_or("UNKNOWN", |code| code.as_str_name());
-            if !flight.creates_accounts {
-                latencies.push(arrived - flight.sent);
-                *codes.entry(code.to_owned()).or_default() += 1;
+    let mut outstanding = 2 * accounts.len();
+    while outstanding > 0 {
+        if refusals.is_finished() {
+            refusals.await.map_err(|e| anyhow!("{e}"))??;
+            bail!("the orderer closed the Broadcast stream");
+        }
+        let idle = tokio::time::sleep(IDLE_MAX);
+        tokio::select! {
+            () = idle => bail!("nothing happened for {IDLE_MAX:?}: {outstanding} transactions outstanding"),
+            Some(ready) = endorsed.recv() => match ready.outcome {
+                Ok(envelope) => {
+                    in_flight.insert(ready.tx_id, InFlight {
+                        pair: ready.pair,
+                        proposed: ready.proposed,
+                        is_transfer: ready.is_transfer,
+                        peers_pending: args.peers.len(),
+                        code: None,
+                    });
+                    outbox.send(envelope).await.map_err(|_| anyhow!("the Broadcast stream closed"))?;
+                }
+                Err(reason) => {
+                    refused_endorsements += 1;
+                    outstanding -= 1;
+                    tracing::warn!(pair = ready.pair, %reason, "endorsement failed");
+                }
+            },
+            block = commits.recv() => {
+                let block = block.ok_or_else(|| anyhow!("every peer's event stream ended"))??;
+                let arrived = Instant::now();
+                for transaction in &block.filtered_transactions {
+                    let Some(flight) = in_flight.get_mut(&transaction.txid) else {
+                        continue;
+                    };
+                    if flight.code.is_none() {
+                        flight.code = Some(transaction.tx_validation_code);
+                        if flight.is_transfer {
+                            latencies.push(arrived - flight.proposed);
+                            let code = TxValidationCode::try_from(transaction.tx_validation_code)
+                                .map_or("UNKNOWN", |code| code.as_str_name());
+                            *codes.entry(code.to_owned()).or_default() += 1;
+                        }
+                    }
+                    flight.peers_pending -= 1;
+                    if flight.peers_pending > 0 {
+                        continue;
+                    }
+                    let Some(flight) = in_flight.remove(&transaction.txid) else {
+                        continue;
+                    };
+                    outstanding -= 1;
+                    let valid = flight.code == Some(TxValidationCode::Valid as i32);
+                    let pair = flight.pair;
+                    let next = if flight.is_transfer {
+                        valid
+                    } else {
+                        creations_left[pair] -= 1;
+                        valid && creations_left[pair] == 0
+                    };
+                    if next && proposed_transfers < args.transactions {
+                        proposed_transfers += 1;
+                        outstanding += 1;
+                        started.get_or_insert_with(Instant::now);
+                        let [from, to] = &accounts[pair];
+                        proposer.propose(pair, true, ["transfer", from, to, "1"].map(str::to_owned));
+                    }
+                }
             }
-            if transaction.tx_validation_code == TxValidationCode::Valid as i32
-                && sent_transfers < args.transactions
-            {
-                sent_transfers += 1;
-                next.push((flight.pair, Some((block.number, index as u64))));
-            }
         }
-        if started.is_none() && !next.is_empty() {
-            started = Some(Instant::now());
-        }
-        for &(pair, _) in &next {
-            pairs[pair].moved += 1;
-        }
-        send(
-            &args.channel,
-            parties,
-            &pairs,
-            &next,
-            &outbox,
-            &mut in_flight,
-        )
-        .await?;
     }
     drop(outbox);
-    if refusals.is_finished() {
-        refusals.await.map_err(|e| anyhow!("{e}"))??;
-    }
     let elapsed = started.map_or(Duration::ZERO, |started| started.elapsed());
     let committed = latencies.len() as u64;
     let summary: Vec<String> = codes
@@ -224,65 +269,94 @@ async fn drive(args: &NetworkBenchArgs, parties: &Parties) -> Result<()> {
         .map(|(code, n)| format!("{n} {code}"))
         .collect();
     println!("validation codes: {}", summary.join(", "));
+    if refused_endorsements > 0 {
+        println!("endorsements refused or disagreeing: {refused_endorsements}");
+    }
     let valid = codes.get("VALID").copied().unwrap_or(0);
     println!(
         "{}",
         summary_line("committed", valid, elapsed, &mut latencies)
     );
-    if valid != committed {
-        bail!(
-            "{} of {committed} transfers were not VALID",
-            committed - valid
-        );
+    if valid != committed || refused_endorsements > 0 || committed < args.transactions as u64 {
+        bail!("{valid} of {} transfers committed VALID", args.transactions);
     }
     Ok(())
 }
 
-/// Signs the transfers of `batch` (pair, version its accounts were last
-/// written at) in parallel, records them as in flight and queues them for
-/// the orderer.
-async fn send(
-    channel: &str,
-    parties: &Parties,
-    pairs: &[Pair],
-    batch: &[(usize, Option<(u64, u64)>)],
-    outbox: &mpsc::Sender<Envelope>,
-    in_flight: &mut HashMap<String, InFlight>,
-) -> Result<()> {
-    let endorsers: Vec<&Signer> = parties.endorsers.iter().collect();
-    let transactions = tokio::task::block_in_place(|| {
-        batch
-            .par_iter()
-            .map(|&(pair, read_at)| {
-                let transfer = Transfer {
-                    channel_id: channel,
-                    from: pairs[pair].from.clone(),
-                    to: pairs[pair].to.clone(),
-                    moved: pairs[pair].moved,
-                    read_at,
-                    padding: Bytes::new(),
-                };
-                transfer
-                    .transaction(&parties.client, &endorsers)
-                    .map(|(tx_id, envelope)| (pair, read_at, tx_id, envelope))
-            })
-            .collect::<Result<Vec<_>>>()
-    })?;
-    for (pair, read_at, tx_id, envelope) in transactions {
-        in_flight.insert(
-            tx_id,
-            InFlight {
-                pair,
-                sent: Instant::now(),
-                creates_accounts: read_at.is_none(),
-            },
-        );
-        outbox
-            .send(envelope)
-            .await
-            .map_err(|_| anyhow!("the Broadcast stream closed"))?;
+/// Proposes transactions to every endorser in the background and hands
+/// the endorsed envelopes back.
+struct Proposer {
+    channel: String,
+    client: Arc<Signer>,
+    endorsers: Vec<EndorserClient<Channel>>,
+    done: mpsc::Sender<Endorsed>,
+}
+
+impl Proposer {
+    fn propose<const N: usize>(&self, pair: usize, is_transfer: bool, args: [String; N]) {
+        let channel = self.channel.clone();
+        let client = self.client.clone();
+        let endorsers = self.endorsers.clone();
+        let done = self.done.clone();
+        tokio::spawn(async move {
+            let proposed = Instant::now();
+            let (tx_id, outcome) = endorse(&channel, &client, endorsers, &args).await;
+            let _ = done
+                .send(Endorsed {
+                    tx_id,
+                    pair,
+                    proposed,
+                    is_transfer,
+                    outcome,
+                })
+                .await;
+        });
     }
-    Ok(())
+}
+
+/// Proposes `args` to the `transfer` chaincode on every endorser and
+/// assembles the transaction.
+async fn endorse(
+    channel: &str,
+    client: &Signer,
+    endorsers: Vec<EndorserClient<Channel>>,
+    args: &[String],
+) -> (String, Result<Envelope, String>) {
+    let nonce = match client.new_nonce() {
+        Ok(nonce) => nonce,
+        Err(error) => return (String::new(), Err(error.to_string())),
+    };
+    let invocation = Invocation {
+        channel_id: channel,
+        chaincode: TRANSFER_CHAINCODE,
+        args: args.iter().map(|arg| Bytes::from(arg.clone())).collect(),
+        nonce,
+        timestamp_seconds: weft_msp::now(),
+    };
+    let proposal = Proposal::new(&invocation, client.serialized_identity().clone());
+    let tx_id = proposal.tx_id.clone();
+    let outcome = async {
+        let signed = proposal.signed(client).map_err(|e| e.to_string())?;
+        let mut responses = Vec::with_capacity(endorsers.len());
+        for mut endorser in endorsers {
+            let response = endorser
+                .process_proposal(signed.clone())
+                .await
+                .map_err(|e| e.to_string())?
+                .into_inner();
+            let status = response.response.as_ref().map_or(0, |r| r.status);
+            if status != 200 {
+                let message = response.response.map(|r| r.message).unwrap_or_default();
+                return Err(format!("status {status}: {message}"));
+            }
+            responses.push(response);
+        }
+        proposal
+            .transaction(&responses, client)
+            .map_err(|e| e.to_string())
+    }
+    .await;
+    (tx_id, outcome)
 }
 
 /// The peer's filtered blocks from the newest on.
@@ -291,10 +365,6 @@ async fn subscribe(
     channel: &str,
     client: &Signer,
 ) -> Result<tonic::Streaming<weft_protos::protos::DeliverResponse>> {
-    let connection = tonic::transport::Endpoint::from_shared(format!("http://{peer}"))?
-        .connect()
-        .await
-        .with_context(|| format!("connecting to the peer at {peer}"))?;
     let seek = SeekInfo {
         start: Some(SeekPosition {
             r#type: Some(SeekType::Newest(SeekNewest {})),
@@ -313,7 +383,7 @@ async fn subscribe(
         client.new_nonce()?,
         weft_msp::now(),
     )?;
-    Ok(DeliverClient::new(connection)
+    Ok(DeliverClient::new(connect(peer).await?)
         .deliver_filtered(tokio_stream::iter([request]))
         .await
         .context("the peer refused the DeliverFiltered request")?
@@ -326,10 +396,10 @@ async fn next_block(
     let response = commits
         .message()
         .await
-        .context("the peer's event stream failed")?
-        .ok_or_else(|| anyhow!("the peer ended the event stream"))?;
+        .context("a peer's event stream failed")?
+        .ok_or_else(|| anyhow!("a peer ended its event stream"))?;
     match response.r#type {
         Some(PeerResponse::FilteredBlock(block)) => Ok(block),
-        other => bail!("the peer answered {other:?} where a block was due"),
+        other => bail!("a peer answered {other:?} where a block was due"),
     }
 }
