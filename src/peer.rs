@@ -1,8 +1,9 @@
 //! `weft peer start`: a peer process, committer and endorser. For every
 //! configured channel it fetches blocks from the orderers, validates and
 //! commits them, and serves them over `protos.Deliver`; it endorses
-//! proposals with the built-in chaincodes over `protos.Endorser`; an
-//! operations endpoint serves `/metrics` and `/healthz`.
+//! proposals with the built-in chaincodes over `protos.Endorser` and serves
+//! Fabric's `gateway.Gateway` for client SDKs; an operations endpoint
+//! serves `/metrics` and `/healthz`.
 //!
 //! Channels are independent: each has its own block store, world state,
 //! intake and committer thread, side by side in one process.
@@ -24,9 +25,12 @@ use weft_peer_committer::{
     ChannelCommitter, ChannelHandle, Channels, CommitterMetrics, DeliverService, Intake,
     IntakeConfig,
 };
-use weft_peer_endorser::{Endorser, EndorserService, JoinedChannel, builtin};
+use weft_peer_endorser::{
+    Endorser, EndorserService, GatewayConfig, GatewayService, JoinedChannel, builtin,
+};
 use weft_policy::SignedData;
 use weft_protos::common::{Block, ChannelHeader, Payload};
+use weft_protos::gateway::gateway_server::GatewayServer;
 use weft_protos::protos::deliver_server::DeliverServer;
 use weft_protos::protos::endorser_server::EndorserServer;
 use weft_statedb::VersionedState;
@@ -95,6 +99,16 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         intakes.push(intake);
     }
 
+    let gateway_config = GatewayConfig {
+        local_msp_id: config.peer.local_msp_id.clone(),
+        peers: config
+            .gateway
+            .peers
+            .iter()
+            .map(|peer| (peer.msp_id.clone(), peer.address.clone()))
+            .collect(),
+        orderers: config.orderers.clone(),
+    };
     let (shutdown, shutdown_seen) = watch::channel(false);
     let grpc_listener = tokio::net::TcpListener::bind(config.peer.listen_address)
         .await
@@ -104,6 +118,11 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         tonic::transport::Server::builder()
             .add_service(
                 DeliverServer::new(DeliverService::new(channels))
+                    .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                    .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            )
+            .add_service(
+                GatewayServer::new(GatewayService::new(endorser.clone(), gateway_config))
                     .max_decoding_message_size(MESSAGE_BYTES_MAX)
                     .max_encoding_message_size(MESSAGE_BYTES_MAX),
             )
@@ -213,11 +232,12 @@ impl JoinedChannel for CommittedChannel {
         self.0.state.as_ref()
     }
 
-    fn has_transaction(&self, tx_id: &str) -> std::result::Result<bool, String> {
-        self.0
-            .ledger
-            .contains_tx_id(tx_id)
-            .map_err(|e| e.to_string())
+    fn blocks(&self) -> &Arc<BlockStore> {
+        &self.0.ledger
+    }
+
+    fn committed_height(&self) -> watch::Receiver<u64> {
+        self.0.committed.clone()
     }
 }
 

@@ -174,8 +174,13 @@ async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
         "OrdererMSP",
         &["ledger.block", "second.block"],
     );
-    let org1 = network.start_org_peer("org1", &dir.path().join("org1"), &[orderer.grpc]);
-    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc]);
+    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
+    let org1 = network.start_org_peer(
+        "org1",
+        &dir.path().join("org1"),
+        &[orderer.grpc],
+        &[("Org2MSP", org2.grpc)],
+    );
     let peers = [org1.grpc, org2.grpc];
 
     let mut height = 0;
@@ -306,6 +311,48 @@ async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
     );
     assert!(stdout.contains("validation codes: 100 VALID"), "{stdout}");
     assert!(stdout.contains("committed 100 tx in "), "{stdout}");
+
+    // Fabric's own Gateway client (Node.js) submits, evaluates, waits for
+    // commit status and listens to chaincode events through org1's peer,
+    // whose Gateway gets org2's endorsement too.
+    let user = network
+        .dir
+        .join("crypto/peerOrganizations/org1.example.com/users/User1@org1.example.com/msp");
+    let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
+    let output = Command::new("node")
+        .current_dir(&js)
+        .arg("gateway.js")
+        .arg(org1.grpc.to_string())
+        .arg("Org1MSP")
+        .arg(user.join("signcerts/User1@org1.example.com-cert.pem"))
+        .arg(user.join("keystore/priv_sk"))
+        .arg(CHANNEL)
+        .output()
+        .expect("node runs (CI installs it)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let key = seen["key"].as_str().unwrap();
+    assert_eq!(seen["value"], "from the Fabric gateway client", "{seen}");
+    assert_eq!(seen["status"]["successful"], true, "{seen}");
+    assert_eq!(seen["status"]["code"], 0, "{seen}");
+    assert_eq!(seen["status"]["transactionId"], true, "{seen}");
+    assert!(
+        seen["status"]["blockNumber"].as_u64().unwrap() > height,
+        "{seen}"
+    );
+    assert_eq!(seen["events"][0]["name"], "put", "{seen}");
+    assert_eq!(seen["events"][0]["payload"], key, "{seen}");
+    assert_eq!(seen["events"][1]["payload"], format!("{key}-2"), "{seen}");
+    assert_eq!(seen["events"][0]["chaincode"], "kv", "{seen}");
+    assert!(
+        seen["missing"].as_str().unwrap().contains("not found"),
+        "{seen}"
+    );
 }
 
 #[test]
@@ -448,11 +495,29 @@ impl Network {
     }
 
     fn start_peer_in(&self, data: &Path, orderers: &[SocketAddr]) -> Node {
-        self.start_org_peer("org1", data, orderers)
+        self.start_org_peer("org1", data, orderers, &[])
     }
 
-    /// Starts peer0 of `org` with its ledgers in `data`.
-    fn start_org_peer(&self, org: &str, data: &Path, orderers: &[SocketAddr]) -> Node {
+    /// Starts peer0 of `org` with its ledgers in `data`; its Gateway asks
+    /// `gateway_peers` (MSP ID, address) for endorsements.
+    fn start_org_peer(
+        &self,
+        org: &str,
+        data: &Path,
+        orderers: &[SocketAddr],
+        gateway_peers: &[(&str, SocketAddr)],
+    ) -> Node {
+        let gateway: String = gateway_peers
+            .iter()
+            .map(|(msp_id, address)| {
+                format!("    - mspId: {msp_id}\n      address: \"{address}\"\n")
+            })
+            .collect();
+        let gateway = if gateway.is_empty() {
+            "  peers: []\n".to_owned()
+        } else {
+            format!("  peers:\n{gateway}")
+        };
         let config = self.dir.join(format!("peer-{org}.yaml"));
         let orderers: Vec<String> = orderers.iter().map(|a| format!("\"{a}\"")).collect();
         let msp_id = if org == "org1" { "Org1MSP" } else { "Org2MSP" };
@@ -464,6 +529,7 @@ impl Network {
                  channels:\n  - genesisBlock: {genesis}\n  - genesisBlock: {second}\n\
                  orderers: [{orderers}]\n\
                  committer:\n  reconnectBackoffMax: 200ms\n\
+                 gateway:\n{gateway}\
                  operations:\n  listenAddress: 127.0.0.1:0\n",
                 msp = self.peer_msp(org).display(),
                 data = data.display(),

@@ -172,17 +172,22 @@ impl FeedService {
             .map_err(|e| (Status::Forbidden, e.to_string()))?;
         let range = resolve_seek(&request.seek, self.store.height())
             .map_err(|e| (e.status(), e.to_string()))?;
-        stream_range(self.store.clone(), range, |_, bytes| {
-            let response = Block::decode(bytes).map(|block| DeliverResponse {
-                r#type: Some(ResponseType::Block(block)),
-            });
-            async move {
-                match response {
-                    Ok(response) => sender.send(Ok(response)).await.is_ok(),
-                    Err(_) => false,
+        stream_range(
+            self.store.clone(),
+            range,
+            self.store.subscribe(),
+            |_, bytes| {
+                let response = Block::decode(bytes).map(|block| DeliverResponse {
+                    r#type: Some(ResponseType::Block(block)),
+                });
+                async move {
+                    match response {
+                        Ok(response) => sender.send(Ok(response)).await.is_ok(),
+                        Err(_) => false,
+                    }
                 }
-            }
-        })
+            },
+        )
         .await
         .map_err(|e| (Status::InternalServerError, e.to_string()))
     }

@@ -27,6 +27,8 @@ pub struct PeerConfig {
     #[serde(default)]
     pub committer: CommitterSection,
     #[serde(default)]
+    pub gateway: GatewaySection,
+    #[serde(default)]
     pub operations: OperationsSection,
 }
 
@@ -120,6 +122,20 @@ impl Default for CommitterSection {
             reconnect_backoff_max: GoDuration(std::time::Duration::from_secs(10)),
         }
     }
+}
+
+/// The peers of other organisations the Gateway asks for endorsements.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct GatewaySection {
+    pub peers: Vec<GatewayPeer>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GatewayPeer {
+    pub msp_id: String,
+    pub address: String,
 }
 
 #[derive(Debug, Deserialize)]

@@ -75,22 +75,26 @@ pub enum StreamEnd {
 }
 
 /// Sends the blocks of `range` from `store`, in order, as raw block bytes.
-/// `send` returns `false` when the client has gone away. Blocks that do
-/// not exist yet are awaited (`BLOCK_UNTIL_READY`) or end the request with
-/// NOT_FOUND (`FAIL_IF_NOT_READY`).
+/// `send` returns `false` when the client has gone away. A block counts as
+/// existing once `heights` (the store's own [`BlockStore::subscribe`], or a
+/// peer's committed height, which trails it until the state is applied)
+/// passes it; blocks that do not exist yet are awaited
+/// (`BLOCK_UNTIL_READY`) or end the request with NOT_FOUND
+/// (`FAIL_IF_NOT_READY`).
 pub async fn stream_range<F, Fut>(
     store: Arc<BlockStore>,
     range: SeekRange,
+    mut heights: tokio::sync::watch::Receiver<u64>,
     mut send: F,
 ) -> Result<StreamEnd>
 where
     F: FnMut(u64, Bytes) -> Fut,
     Fut: Future<Output = bool>,
 {
-    let mut heights = store.subscribe();
     let mut next = range.start;
     loop {
-        match range.step(next, store.height()) {
+        let height = *heights.borrow_and_update();
+        match range.step(next, height) {
             SeekStep::Deliver => {
                 let reader = store.clone();
                 // Under group commit a read of the tail may sync the disk.

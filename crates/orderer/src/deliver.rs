@@ -117,7 +117,7 @@ async fn answer(
         .map_err(|e| (Status::Forbidden, e.to_string()))?;
     let range = resolve_seek(&request.seek, channel.store.height())
         .map_err(|e| (e.status(), e.to_string()))?;
-    stream_range(channel.store.clone(), range, |_, bytes| {
+    stream_range(channel.store.clone(), range, channel.store.subscribe(), |_, bytes| {
         let response = block_response(bytes);
         async move {
             match response {

@@ -46,6 +46,9 @@ pub struct ChannelHandle {
     pub ledger: Arc<BlockStore>,
     /// The channel's world state, for simulation.
     pub state: Arc<dyn weft_statedb::VersionedState>,
+    /// The height of the blocks committed to both the block store and the
+    /// state: readers must not see a block before its state.
+    pub committed: tokio::sync::watch::Receiver<u64>,
     /// The channel's current configuration, replaced by its committer when
     /// a config block commits.
     pub context: Arc<RwLock<Arc<ChannelContext>>>,
@@ -165,17 +168,23 @@ impl DeliverService {
             .policies
             .evaluate(READERS_POLICY, &signed, &context.msps, (self.now)())
             .map_err(|_| Status::Forbidden)?;
-        let range = resolve_seek(&request.seek, channel.ledger.height()).map_err(|e| e.status())?;
+        let range =
+            resolve_seek(&request.seek, *channel.committed.borrow()).map_err(|e| e.status())?;
         let channel_id = request.channel_id.clone();
-        stream_range(channel.ledger.clone(), range, |_, bytes| {
-            let response = shape_block(&channel_id, bytes, shape);
-            async move {
-                match response {
-                    Some(response) => sender.send(Ok(response)).await.is_ok(),
-                    None => false,
+        stream_range(
+            channel.ledger.clone(),
+            range,
+            channel.committed.clone(),
+            |_, bytes| {
+                let response = shape_block(&channel_id, bytes, shape);
+                async move {
+                    match response {
+                        Some(response) => sender.send(Ok(response)).await.is_ok(),
+                        None => false,
+                    }
                 }
-            }
-        })
+            },
+        )
         .await
         .map_err(|error| {
             tracing::error!(%error, "deliver: reading the block store failed");

@@ -1,6 +1,7 @@
 //! Chaincodes compiled into the peer, the workloads of the papers:
 //!
-//! - `kv`: `put key value`, `get key`, `delete key`;
+//! - `kv`: `put key value` (with event `put` carrying the key), `get key`,
+//!   `delete key`;
 //! - `transfer` (FastFabric): `create account balance`,
 //!   `transfer from to amount`, `balance account`;
 //! - `smallbank` (Blockbench, Caliper): `create_account id checking
@@ -140,6 +141,7 @@ fn kv_put(stub: &mut Stub<'_>) -> Outcome {
     let [key, _] = parameters_raw_last(stub, ["key", "value"])?;
     let value = stub.parameters()[1].clone();
     stub.put_state(&key, value)?;
+    stub.set_event("put", key);
     Ok(Bytes::new())
 }
 

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use parking_lot::RwLock;
+use weft_ledger::BlockStore;
 use weft_msp::UnixTime;
 use weft_policy::SignedData;
 use weft_protos::common::HeaderType;
@@ -58,8 +59,13 @@ pub trait JoinedChannel: Send + Sync {
     /// The channel's world state, to simulate on a snapshot of it.
     fn state(&self) -> &dyn VersionedState;
 
-    /// Whether a transaction with `tx_id` is already in the ledger.
-    fn has_transaction(&self, tx_id: &str) -> Result<bool, String>;
+    /// The channel's committed blocks: replayed TxIDs, commit status,
+    /// events.
+    fn blocks(&self) -> &Arc<BlockStore>;
+
+    /// The height of the blocks whose writes are in the state: a block
+    /// below it is committed in full.
+    fn committed_height(&self) -> tokio::sync::watch::Receiver<u64>;
 }
 
 /// The peer's endorser: its channels, chaincodes and signing identity.
@@ -100,6 +106,11 @@ impl Endorser {
     /// Endorses proposals on `channel_id` from now on.
     pub fn join(&self, channel_id: &str, channel: Arc<dyn JoinedChannel>) {
         self.channels.write().insert(channel_id.to_owned(), channel);
+    }
+
+    /// The channel `channel_id`, if the peer has joined it.
+    pub fn channel(&self, channel_id: &str) -> Option<Arc<dyn JoinedChannel>> {
+        self.channels.read().get(channel_id).cloned()
     }
 
     /// Answers one signed proposal, as `protos.Endorser/ProcessProposal`.
@@ -150,7 +161,11 @@ impl Endorser {
         channel
             .check_policy(PROPOSER_POLICY, &signatures, now)
             .map_err(|reason| format!("access denied: channel {channel_id}: {reason}"))?;
-        if channel.has_transaction(&header.tx_id)? {
+        let replayed = channel
+            .blocks()
+            .contains_tx_id(&header.tx_id)
+            .map_err(|e| format!("reading the ledger failed: {e}"))?;
+        if replayed {
             return Err(format!("duplicate transaction found [{}]", header.tx_id));
         }
         let name = proposal.chaincode_id.name.as_str();

@@ -13,13 +13,16 @@
 //! endorser/committer separation).
 //!
 //! Chaincodes: [`builtin`] holds the native `kv`, `transfer` and
-//! `smallbank`.
+//! `smallbank`. [`gateway`] serves Fabric's Gateway (endorse, submit,
+//! commit status, evaluate, chaincode events) on top of the endorser.
 
 pub mod builtin;
 pub mod chaincode;
 mod endorser;
+pub mod gateway;
 mod service;
 
 pub use chaincode::{Chaincode, StateError, Stub};
 pub use endorser::{Endorser, JoinedChannel};
+pub use gateway::{GatewayConfig, GatewayService};
 pub use service::EndorserService;

@@ -165,6 +165,17 @@ impl Proposal {
         responses: &[ProposalResponse],
         creator: &dyn Sign,
     ) -> Result<Envelope, SignError> {
+        let payload = self.transaction_payload(responses)?;
+        Ok(Envelope {
+            signature: creator.sign(&payload)?.into(),
+            payload,
+        })
+    }
+
+    /// The serialized `common.Payload` of the transaction carrying the
+    /// endorsed result: what the creator signs (a Gateway prepares it and
+    /// lets the client sign). All `responses` must carry the same payload.
+    pub fn transaction_payload(&self, responses: &[ProposalResponse]) -> Result<Bytes, SignError> {
         let first = responses
             .first()
             .ok_or_else(|| SignError("a transaction needs at least one endorsement".to_owned()))?;
@@ -192,18 +203,15 @@ impl Proposal {
                 payload: action.encode_to_vec().into(),
             }],
         };
-        let payload = Payload {
+        Ok(Payload {
             header: Some(Header {
                 channel_header: self.channel_header.clone(),
                 signature_header: self.signature_header.clone(),
             }),
             data: transaction.encode_to_vec().into(),
         }
-        .encode_to_vec();
-        Ok(Envelope {
-            signature: creator.sign(&payload)?.into(),
-            payload: payload.into(),
-        })
+        .encode_to_vec()
+        .into())
     }
 }
 
