@@ -32,6 +32,22 @@ enum Command {
     /// Run an orderer.
     #[command(subcommand)]
     Orderer(OrdererCommand),
+    /// Measure weft: nodes as separate processes over real gRPC.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// FastFabric's peer experiment: a peer process commits signed blocks
+    /// of transfer transactions fed over Deliver from this process.
+    Committer(crate::bench::committer::CommitterBenchArgs),
+    /// FastFabric's orderer experiment: concurrent clients broadcast
+    /// pre-signed envelopes to an orderer process.
+    Orderer(crate::bench::orderer::OrdererBenchArgs),
+    /// The transfer workload against a running network: broadcast to an
+    /// orderer, commits watched on a peer.
+    Network(crate::bench::network::NetworkBenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -124,5 +140,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Block(BlockCommand::Inspect { file }) => block::inspect(&file),
         Command::Peer(PeerCommand::Start { config }) => crate::peer::start(&config),
         Command::Orderer(OrdererCommand::Start { config }) => crate::orderer::start(&config),
+        Command::Bench(BenchCommand::Committer(args)) => crate::bench::committer::run(&args),
+        Command::Bench(BenchCommand::Orderer(args)) => crate::bench::orderer::run(&args),
+        Command::Bench(BenchCommand::Network(args)) => crate::bench::network::run(&args),
     }
 }

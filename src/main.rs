@@ -4,6 +4,7 @@
 //! parses the command line and dispatches. Errors reach the user as one
 //! line naming the file, field or position at fault, and a non-zero exit.
 
+mod bench;
 mod channel;
 mod cli;
 mod cryptogen;

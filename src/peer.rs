@@ -1,7 +1,9 @@
-//! `weft peer start`: a peer process. Today it runs the committer role:
-//! for every configured channel it fetches blocks from the orderers,
-//! validates and commits them, and serves them over `protos.Deliver`; an
-//! operations endpoint serves `/metrics` and `/healthz`.
+//! `weft peer start`: a peer process, committer and endorser. For every
+//! configured channel it fetches blocks from the orderers, validates and
+//! commits them, and serves them over `protos.Deliver`; it endorses
+//! proposals with the built-in chaincodes over `protos.Endorser` and serves
+//! Fabric's `gateway.Gateway` for client SDKs; an operations endpoint
+//! serves `/metrics` and `/healthz`.
 //!
 //! Channels are independent: each has its own block store, world state,
 //! intake and committer thread, side by side in one process.
@@ -12,16 +14,25 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow};
+use bytes::Bytes;
 use prost::Message;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 use weft_ledger::{BlockStore, StoreConfig};
 use weft_msp::Signer;
+use weft_msp::UnixTime;
 use weft_peer_committer::{
-    ChannelCommitter, Channels, CommitterMetrics, DeliverService, Intake, IntakeConfig,
+    ChannelCommitter, ChannelHandle, Channels, CommitterMetrics, DeliverService, Intake,
+    IntakeConfig,
 };
+use weft_peer_endorser::{
+    Endorser, EndorserService, GatewayConfig, GatewayService, JoinedChannel, builtin,
+};
+use weft_policy::SignedData;
 use weft_protos::common::{Block, ChannelHeader, Payload};
+use weft_protos::gateway::gateway_server::GatewayServer;
 use weft_protos::protos::deliver_server::DeliverServer;
+use weft_protos::protos::endorser_server::EndorserServer;
 use weft_statedb::VersionedState;
 use weft_statedb::memory::{MemoryOptions, MemoryState};
 use weft_statedb::rocks::{RocksOptions, RocksState};
@@ -31,10 +42,23 @@ use config::StateDatabase;
 
 use crate::ops::{self, FailedCheck};
 
+/// The largest gRPC message received or sent: whole blocks go out on
+/// Deliver (Fabric's default limit, 100 MiB).
+const MESSAGE_BYTES_MAX: usize = 100 * 1024 * 1024;
+
 /// Runs a peer with the configuration in `config_path` until Ctrl-C or
 /// SIGTERM.
 pub fn start(config_path: &Path) -> Result<()> {
     let config = PeerConfig::load(config_path)?;
+    // Stage 1 (signatures, policies) of every channel runs on rayon's
+    // global pool.
+    if config.committer.validation_threads > 0 {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(config.committer.validation_threads)
+            .thread_name(|index| format!("validate-{index}"))
+            .build_global()
+            .context("committer.validationThreads: starting the validation pool")?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("peer")
@@ -57,12 +81,14 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         checkpoint_interval: config.ledger.checkpoint_interval.0,
         ..IntakeConfig::new(config.orderers.clone())
     };
+    let endorser = Arc::new(Endorser::new(signer.clone(), builtin::builtins()));
     let mut intakes = Vec::new();
     for channel in &config.channels {
         let committer = open_channel(&config, &channel.genesis_block)?;
         let channel_id = committer.channel_id().to_owned();
         tracing::info!(channel = %channel_id, height = committer.height(), "channel opened");
         channels.insert(&channel_id, committer.handle());
+        endorser.join(&channel_id, Arc::new(CommittedChannel(committer.handle())));
         let intake = Intake::start(
             committer,
             signer.clone(),
@@ -73,6 +99,16 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         intakes.push(intake);
     }
 
+    let gateway_config = GatewayConfig {
+        local_msp_id: config.peer.local_msp_id.clone(),
+        peers: config
+            .gateway
+            .peers
+            .iter()
+            .map(|peer| (peer.msp_id.clone(), peer.address.clone()))
+            .collect(),
+        orderers: config.orderers.clone(),
+    };
     let (shutdown, shutdown_seen) = watch::channel(false);
     let grpc_listener = tokio::net::TcpListener::bind(config.peer.listen_address)
         .await
@@ -80,7 +116,21 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
     let grpc_address = grpc_listener.local_addr()?;
     let grpc = tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(DeliverServer::new(DeliverService::new(channels)))
+            .add_service(
+                DeliverServer::new(DeliverService::new(channels))
+                    .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                    .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            )
+            .add_service(
+                GatewayServer::new(GatewayService::new(endorser.clone(), gateway_config))
+                    .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                    .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            )
+            .add_service(
+                EndorserServer::new(EndorserService::new(endorser))
+                    .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                    .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            )
             .serve_with_incoming_shutdown(
                 TcpListenerStream::new(grpc_listener),
                 stopped(shutdown_seen.clone()),
@@ -141,6 +191,54 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
 /// Completes once `shutdown` turns true.
 async fn stopped(mut shutdown: watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+/// A channel as the endorser sees it: the committer's block store, world
+/// state and current configuration.
+struct CommittedChannel(ChannelHandle);
+
+impl JoinedChannel for CommittedChannel {
+    fn check_creator(
+        &self,
+        creator: &Bytes,
+        data: &Bytes,
+        signature: &Bytes,
+        now: UnixTime,
+    ) -> std::result::Result<(), String> {
+        let context = self.0.context.read().clone();
+        let identity = context
+            .msps
+            .deserialize(creator, now)
+            .map_err(|e| format!("the creator is not a valid member: {e}"))?;
+        identity
+            .verify(data, signature)
+            .map_err(|e| format!("the creator's signature does not verify: {e}"))
+    }
+
+    fn check_policy(
+        &self,
+        path: &str,
+        signatures: &[SignedData],
+        now: UnixTime,
+    ) -> std::result::Result<(), String> {
+        let context = self.0.context.read().clone();
+        context
+            .policies
+            .evaluate(path, signatures, &context.msps, now)
+            .map_err(|e| e.to_string())
+    }
+
+    fn state(&self) -> &dyn VersionedState {
+        self.0.state.as_ref()
+    }
+
+    fn blocks(&self) -> &Arc<BlockStore> {
+        &self.0.ledger
+    }
+
+    fn committed_height(&self) -> watch::Receiver<u64> {
+        self.0.committed.clone()
+    }
 }
 
 fn load_signer(config: &PeerConfig) -> Result<Arc<Signer>> {

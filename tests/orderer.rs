@@ -505,6 +505,17 @@ impl RaftNode {
 impl Drop for RaftNode {
     fn drop(&mut self) {
         self.kill();
+        // A failed test shows what the node said.
+        if std::thread::panicking() {
+            let log = self
+                .log
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            eprintln!("---- log of the orderer at {} ----", self.grpc);
+            for line in log.iter().rev().take(80).rev() {
+                eprintln!("{line}");
+            }
+        }
     }
 }
 
@@ -520,7 +531,7 @@ fn free_port() -> u16 {
 /// until `stop`; returns the TxIDs answered SUCCESS and the number
 /// refused (no leader while one is elected, or the node died).
 async fn broadcast_load(
-    network: Arc<Network>,
+    transactor: Arc<Transactor>,
     client: AtomicBroadcastClient<Channel>,
     name: String,
     stop: Arc<std::sync::atomic::AtomicBool>,
@@ -532,9 +543,7 @@ async fn broadcast_load(
     let mut round = 0;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let transactions: Vec<(String, Envelope)> = (0..WINDOW)
-            .map(|i| {
-                network.transaction(CHANNEL, &network.client1, &format!("{name}-{round}-{i}"), 0)
-            })
+            .map(|i| transactor.transaction(&format!("{name}-{round}-{i}")))
             .collect();
         round += 1;
         let requests: Vec<Envelope> = transactions.iter().map(|(_, e)| e.clone()).collect();
@@ -543,19 +552,14 @@ async fn broadcast_load(
         };
         let mut responses = responses.into_inner();
         let mut answered = 0;
-        loop {
-            match responses.message().await {
-                Ok(Some(response)) => {
-                    if response.status == Status::Success as i32 {
-                        succeeded.push(transactions[answered].0.clone());
-                    } else {
-                        refused += 1;
-                    }
-                    answered += 1;
-                }
-                // The node died: the rest got no answer.
-                Ok(None) | Err(_) => break,
+        // The stream ends early when the node dies: the rest got no answer.
+        while let Ok(Some(response)) = responses.message().await {
+            if response.status == Status::Success as i32 {
+                succeeded.push(transactions[answered].0.clone());
+            } else {
+                refused += 1;
             }
+            answered += 1;
         }
         if answered < WINDOW {
             refused += WINDOW - answered;
@@ -597,7 +601,20 @@ async fn blocks_of(node: &RaftNode, reader: &Signer, height: u64) -> Vec<Block> 
 
 /// The height of the channel on `node` (Deliver of the newest block).
 async fn height_of(node: &RaftNode, reader: &Signer) -> u64 {
-    let mut client = node.client().await;
+    try_height_of(node, reader)
+        .await
+        .expect("the node serves Deliver")
+}
+
+/// The height of the channel on `node`, or `None` while it does not
+/// serve (starting, catching up).
+async fn try_height_of(node: &RaftNode, reader: &Signer) -> Option<u64> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", node.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .ok()?;
+    let mut client = AtomicBroadcastClient::new(channel);
     let request = seek_envelope(
         CHANNEL,
         reader,
@@ -608,10 +625,10 @@ async fn height_of(node: &RaftNode, reader: &Signer) -> u64 {
     let mut stream = client
         .deliver(tokio_stream::iter(vec![request]))
         .await
-        .unwrap()
+        .ok()?
         .into_inner();
-    match stream.message().await.unwrap().unwrap().r#type.unwrap() {
-        Delivered::Block(block) => block.header.unwrap().number + 1,
+    match stream.message().await.ok()??.r#type? {
+        Delivered::Block(block) => Some(block.header?.number + 1),
         Delivered::Status(status) => panic!("no newest block: {status}"),
     }
 }
@@ -647,7 +664,8 @@ async fn a_raft_cluster_survives_a_killed_leader_and_the_node_catches_up() {
     // hashes. Restarted, the killed node catches up (its log was
     // compacted past on the others: it pulls blocks for a snapshot) to
     // the same hashes, and orders again.
-    let network = Arc::new(Network::with_batch_timeout("100ms"));
+    let network = Network::with_batch_timeout("100ms");
+    let transactor = Arc::new(network.transactor());
     let dir = tempfile::tempdir().unwrap();
     let msp = dir.path().join("msp");
     for (folder, file, pem) in [
@@ -725,7 +743,7 @@ async fn a_raft_cluster_survives_a_killed_leader_and_the_node_catches_up() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         loads.push(tokio::spawn(broadcast_load(
-            network.clone(),
+            transactor.clone(),
             client.expect("the node serves"),
             format!("node{index}"),
             stop.clone(),
@@ -783,9 +801,12 @@ async fn a_raft_cluster_survives_a_killed_leader_and_the_node_catches_up() {
     nodes[leader].spawn();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        if tokio::time::timeout(Duration::from_secs(2), height_of(&nodes[leader], reader))
-            .await
-            .is_ok_and(|caught_up| caught_up >= height)
+        if tokio::time::timeout(
+            Duration::from_secs(2),
+            try_height_of(&nodes[leader], reader),
+        )
+        .await
+        .is_ok_and(|caught_up| caught_up.is_some_and(|caught_up| caught_up >= height))
         {
             break;
         }
@@ -1544,10 +1565,10 @@ struct Network {
     orderer: TestSigner,
     org1: TestOrg,
     org2: TestOrg,
-    client1: Signer,
+    client1: Arc<Signer>,
     client2: Signer,
-    org1_peer: Signer,
-    org2_peer: Signer,
+    org1_peer: Arc<Signer>,
+    org2_peer: Arc<Signer>,
     /// An identity of an MSP the channel does not know.
     stranger: Signer,
     /// An identity that claims Org1MSP but was issued by another CA.
@@ -1577,10 +1598,10 @@ impl Network {
         let org2 = TestOrg::new("Org2MSP");
         let mut network = Self {
             orderer: TestSigner(orderer_org.identity(NodeRole::Orderer)),
-            client1: org1.signer(NodeRole::Client),
+            client1: Arc::new(org1.signer(NodeRole::Client)),
             client2: org2.signer(NodeRole::Client),
-            org1_peer: org1.signer(NodeRole::Peer),
-            org2_peer: org2.signer(NodeRole::Peer),
+            org1_peer: Arc::new(org1.signer(NodeRole::Peer)),
+            org2_peer: Arc::new(org2.signer(NodeRole::Peer)),
             stranger: TestOrg::new("Org9MSP").signer(NodeRole::Client),
             impostor: TestOrg::new("Org1MSP").signer(NodeRole::Client),
             org1,
@@ -1735,54 +1756,22 @@ impl Network {
         key: &str,
         padding: usize,
     ) -> (String, Envelope) {
-        let invocation = Invocation {
-            channel_id: channel,
-            chaincode: CHAINCODE,
-            args: vec![
-                Bytes::from_static(b"put"),
-                Bytes::from(key.to_owned()),
-                Bytes::from(vec![b'x'; padding]),
-            ],
-            nonce: Bytes::from(fresh_nonce()),
-            timestamp_seconds: weft_msp::now(),
-        };
-        let proposal = Proposal::new(&invocation, client.serialized_identity().clone());
-        let kv = KvrwSet {
-            writes: vec![KvWrite {
-                key: key.to_owned(),
-                is_delete: false,
-                value: Bytes::from_static(b"value"),
-            }],
-            ..KvrwSet::default()
-        };
-        let results = TxReadWriteSet {
-            data_model: DataModel::Kv as i32,
-            ns_rwset: vec![NsReadWriteSet {
-                namespace: CHAINCODE.to_owned(),
-                rwset: kv.encode_to_vec().into(),
-                collection_hashed_rwset: Vec::new(),
-            }],
-        };
-        let simulation = SimulationResult {
-            results: results.encode_to_vec().into(),
-            events: Bytes::new(),
-            response: Response {
-                status: 200,
-                message: String::new(),
-                payload: Bytes::new(),
-            },
-            chaincode_id: ChaincodeId {
-                path: String::new(),
-                name: CHAINCODE.to_owned(),
-                version: "1.0".to_owned(),
-            },
-        };
-        let responses = [
-            endorse(&proposal, &simulation, &self.org1_peer).unwrap(),
-            endorse(&proposal, &simulation, &self.org2_peer).unwrap(),
-        ];
-        let envelope = proposal.transaction(&responses, client).unwrap();
-        (proposal.tx_id, envelope)
+        endorsed_transaction(
+            [&*self.org1_peer, &*self.org2_peer],
+            channel,
+            client,
+            key,
+            padding,
+        )
+    }
+
+    /// What a load generator needs to make transactions: the client and
+    /// both endorsing peers (shareable across threads, unlike `Network`).
+    fn transactor(&self) -> Transactor {
+        Transactor {
+            client: self.client1.clone(),
+            peers: [self.org1_peer.clone(), self.org2_peer.clone()],
+        }
     }
 
     /// Envelopes the orderer must refuse, each with the status it must get.
@@ -1900,6 +1889,78 @@ impl Network {
             Expected::refused("an empty envelope", Status::BadRequest, None),
         ));
         bad
+    }
+}
+
+/// A transaction writing `key`, endorsed by `peers` and signed by
+/// `client`, with `padding` extra bytes in its arguments.
+fn endorsed_transaction(
+    peers: [&Signer; 2],
+    channel: &str,
+    client: &Signer,
+    key: &str,
+    padding: usize,
+) -> (String, Envelope) {
+    let invocation = Invocation {
+        channel_id: channel,
+        chaincode: CHAINCODE,
+        args: vec![
+            Bytes::from_static(b"put"),
+            Bytes::from(key.to_owned()),
+            Bytes::from(vec![b'x'; padding]),
+        ],
+        nonce: Bytes::from(fresh_nonce()),
+        timestamp_seconds: weft_msp::now(),
+    };
+    let proposal = Proposal::new(&invocation, client.serialized_identity().clone());
+    let kv = KvrwSet {
+        writes: vec![KvWrite {
+            key: key.to_owned(),
+            is_delete: false,
+            value: Bytes::from_static(b"value"),
+        }],
+        ..KvrwSet::default()
+    };
+    let results = TxReadWriteSet {
+        data_model: DataModel::Kv as i32,
+        ns_rwset: vec![NsReadWriteSet {
+            namespace: CHAINCODE.to_owned(),
+            rwset: kv.encode_to_vec().into(),
+            collection_hashed_rwset: Vec::new(),
+        }],
+    };
+    let simulation = SimulationResult {
+        results: results.encode_to_vec().into(),
+        events: Bytes::new(),
+        response: Response {
+            status: 200,
+            message: String::new(),
+            payload: Bytes::new(),
+        },
+        chaincode_id: ChaincodeId {
+            path: String::new(),
+            name: CHAINCODE.to_owned(),
+            version: "1.0".to_owned(),
+        },
+    };
+    let responses = [
+        endorse(&proposal, &simulation, peers[0]).unwrap(),
+        endorse(&proposal, &simulation, peers[1]).unwrap(),
+    ];
+    let envelope = proposal.transaction(&responses, client).unwrap();
+    (proposal.tx_id, envelope)
+}
+
+/// Makes transactions of `Network`'s first client from any thread.
+struct Transactor {
+    client: Arc<Signer>,
+    peers: [Arc<Signer>; 2],
+}
+
+impl Transactor {
+    fn transaction(&self, key: &str) -> (String, Envelope) {
+        let [org1, org2] = &self.peers;
+        endorsed_transaction([&**org1, &**org2], CHANNEL, &self.client, key, 0)
     }
 }
 

@@ -27,6 +27,8 @@ pub struct PeerConfig {
     #[serde(default)]
     pub committer: CommitterSection,
     #[serde(default)]
+    pub gateway: GatewaySection,
+    #[serde(default)]
     pub operations: OperationsSection,
 }
 
@@ -105,6 +107,8 @@ impl LedgerSection {
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct CommitterSection {
     pub pipeline_depth: usize,
+    /// Threads of the validation pool; 0 = one per core.
+    pub validation_threads: usize,
     pub queue_blocks: usize,
     pub reconnect_backoff_max: GoDuration,
 }
@@ -113,10 +117,25 @@ impl Default for CommitterSection {
     fn default() -> Self {
         Self {
             pipeline_depth: 4,
+            validation_threads: 0,
             queue_blocks: 64,
             reconnect_backoff_max: GoDuration(std::time::Duration::from_secs(10)),
         }
     }
+}
+
+/// The peers of other organisations the Gateway asks for endorsements.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct GatewaySection {
+    pub peers: Vec<GatewayPeer>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GatewayPeer {
+    pub msp_id: String,
+    pub address: String,
 }
 
 #[derive(Debug, Deserialize)]

@@ -2,16 +2,67 @@
 //! orderer's Deliver services: send the blocks of a resolved [`SeekRange`]
 //! as they become available, and say how the request ended.
 //!
-//! Services do the envelope and access checks, shape each block into their
-//! response type and report the returned status to the client.
+//! Services decode the request with [`SeekRequest::decode`], check the
+//! requester's access, shape each block into their response type and report
+//! the returned status to the client.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use weft_protos::common::Status;
+use prost::Message;
+use weft_protos::common::{ChannelHeader, Envelope, HeaderType, Payload, SignatureHeader, Status};
+use weft_protos::orderer::SeekInfo;
 
 use crate::{BlockStore, Error, Result, SeekRange, SeekStep};
+
+/// The largest seek request accepted, in bytes of payload.
+pub const SEEK_REQUEST_BYTES_MAX: usize = 1024 * 1024;
+
+/// A Deliver request as received: a signed envelope of type
+/// DELIVER_SEEK_INFO whose payload data is an `orderer.SeekInfo`. Decoded
+/// but not yet authorised: the service checks that `creator` signed the
+/// envelope and satisfies its Readers policy.
+#[derive(Debug, Clone)]
+pub struct SeekRequest {
+    pub channel_id: String,
+    /// The requester's serialized identity.
+    pub creator: Bytes,
+    pub seek: SeekInfo,
+}
+
+impl SeekRequest {
+    /// Decodes `envelope`; the error says what is wrong with it, for the
+    /// log (clients are answered BAD_REQUEST).
+    pub fn decode(envelope: &Envelope) -> std::result::Result<Self, String> {
+        if envelope.payload.len() > SEEK_REQUEST_BYTES_MAX {
+            return Err(format!(
+                "the request is {} bytes, over the limit of {SEEK_REQUEST_BYTES_MAX}",
+                envelope.payload.len()
+            ));
+        }
+        let payload = Payload::decode(envelope.payload.clone())
+            .map_err(|e| format!("malformed payload: {e}"))?;
+        let header = payload.header.ok_or("the payload has no header")?;
+        let channel_header = ChannelHeader::decode(header.channel_header)
+            .map_err(|e| format!("malformed channel header: {e}"))?;
+        if channel_header.r#type != HeaderType::DeliverSeekInfo as i32 {
+            return Err(format!(
+                "header type {} is not DELIVER_SEEK_INFO",
+                channel_header.r#type
+            ));
+        }
+        let signature_header = SignatureHeader::decode(header.signature_header)
+            .map_err(|e| format!("malformed signature header: {e}"))?;
+        let seek =
+            SeekInfo::decode(payload.data).map_err(|e| format!("malformed seek info: {e}"))?;
+        Ok(Self {
+            channel_id: channel_header.channel_id,
+            creator: signature_header.creator,
+            seek,
+        })
+    }
+}
 
 /// How a Deliver request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,22 +75,26 @@ pub enum StreamEnd {
 }
 
 /// Sends the blocks of `range` from `store`, in order, as raw block bytes.
-/// `send` returns `false` when the client has gone away. Blocks that do
-/// not exist yet are awaited (`BLOCK_UNTIL_READY`) or end the request with
-/// NOT_FOUND (`FAIL_IF_NOT_READY`).
+/// `send` returns `false` when the client has gone away. A block counts as
+/// existing once `heights` (the store's own [`BlockStore::subscribe`], or a
+/// peer's committed height, which trails it until the state is applied)
+/// passes it; blocks that do not exist yet are awaited
+/// (`BLOCK_UNTIL_READY`) or end the request with NOT_FOUND
+/// (`FAIL_IF_NOT_READY`).
 pub async fn stream_range<F, Fut>(
     store: Arc<BlockStore>,
     range: SeekRange,
+    mut heights: tokio::sync::watch::Receiver<u64>,
     mut send: F,
 ) -> Result<StreamEnd>
 where
     F: FnMut(u64, Bytes) -> Fut,
     Fut: Future<Output = bool>,
 {
-    let mut heights = store.subscribe();
     let mut next = range.start;
     loop {
-        match range.step(next, store.height()) {
+        let height = *heights.borrow_and_update();
+        match range.step(next, height) {
             SeekStep::Deliver => {
                 let reader = store.clone();
                 // Under group commit a read of the tail may sync the disk.

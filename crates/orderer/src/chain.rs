@@ -38,10 +38,11 @@ use weft_protos::tx::Sign;
 use weft_protos::common::Status;
 
 use crate::broadcast::Refusal;
-use crate::channel::{Channel, ChannelConfig, config_of_block};
+use crate::channel::{Channel, ChannelConfig};
 use crate::cutter::{Batch, BlockCutter};
 use crate::error::{Error, Result};
 use crate::writer::{BlockContent, BlockWriter};
+use weft_protos::block::config_of_block;
 
 /// Accepted envelopes a channel's mailbox holds before Broadcast waits.
 const MAILBOX_CAPACITY: usize = 4096;

@@ -19,21 +19,17 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status as GrpcStatus, Streaming};
-use weft_ledger::deliver::{StreamEnd, stream_range};
+use weft_ledger::deliver::{SeekRequest, StreamEnd, stream_range};
 use weft_ledger::resolve_seek;
 use weft_policy::SignedData;
-use weft_protos::common::{
-    Block, ChannelHeader, Envelope, HeaderType, Payload, SignatureHeader, Status,
-};
+use weft_protos::common::{Block, Envelope, Status};
+use weft_protos::orderer::DeliverResponse;
 use weft_protos::orderer::deliver_response::Type as ResponseType;
-use weft_protos::orderer::{DeliverResponse, SeekInfo};
 
 use crate::broadcast::CheckContext;
 
 /// Responses buffered per stream before the client must read.
 const RESPONSES_BUFFERED_MAX: usize = 16;
-/// The largest seek request accepted.
-const REQUEST_BYTES_MAX: usize = 1024 * 1024;
 /// The policy a Deliver client must satisfy on an orderer.
 const READERS_POLICY: &str = "/Channel/Readers";
 
@@ -121,7 +117,7 @@ async fn answer(
         .map_err(|e| (Status::Forbidden, e.to_string()))?;
     let range = resolve_seek(&request.seek, channel.store.height())
         .map_err(|e| (e.status(), e.to_string()))?;
-    stream_range(channel.store.clone(), range, |_, bytes| {
+    stream_range(channel.store.clone(), range, channel.store.subscribe(), |_, bytes| {
         let response = block_response(bytes);
         async move {
             match response {
@@ -135,44 +131,6 @@ async fn answer(
         tracing::error!(channel = %request.channel_id, %error, "deliver: reading the block store failed");
         (Status::InternalServerError, error.to_string())
     })
-}
-
-/// A decoded, not yet authorised, seek request.
-struct SeekRequest {
-    channel_id: String,
-    creator: Bytes,
-    seek: SeekInfo,
-}
-
-impl SeekRequest {
-    fn decode(envelope: &Envelope) -> Result<Self, String> {
-        if envelope.payload.len() > REQUEST_BYTES_MAX {
-            return Err(format!(
-                "the request is {} bytes, over the limit of {REQUEST_BYTES_MAX}",
-                envelope.payload.len()
-            ));
-        }
-        let payload = Payload::decode(envelope.payload.clone())
-            .map_err(|e| format!("malformed payload: {e}"))?;
-        let header = payload.header.ok_or("the payload has no header")?;
-        let channel_header = ChannelHeader::decode(header.channel_header)
-            .map_err(|e| format!("malformed channel header: {e}"))?;
-        if channel_header.r#type != HeaderType::DeliverSeekInfo as i32 {
-            return Err(format!(
-                "header type {} is not DELIVER_SEEK_INFO",
-                channel_header.r#type
-            ));
-        }
-        let signature_header = SignatureHeader::decode(header.signature_header)
-            .map_err(|e| format!("malformed signature header: {e}"))?;
-        let seek =
-            SeekInfo::decode(payload.data).map_err(|e| format!("malformed seek info: {e}"))?;
-        Ok(Self {
-            channel_id: channel_header.channel_id,
-            creator: signature_header.creator,
-            seek,
-        })
-    }
 }
 
 fn block_response(bytes: Bytes) -> Option<DeliverResponse> {

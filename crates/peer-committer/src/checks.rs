@@ -96,6 +96,16 @@ fn check_endorser_transaction(
     if proposal_hash(tx, action) != action.proposal_hash.as_ref() {
         return TxValidationCode::InvalidEndorserTransaction;
     }
+    if sets_key_metadata(action) {
+        // Key metadata carries key-level endorsement policies, which later
+        // writes of the key must satisfy. weft does not enforce them yet, so
+        // it refuses to record them rather than let later writes skip them.
+        tracing::warn!(
+            tx_id = tx.tx_id(),
+            "key metadata writes (key-level endorsement) are not supported; transaction marked INVALID_OTHER_REASON"
+        );
+        return TxValidationCode::InvalidOtherReason;
+    }
     let Some(chaincode) = endorser
         .chaincode_id
         .as_ref()
@@ -107,7 +117,14 @@ fn check_endorser_transaction(
     let mut namespaces: BTreeSet<&str> = action
         .namespaces
         .iter()
-        .filter(|ns| !ns.kv.writes.is_empty() || !ns.kv.metadata_writes.is_empty())
+        .filter(|ns| {
+            !ns.kv.writes.is_empty()
+                || !ns.kv.metadata_writes.is_empty()
+                || ns
+                    .collection_hashed
+                    .iter()
+                    .any(|collection| !collection.rwset.hashed_writes.is_empty())
+        })
         .map(|ns| ns.namespace.as_str())
         .collect();
     namespaces.insert(chaincode.name.as_str());
@@ -118,6 +135,17 @@ fn check_endorser_transaction(
         }
     }
     TxValidationCode::Valid
+}
+
+/// Whether the action writes key metadata, public or private.
+fn sets_key_metadata(action: &EndorsedAction) -> bool {
+    action.namespaces.iter().any(|ns| {
+        !ns.kv.metadata_writes.is_empty()
+            || ns
+                .collection_hashed
+                .iter()
+                .any(|collection| !collection.rwset.metadata_writes.is_empty())
+    })
 }
 
 /// The endorsers whose identity validates and whose signature over the
@@ -175,11 +203,15 @@ pub fn code_for_decode_error(error: &DecodeError) -> TxValidationCode {
         Layer::Transaction
         | Layer::TransactionAction
         | Layer::ChaincodeActionPayload
-        | Layer::ChaincodeProposalPayload => TxValidationCode::InvalidEndorserTransaction,
+        | Layer::ChaincodeProposalPayload
+        | Layer::Proposal
+        | Layer::ChaincodeInvocationSpec => TxValidationCode::InvalidEndorserTransaction,
         Layer::ProposalResponsePayload | Layer::ChaincodeAction | Layer::ChaincodeEvent => {
             TxValidationCode::BadResponsePayload
         }
-        Layer::TxReadWriteSet | Layer::KvReadWriteSet => TxValidationCode::BadRwset,
+        Layer::TxReadWriteSet | Layer::KvReadWriteSet | Layer::HashedReadWriteSet => {
+            TxValidationCode::BadRwset
+        }
         Layer::ConfigEnvelope | Layer::ConfigUpdateEnvelope => {
             TxValidationCode::InvalidConfigTransaction
         }

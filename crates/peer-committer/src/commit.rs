@@ -9,7 +9,9 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 
 use parking_lot::RwLock;
 
@@ -62,6 +64,9 @@ pub struct ChannelCommitter {
     published: Arc<RwLock<Arc<ChannelContext>>>,
     state: Arc<dyn VersionedState>,
     ledger: Arc<BlockStore>,
+    /// The height whose blocks are appended *and* applied to the state:
+    /// what readers (Deliver, endorsers) may see as committed.
+    committed: Arc<watch::Sender<u64>>,
     limits: Limits,
 }
 
@@ -107,6 +112,7 @@ impl ChannelCommitter {
             published: Arc::new(RwLock::new(context.clone())),
             context,
             state,
+            committed: Arc::new(watch::Sender::new(ledger.height())),
             ledger,
             limits: Limits::default(),
         })
@@ -177,6 +183,7 @@ impl ChannelCommitter {
             published: Arc::new(RwLock::new(context.clone())),
             context,
             state,
+            committed: Arc::new(watch::Sender::new(ledger.height())),
             ledger,
             limits: Limits::default(),
         })
@@ -201,6 +208,8 @@ impl ChannelCommitter {
     pub fn handle(&self) -> crate::ChannelHandle {
         crate::ChannelHandle {
             ledger: self.ledger.clone(),
+            state: self.state.clone(),
+            committed: self.committed.subscribe(),
             context: self.published.clone(),
         }
     }
@@ -381,6 +390,9 @@ impl ChannelCommitter {
             )?);
             *self.published.write() = self.context.clone();
         }
+        // Only now is the block visible to readers: its transactions' writes
+        // are in the state and its configuration is current.
+        self.committed.send_replace(number + 1);
         Ok(CommittedBlock {
             number,
             codes,

@@ -20,14 +20,10 @@ use prost::Message;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
-use weft_ledger::deliver::{StreamEnd, stream_range};
+use weft_ledger::deliver::{SeekRequest, StreamEnd, stream_range};
 use weft_ledger::{BlockStore, resolve_seek};
 use weft_policy::SignedData;
-use weft_protos::common::{
-    Block, BlockMetadataIndex, ChannelHeader, Envelope, HeaderType, Payload, SignatureHeader,
-    Status,
-};
-use weft_protos::orderer::SeekInfo;
+use weft_protos::common::{Block, BlockMetadataIndex, Envelope, Status};
 use weft_protos::protos::deliver_response::Type as ResponseType;
 use weft_protos::protos::deliver_server::Deliver;
 use weft_protos::protos::filtered_transaction::Data as FilteredData;
@@ -41,8 +37,6 @@ use crate::ChannelContext;
 
 /// Requests buffered per stream before the client must read.
 const RESPONSES_IN_FLIGHT_MAX: usize = 16;
-/// The largest seek request accepted.
-const REQUEST_BYTES_MAX: usize = 1024 * 1024;
 /// The policy a Deliver client must satisfy on a peer.
 const READERS_POLICY: &str = "/Channel/Application/Readers";
 
@@ -50,6 +44,11 @@ const READERS_POLICY: &str = "/Channel/Application/Readers";
 #[derive(Clone)]
 pub struct ChannelHandle {
     pub ledger: Arc<BlockStore>,
+    /// The channel's world state, for simulation.
+    pub state: Arc<dyn weft_statedb::VersionedState>,
+    /// The height of the blocks committed to both the block store and the
+    /// state: readers must not see a block before its state.
+    pub committed: tokio::sync::watch::Receiver<u64>,
     /// The channel's current configuration, replaced by its committer when
     /// a config block commits.
     pub context: Arc<RwLock<Arc<ChannelContext>>>,
@@ -151,7 +150,10 @@ impl DeliverService {
         shape: Shape,
         sender: &tokio::sync::mpsc::Sender<Result<DeliverResponse, GrpcStatus>>,
     ) -> Result<StreamEnd, Status> {
-        let request = SeekRequest::decode(&envelope)?;
+        let request = SeekRequest::decode(&envelope).map_err(|reason| {
+            tracing::info!(%reason, "deliver: malformed request");
+            Status::BadRequest
+        })?;
         let channel = self
             .channels
             .get(&request.channel_id)
@@ -166,51 +168,27 @@ impl DeliverService {
             .policies
             .evaluate(READERS_POLICY, &signed, &context.msps, (self.now)())
             .map_err(|_| Status::Forbidden)?;
-        let range = resolve_seek(&request.seek, channel.ledger.height()).map_err(|e| e.status())?;
+        let range =
+            resolve_seek(&request.seek, *channel.committed.borrow()).map_err(|e| e.status())?;
         let channel_id = request.channel_id.clone();
-        stream_range(channel.ledger.clone(), range, |_, bytes| {
-            let response = shape_block(&channel_id, bytes, shape);
-            async move {
-                match response {
-                    Some(response) => sender.send(Ok(response)).await.is_ok(),
-                    None => false,
+        stream_range(
+            channel.ledger.clone(),
+            range,
+            channel.committed.clone(),
+            |_, bytes| {
+                let response = shape_block(&channel_id, bytes, shape);
+                async move {
+                    match response {
+                        Some(response) => sender.send(Ok(response)).await.is_ok(),
+                        None => false,
+                    }
                 }
-            }
-        })
+            },
+        )
         .await
         .map_err(|error| {
             tracing::error!(%error, "deliver: reading the block store failed");
             Status::InternalServerError
-        })
-    }
-}
-
-/// A decoded, not yet authorised, seek request.
-struct SeekRequest {
-    channel_id: String,
-    creator: Bytes,
-    seek: SeekInfo,
-}
-
-impl SeekRequest {
-    fn decode(envelope: &Envelope) -> Result<Self, Status> {
-        if envelope.payload.len() > REQUEST_BYTES_MAX {
-            return Err(Status::BadRequest);
-        }
-        let payload = Payload::decode(envelope.payload.clone()).map_err(|_| Status::BadRequest)?;
-        let header = payload.header.ok_or(Status::BadRequest)?;
-        let channel_header =
-            ChannelHeader::decode(header.channel_header).map_err(|_| Status::BadRequest)?;
-        if channel_header.r#type != HeaderType::DeliverSeekInfo as i32 {
-            return Err(Status::BadRequest);
-        }
-        let signature_header =
-            SignatureHeader::decode(header.signature_header).map_err(|_| Status::BadRequest)?;
-        let seek = SeekInfo::decode(payload.data).map_err(|_| Status::BadRequest)?;
-        Ok(Self {
-            channel_id: channel_header.channel_id,
-            creator: signature_header.creator,
-            seek,
         })
     }
 }

@@ -4,17 +4,23 @@
 //! stays valid when every key it read still has the version it read, in
 //! the committed state and with no earlier valid transaction of the same
 //! block having written it, and when every range it scanned would still
-//! return the same keys and versions (no phantoms). Its writes then join the
+//! return the same keys and versions (no phantoms: compared read by read,
+//! or, for long results, through Fabric's Merkle summary rebuilt with
+//! [`weft_protos::range_summary`]). Its writes then join the
 //! block's update batch at height (block, transaction index), and become
 //! "earlier writes" for the transactions after it.
 //!
 //! Committed versions are fetched for the whole block with one bulk read
 //! (Thakkar et al.) before the serial pass.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use bytes::Bytes;
+
 use weft_protos::kvrwset::range_query_info::ReadsInfo;
-use weft_protos::kvrwset::{KvRead, RangeQueryInfo};
+use weft_protos::kvrwset::{KvRead, RangeQueryInfo, Version};
+use weft_protos::range_summary::{RangeReads, RangeSummarizer};
 use weft_protos::view::{DecodedBlock, TxBody, TxEnvelope};
 use weft_statedb::{Height, StateReader, UpdateBatch, VersionedValue};
 
@@ -86,11 +92,12 @@ pub fn validate_block(
             continue;
         }
         let height = Height::new(block_num, index as u64);
-        for namespace in namespaces_of(transaction) {
-            for write in &namespace.kv.writes {
-                let key = (namespace.namespace.clone(), write.key.clone());
-                writes.insert(key, (!write.is_delete).then_some(height));
-            }
+        for write in writes_of(transaction) {
+            let put = write.value.is_some();
+            writes.insert(
+                (write.namespace.into_owned(), write.key.into_owned()),
+                put.then_some(height),
+            );
         }
     }
     Ok(())
@@ -109,22 +116,85 @@ pub fn update_batch(block: &DecodedBlock, codes: &[TxValidationCode]) -> UpdateB
             continue;
         }
         let height = Height::new(block.header.number, index as u64);
-        for namespace in namespaces_of(transaction) {
-            for write in &namespace.kv.writes {
-                if write.is_delete {
-                    batch.delete(&namespace.namespace, &write.key, height);
-                } else {
-                    batch.put(
-                        &namespace.namespace,
-                        &write.key,
-                        write.value.clone(),
-                        height,
-                    );
-                }
+        for write in writes_of(transaction) {
+            match write.value {
+                Some(value) => batch.put(&write.namespace, &write.key, value, height),
+                None => batch.delete(&write.namespace, &write.key, height),
             }
         }
     }
     batch
+}
+
+/// A key of the world state a transaction read: a public key, or the
+/// hash of a private one.
+struct StateRead<'a> {
+    namespace: Cow<'a, str>,
+    key: Cow<'a, str>,
+    version: Option<&'a Version>,
+}
+
+/// A key of the world state a transaction writes; `value` `None` deletes.
+struct StateWrite<'a> {
+    namespace: Cow<'a, str>,
+    key: Cow<'a, str>,
+    value: Option<Bytes>,
+}
+
+/// Where the hashes of collection `collection` of chaincode `namespace`
+/// live in the world state: Fabric's `<namespace>$$h<collection>`, keyed by
+/// the hex of the key hash (state keys are text), holding value hashes.
+fn hashed_namespace(namespace: &str, collection: &str) -> String {
+    format!("{namespace}$$h{collection}")
+}
+
+/// The point reads of a transaction, public and hashed, in rwset order.
+fn reads_of(transaction: &TxEnvelope) -> impl Iterator<Item = StateRead<'_>> {
+    namespaces_of(transaction).flat_map(|namespace| {
+        let public = namespace.kv.reads.iter().map(|read| StateRead {
+            namespace: Cow::Borrowed(namespace.namespace.as_str()),
+            key: Cow::Borrowed(read.key.as_str()),
+            version: read.version.as_ref(),
+        });
+        let hashed = namespace.collection_hashed.iter().flat_map(|collection| {
+            let state_namespace = hashed_namespace(&namespace.namespace, &collection.collection);
+            collection
+                .rwset
+                .hashed_reads
+                .iter()
+                .map(move |read| StateRead {
+                    namespace: Cow::Owned(state_namespace.clone()),
+                    key: Cow::Owned(hex::encode(&read.key_hash)),
+                    version: read.version.as_ref(),
+                })
+        });
+        public.chain(hashed)
+    })
+}
+
+/// The writes of a transaction, public and hashed, in rwset order. A purge
+/// of private data deletes its hash.
+fn writes_of(transaction: &TxEnvelope) -> impl Iterator<Item = StateWrite<'_>> {
+    namespaces_of(transaction).flat_map(|namespace| {
+        let public = namespace.kv.writes.iter().map(|write| StateWrite {
+            namespace: Cow::Borrowed(namespace.namespace.as_str()),
+            key: Cow::Borrowed(write.key.as_str()),
+            value: (!write.is_delete).then(|| write.value.clone()),
+        });
+        let hashed = namespace.collection_hashed.iter().flat_map(|collection| {
+            let state_namespace = hashed_namespace(&namespace.namespace, &collection.collection);
+            collection
+                .rwset
+                .hashed_writes
+                .iter()
+                .map(move |write| StateWrite {
+                    namespace: Cow::Owned(state_namespace.clone()),
+                    key: Cow::Owned(hex::encode(&write.key_hash)),
+                    value: (!write.is_delete && !write.is_purge).then(|| write.value_hash.clone()),
+                })
+        });
+        public.chain(hashed)
+    })
 }
 
 fn namespaces_of(
@@ -144,8 +214,8 @@ fn bulk_read(
     codes: &[TxValidationCode],
     state: &dyn StateReader,
 ) -> weft_statedb::Result<HashMap<(String, String), Option<VersionedValue>>> {
-    let mut keys: Vec<(&str, &str)> = Vec::new();
-    let mut seen: HashSet<(&str, &str)> = HashSet::new();
+    let mut keys: Vec<(String, String)> = Vec::new();
+    let mut seen: HashSet<(String, String)> = HashSet::new();
     for (transaction, code) in block.transactions.iter().zip(codes) {
         if *code != TxValidationCode::Valid {
             continue;
@@ -153,21 +223,20 @@ fn bulk_read(
         let Ok(transaction) = transaction else {
             continue;
         };
-        for namespace in namespaces_of(transaction) {
-            for read in &namespace.kv.reads {
-                let key = (namespace.namespace.as_str(), read.key.as_str());
-                if seen.insert(key) {
-                    keys.push(key);
-                }
+        for read in reads_of(transaction) {
+            let key = (read.namespace.into_owned(), read.key.into_owned());
+            if !seen.contains(&key) {
+                seen.insert(key.clone());
+                keys.push(key);
             }
         }
     }
-    let values = state.get_many(&keys)?;
-    Ok(keys
-        .into_iter()
-        .map(|(namespace, key)| (namespace.to_owned(), key.to_owned()))
-        .zip(values)
-        .collect())
+    let borrowed: Vec<(&str, &str)> = keys
+        .iter()
+        .map(|(namespace, key)| (namespace.as_str(), key.as_str()))
+        .collect();
+    let values = state.get_many(&borrowed)?;
+    Ok(keys.into_iter().zip(values).collect())
 }
 
 fn check_reads(
@@ -176,14 +245,14 @@ fn check_reads(
     writes: &BlockWrites,
     state: &dyn StateReader,
 ) -> weft_statedb::Result<TxValidationCode> {
-    for namespace in namespaces_of(transaction) {
-        for read in &namespace.kv.reads {
-            let key = (namespace.namespace.clone(), read.key.clone());
-            let current = committed.get(&key).and_then(Option::as_ref);
-            if writes.contains_key(&key) || !same_version(read, current) {
-                return Ok(TxValidationCode::MvccReadConflict);
-            }
+    for read in reads_of(transaction) {
+        let key = (read.namespace.into_owned(), read.key.into_owned());
+        let current = committed.get(&key).and_then(Option::as_ref);
+        if writes.contains_key(&key) || !same_version(read.version, current) {
+            return Ok(TxValidationCode::MvccReadConflict);
         }
+    }
+    for namespace in namespaces_of(transaction) {
         for range in &namespace.kv.range_queries_info {
             if !range_unchanged(&namespace.namespace, range, writes, state)? {
                 return Ok(TxValidationCode::PhantomReadConflict);
@@ -193,8 +262,8 @@ fn check_reads(
     Ok(TxValidationCode::Valid)
 }
 
-fn same_version(read: &KvRead, current: Option<&VersionedValue>) -> bool {
-    match (&read.version, current) {
+fn same_version(read: Option<&Version>, current: Option<&VersionedValue>) -> bool {
+    match (read, current) {
         (None, None) => true,
         (Some(read), Some(current)) => Height::new(read.block_num, read.tx_num) == current.version,
         _ => false,
@@ -202,64 +271,97 @@ fn same_version(read: &KvRead, current: Option<&VersionedValue>) -> bool {
 }
 
 /// Whether re-running a range query over committed state plus the block's
-/// earlier writes yields the keys and versions the endorser recorded. When
-/// the chaincode stopped early (`itr_exhausted` false), only the recorded
-/// prefix must match.
+/// earlier writes yields what the endorser recorded, as Fabric checks it.
+/// When the chaincode stopped before the end of the range
+/// (`itr_exhausted` false), the recorded `end_key` is the last key it saw
+/// and the range includes it. Raw reads must match key for key and version
+/// for version, with nothing more in the range; a Merkle summary must
+/// equal the one rebuilt over the keys the range holds now.
 fn range_unchanged(
     namespace: &str,
     range: &RangeQueryInfo,
     writes: &BlockWrites,
     state: &dyn StateReader,
 ) -> weft_statedb::Result<bool> {
-    let recorded: Vec<(&str, Height)> = match &range.reads_info {
-        Some(ReadsInfo::RawReads(reads)) => reads
-            .kv_reads
-            .iter()
-            .map(|read| {
-                let version = read
-                    .version
-                    .as_ref()
-                    .map_or(Height::default(), |v| Height::new(v.block_num, v.tx_num));
-                (read.key.as_str(), version)
-            })
-            .collect(),
-        None => Vec::new(),
-        // FIXME: Fabric summarises large range results as a Merkle tree of
-        // hashes; until weft re-computes that summary, such a transaction
-        // is conservatively treated as a phantom read.
-        Some(ReadsInfo::ReadsMerkleHashes(_)) => return Ok(false),
+    let end = if range.itr_exhausted || range.end_key.is_empty() {
+        range.end_key.clone()
+    } else {
+        // The smallest key after `end_key`: the range's end becomes
+        // inclusive.
+        format!("{}\0", range.end_key)
     };
-    let in_range = |key: &str| {
-        key >= range.start_key.as_str()
-            && (range.end_key.is_empty() || key < range.end_key.as_str())
-    };
+    let current = |limit| current_range(namespace, &range.start_key, &end, limit, writes, state);
+    match &range.reads_info {
+        Some(ReadsInfo::ReadsMerkleHashes(recorded)) => {
+            let Some(mut summarizer) = RangeSummarizer::new(recorded.max_degree) else {
+                return Ok(false);
+            };
+            for (key, height) in current(usize::MAX)? {
+                summarizer.add(KvRead {
+                    key,
+                    version: Some(Version {
+                        block_num: height.block_num,
+                        tx_num: height.tx_num,
+                    }),
+                });
+            }
+            Ok(summarizer.finish() == RangeReads::Summary(recorded.clone()))
+        }
+        Some(ReadsInfo::RawReads(reads)) => {
+            let recorded: Vec<(&str, Height)> = reads
+                .kv_reads
+                .iter()
+                .map(|read| {
+                    let version = read
+                        .version
+                        .as_ref()
+                        .map_or(Height::default(), |v| Height::new(v.block_num, v.tx_num));
+                    (read.key.as_str(), version)
+                })
+                .collect();
+            let actual = current(recorded.len() + 1)?;
+            Ok(actual.len() == recorded.len()
+                && actual.iter().zip(&recorded).all(
+                    |((key, height), (recorded_key, recorded_height))| {
+                        key == recorded_key && height == recorded_height
+                    },
+                ))
+        }
+        None => Ok(current(1)?.is_empty()),
+    }
+}
+
+/// The first `limit` keys of `namespace` in `[start, end)` (an empty `end`:
+/// no bound) with their versions, as committed state plus the block's
+/// earlier writes show them.
+fn current_range(
+    namespace: &str,
+    start: &str,
+    end: &str,
+    limit: usize,
+    writes: &BlockWrites,
+    state: &dyn StateReader,
+) -> weft_statedb::Result<Vec<(String, Height)>> {
+    let in_range = |key: &str| key >= start && (end.is_empty() || key < end);
     let local: Vec<(&str, Option<Height>)> = writes
-        .range((namespace.to_owned(), range.start_key.clone())..)
+        .range((namespace.to_owned(), start.to_owned())..)
         .take_while(|((ns, key), _)| ns == namespace && in_range(key))
         .map(|((_, key), height)| (key.as_str(), *height))
         .collect();
+    // Deletes may hide committed keys: fetch enough to fill `limit` anyway.
     let deletes = local.iter().filter(|(_, height)| height.is_none()).count();
-    let limit = recorded.len() + 1 + deletes;
-    let committed = state.range(namespace, &range.start_key, &range.end_key, limit)?;
-
-    // Merge committed keys with the block's earlier writes, in key order.
-    let mut actual: BTreeMap<&str, Height> = committed
-        .iter()
-        .map(|(key, value)| (key.as_str(), value.version))
+    let committed = state.range(namespace, start, end, limit.saturating_add(deletes))?;
+    let mut merged: BTreeMap<String, Height> = committed
+        .into_iter()
+        .map(|(key, value)| (key, value.version))
         .collect();
-    for (key, height) in &local {
+    for (key, height) in local {
         match height {
-            Some(height) => actual.insert(key, *height),
-            None => actual.remove(key),
+            Some(height) => merged.insert(key.to_owned(), height),
+            None => merged.remove(key),
         };
     }
-    let mut actual = actual.into_iter();
-    for expected in &recorded {
-        if actual.next() != Some(*expected) {
-            return Ok(false);
-        }
-    }
-    Ok(!range.itr_exhausted || actual.next().is_none())
+    Ok(merged.into_iter().take(limit).collect())
 }
 
 #[cfg(test)]
@@ -270,12 +372,18 @@ mod tests {
 
     use bytes::Bytes;
     use weft_protos::common::{BlockHeader, ChannelHeader, SignatureHeader};
-    use weft_protos::kvrwset::{KvRead, KvWrite, KvrwSet, QueryReads, RangeQueryInfo, Version};
+    use weft_protos::kvrwset::{
+        HashedRwSet, KvRead, KvReadHash, KvWrite, KvWriteHash, KvrwSet, QueryReads, RangeQueryInfo,
+        Version,
+    };
     use weft_protos::view::{
-        DecodedBlock, EndorsedAction, EndorserTransaction, NamespaceRwSet, TxBody, TxEnvelope,
+        CollectionHashes, DecodedBlock, EndorsedAction, EndorserTransaction, NamespaceRwSet,
+        TxBody, TxEnvelope,
     };
     use weft_statedb::memory::{MemoryOptions, MemoryState};
     use weft_statedb::{Height, StateReader, UpdateBatch, VersionedState};
+
+    use weft_protos::range_summary::{MAX_DEGREE_DEFAULT, RangeReads, RangeSummarizer};
 
     use super::{update_batch, validate_block};
     use crate::TxValidationCode::{self, MvccReadConflict, PhantomReadConflict, Valid};
@@ -327,6 +435,13 @@ mod tests {
     use weft_protos::kvrwset::range_query_info::ReadsInfo;
 
     fn tx(kv: KvrwSet) -> Result<TxEnvelope, weft_protos::DecodeError> {
+        tx_with_hashes(kv, Vec::new())
+    }
+
+    fn tx_with_hashes(
+        kv: KvrwSet,
+        collection_hashed: Vec<CollectionHashes>,
+    ) -> Result<TxEnvelope, weft_protos::DecodeError> {
         let action = EndorsedAction {
             signature_header: SignatureHeader::default(),
             signature_header_bytes: Bytes::new(),
@@ -338,7 +453,7 @@ mod tests {
             namespaces: vec![NamespaceRwSet {
                 namespace: NS.to_owned(),
                 kv,
-                collection_hashed: Vec::new(),
+                collection_hashed,
             }],
             event: None,
         };
@@ -451,10 +566,11 @@ mod tests {
                 rwset(vec![], vec![range("a", "d", true, &full)], vec![]),
                 // A key the endorser did not see: phantom.
                 rwset(vec![], vec![range("a", "d", true, &full[..2])], vec![]),
-                // The chaincode stopped early: only the prefix must match.
+                // The chaincode stopped after "b": the recorded end key is
+                // the last key it saw, and the range includes it.
                 rwset(
                     vec![],
-                    vec![range("a", "d", false, &full[..2])],
+                    vec![range("a", "b", false, &full[..2])],
                     vec![put("bb", "new")],
                 ),
                 // An earlier valid transaction inserted "bb" into the range.
@@ -504,15 +620,190 @@ mod tests {
         assert_eq!(run(&block, &state), [Valid, PhantomReadConflict, Valid]);
     }
 
+    /// A state holding `k000`..`k119`, all at version (1, n).
+    fn long_state() -> (tempfile::TempDir, MemoryState) {
+        let dir = tempfile::tempdir().unwrap();
+        let state = MemoryState::open(dir.path(), MemoryOptions::default()).unwrap();
+        let mut batch = UpdateBatch::new();
+        for n in 0..120 {
+            batch.put(
+                NS,
+                &format!("k{n:03}"),
+                Bytes::from_static(b"1"),
+                Height::new(1, n),
+            );
+        }
+        state.apply(&batch, Height::new(1, 119)).unwrap();
+        (dir, state)
+    }
+
+    /// The range query info an endorser records for `results` over
+    /// `[start, end)`, summarised as Fabric's endorsers do.
+    fn summarised(start: &str, end: &str, results: &[(String, (u64, u64))]) -> RangeQueryInfo {
+        let mut summarizer = RangeSummarizer::new(MAX_DEGREE_DEFAULT).unwrap();
+        for (key, version) in results {
+            summarizer.add(read(key, Some(*version)));
+        }
+        let RangeReads::Summary(summary) = summarizer.finish() else {
+            panic!("{} results are too few to summarise", results.len());
+        };
+        RangeQueryInfo {
+            start_key: start.to_owned(),
+            end_key: end.to_owned(),
+            itr_exhausted: true,
+            reads_info: Some(ReadsInfo::ReadsMerkleHashes(summary)),
+        }
+    }
+
     #[test]
-    fn merkle_summarised_ranges_are_not_yet_verified() {
-        // FIXME: weft does not recompute Fabric's Merkle summaries of large
-        // range results yet, so such a transaction is rejected as a phantom
-        // even when nothing changed.
+    fn merkle_summarised_ranges_are_rebuilt_and_compared() {
+        let (_dir, state) = long_state();
+        let all: Vec<(String, (u64, u64))> =
+            (0..120).map(|n| (format!("k{n:03}"), (1, n))).collect();
+        let mut missing_one = all.clone();
+        missing_one.remove(70);
+        let mut stale = all.clone();
+        stale[3].1 = (0, 9);
+        let block = block(
+            2,
+            vec![
+                // What the range holds: valid.
+                rwset(vec![], vec![summarised("k", "l", &all)], vec![]),
+                // The endorser saw one key fewer, or an older version.
+                rwset(vec![], vec![summarised("k", "l", &missing_one)], vec![]),
+                rwset(vec![], vec![summarised("k", "l", &stale)], vec![]),
+                // A sub-range: keys outside it do not matter.
+                rwset(
+                    vec![],
+                    vec![summarised("k010", "k090", &all[10..90])],
+                    vec![],
+                ),
+                // An earlier valid transaction changes k100; the full range
+                // now differs, the sub-range does not.
+                rwset(vec![], vec![], vec![put("k100", "2")]),
+                rwset(vec![], vec![summarised("k", "l", &all)], vec![]),
+                rwset(
+                    vec![],
+                    vec![summarised("k010", "k090", &all[10..90])],
+                    vec![],
+                ),
+            ],
+        );
+        assert_eq!(
+            run(&block, &state),
+            [
+                Valid,
+                PhantomReadConflict,
+                PhantomReadConflict,
+                Valid,
+                Valid,
+                PhantomReadConflict,
+                Valid
+            ]
+        );
+    }
+
+    #[test]
+    fn a_summary_over_a_range_that_shrank_below_the_degree_is_a_phantom() {
+        let (_dir, state) = long_state();
+        let all: Vec<(String, (u64, u64))> =
+            (0..120).map(|n| (format!("k{n:03}"), (1, n))).collect();
+        let deletes = (0..100).map(|n| delete(&format!("k{n:03}"))).collect();
+        let block = block(
+            2,
+            vec![
+                rwset(vec![], vec![], deletes),
+                rwset(vec![], vec![summarised("k", "l", &all)], vec![]),
+            ],
+        );
+        assert_eq!(run(&block, &state), [Valid, PhantomReadConflict]);
+    }
+
+    /// A transaction touching only the hash of private key `key` of
+    /// collection `secrets`: reading it at `read` (if given) and writing
+    /// (`Some(true)`), purging (`Some(false)`) or leaving it.
+    fn private(
+        key: &str,
+        read: Option<Option<(u64, u64)>>,
+        write: Option<bool>,
+    ) -> Result<TxEnvelope, weft_protos::DecodeError> {
+        let key_hash = Bytes::copy_from_slice(&weft_protos::hash::sha256(key.as_bytes()));
+        let mut hashes = HashedRwSet::default();
+        if let Some(version) = read {
+            hashes.hashed_reads.push(KvReadHash {
+                key_hash: key_hash.clone(),
+                version: version.map(|(block_num, tx_num)| Version { block_num, tx_num }),
+            });
+        }
+        if let Some(put) = write {
+            hashes.hashed_writes.push(KvWriteHash {
+                key_hash,
+                is_delete: !put,
+                value_hash: if put {
+                    Bytes::from_static(b"value hash")
+                } else {
+                    Bytes::new()
+                },
+                is_purge: !put,
+            });
+        }
+        let collection = CollectionHashes {
+            collection: "secrets".to_owned(),
+            rwset: hashes,
+            pvt_rwset_hash: Bytes::new(),
+        };
+        tx_with_hashes(rwset(vec![], vec![], vec![]), vec![collection])
+    }
+
+    #[test]
+    fn private_data_hashes_are_versioned_like_public_keys() {
         let (_dir, state) = state();
-        let mut summarised = range("a", "d", true, &[]);
-        summarised.reads_info = Some(ReadsInfo::ReadsMerkleHashes(Default::default()));
-        let block = block(3, vec![rwset(vec![], vec![summarised], vec![])]);
-        assert_eq!(run(&block, &state), [PhantomReadConflict]);
+        let mut codes = vec![Valid; 3];
+        let first = DecodedBlock {
+            header: BlockHeader {
+                number: 3,
+                ..BlockHeader::default()
+            },
+            metadata: Default::default(),
+            raw_envelopes: vec![Bytes::from_static(b"x"); 3],
+            transactions: vec![
+                private("k", Some(None), Some(true)),
+                // Read as absent, but written just before in this block.
+                private("k", Some(None), None),
+                private("other", None, Some(true)),
+            ],
+        };
+        validate_block(&first, &mut codes, &state).unwrap();
+        assert_eq!(codes, [Valid, MvccReadConflict, Valid]);
+        state
+            .apply(&update_batch(&first, &codes), Height::new(3, 2))
+            .unwrap();
+        let hashed_key = hex::encode(weft_protos::hash::sha256(b"k"));
+        let stored = state.get("cc$$hsecrets", &hashed_key).unwrap().unwrap();
+        assert_eq!(stored.version, Height::new(3, 0));
+        assert_eq!(&stored.value[..], b"value hash");
+
+        let second = DecodedBlock {
+            header: BlockHeader {
+                number: 4,
+                ..BlockHeader::default()
+            },
+            metadata: Default::default(),
+            raw_envelopes: vec![Bytes::from_static(b"x"); 4],
+            transactions: vec![
+                private("k", Some(Some((3, 0))), None),
+                private("k", Some(None), None),
+                // A purge deletes the hash; a later read of it conflicts.
+                private("k", Some(Some((3, 0))), Some(false)),
+                private("k", Some(Some((3, 0))), None),
+            ],
+        };
+        let mut codes = vec![Valid; 4];
+        validate_block(&second, &mut codes, &state).unwrap();
+        assert_eq!(codes, [Valid, MvccReadConflict, Valid, MvccReadConflict]);
+        state
+            .apply(&update_batch(&second, &codes), Height::new(4, 3))
+            .unwrap();
+        assert!(state.get("cc$$hsecrets", &hashed_key).unwrap().is_none());
     }
 }

@@ -173,8 +173,43 @@ fn tampered_transactions_get_fabrics_codes() {
         payload.data = transaction.encode_to_vec().into();
     });
 
+    let sets_key_policy = resigned(&original, |payload| {
+        // A key-level endorsement policy (state-based endorsement).
+        let mut transaction =
+            weft_protos::protos::Transaction::decode(payload.data.clone()).unwrap();
+        let action = &mut transaction.actions[0];
+        let mut action_payload =
+            weft_protos::protos::ChaincodeActionPayload::decode(action.payload.clone()).unwrap();
+        let endorsed = action_payload.action.as_mut().unwrap();
+        let mut response = weft_protos::protos::ProposalResponsePayload::decode(
+            endorsed.proposal_response_payload.clone(),
+        )
+        .unwrap();
+        let mut chaincode_action =
+            weft_protos::protos::ChaincodeAction::decode(response.extension.clone()).unwrap();
+        let mut rwset =
+            weft_protos::rwset::TxReadWriteSet::decode(chaincode_action.results.clone()).unwrap();
+        let mut kv =
+            weft_protos::kvrwset::KvrwSet::decode(rwset.ns_rwset[0].rwset.clone()).unwrap();
+        kv.metadata_writes
+            .push(weft_protos::kvrwset::KvMetadataWrite {
+                key: "key".to_owned(),
+                entries: vec![weft_protos::kvrwset::KvMetadataEntry {
+                    name: "VALIDATION_PARAMETER".to_owned(),
+                    value: Bytes::from_static(b"policy"),
+                }],
+            });
+        rwset.ns_rwset[0].rwset = kv.encode_to_vec().into();
+        chaincode_action.results = rwset.encode_to_vec().into();
+        response.extension = chaincode_action.encode_to_vec().into();
+        endorsed.proposal_response_payload = response.encode_to_vec().into();
+        action.payload = action_payload.encode_to_vec().into();
+        payload.data = transaction.encode_to_vec().into();
+    });
+
     let cases: Vec<(Bytes, TxValidationCode)> = vec![
         (original.clone(), TxValidationCode::Valid),
+        (sets_key_policy, TxValidationCode::InvalidOtherReason),
         (
             bad_signature.encode_to_vec().into(),
             TxValidationCode::BadCreatorSignature,

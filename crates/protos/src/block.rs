@@ -18,11 +18,12 @@ use bytes::Bytes;
 use prost::Message;
 
 use crate::common::{
-    Block, BlockData, BlockHeader, BlockMetadata, BlockMetadataIndex, LastConfig, Metadata,
+    Block, BlockData, BlockHeader, BlockMetadata, BlockMetadataIndex, Config, LastConfig, Metadata,
     MetadataSignature, OrdererBlockMetadata, SignatureHeader,
 };
 use crate::hash;
 use crate::tx::{Sign, SignError};
+use crate::view::{Limits, TxBody, TxEnvelope};
 
 /// Fabric's blocks carry five metadata slots (`common.BlockMetadataIndex`).
 pub const METADATA_SLOTS: usize = 5;
@@ -137,6 +138,19 @@ pub fn consenter_metadata(block: &Block) -> Option<Bytes> {
     let metadata = Metadata::decode(slot.clone()).ok()?;
     let orderer = OrdererBlockMetadata::decode(metadata.value).ok()?;
     Some(orderer.consenter_metadata)
+}
+
+/// The channel ID and configuration a config block carries in its first
+/// envelope; `None` when the block is not a config block.
+pub fn config_of_block(block: &Block) -> Option<(String, Config)> {
+    let raw = block.data.as_ref()?.data.first()?.clone();
+    let envelope = TxEnvelope::decode(raw, Limits::default()).ok()?;
+    match envelope.body {
+        TxBody::Config(config_envelope) => {
+            Some((envelope.channel_header.channel_id, config_envelope.config?))
+        }
+        _ => None,
+    }
 }
 
 /// Writes `value` into metadata slot `index` of `block`, creating the five

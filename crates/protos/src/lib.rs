@@ -13,6 +13,8 @@
 //!   (payload, headers, transaction, actions, proposal response payload,
 //!   chaincode action, read/write sets), which all later stages share instead
 //!   of unmarshalling the same bytes again (FastFabric P-III);
+//! - [`range_summary`]: how a range query's results are recorded (raw
+//!   reads or Fabric's Merkle summary), for endorsers and committers;
 //! - [`tx`]: building proposals, endorsements and transactions as Fabric
 //!   clients and endorsers do;
 //! - [`block`]: building blocks and signing them as Fabric orderers do;
@@ -28,6 +30,7 @@ pub mod block;
 pub mod duration;
 pub mod hash;
 pub mod json;
+pub mod range_summary;
 pub mod tx;
 pub mod view;
 

@@ -22,7 +22,7 @@ use prost::Message;
 
 use crate::common::{ChannelHeader, Envelope, Header, HeaderType, Payload, SignatureHeader};
 use crate::hash::{compute_tx_id, sha256};
-use crate::kvrwset::{KvRead, KvWrite, KvrwSet, Version};
+use crate::kvrwset::{KvRead, KvWrite, KvrwSet, RangeQueryInfo, Version};
 use crate::orderer::{SeekInfo, SeekPosition, SeekSpecified, seek_info, seek_position};
 use crate::protos::{
     ChaincodeAction, ChaincodeActionPayload, ChaincodeEndorsedAction, ChaincodeHeaderExtension,
@@ -31,6 +31,7 @@ use crate::protos::{
     TransactionAction,
 };
 use crate::rwset::{NsReadWriteSet, TxReadWriteSet, tx_read_write_set};
+use crate::{DecodeError, Layer};
 
 /// Something that signs with an identity: a client, an endorser.
 pub trait Sign {
@@ -164,6 +165,17 @@ impl Proposal {
         responses: &[ProposalResponse],
         creator: &dyn Sign,
     ) -> Result<Envelope, SignError> {
+        let payload = self.transaction_payload(responses)?;
+        Ok(Envelope {
+            signature: creator.sign(&payload)?.into(),
+            payload,
+        })
+    }
+
+    /// The serialized `common.Payload` of the transaction carrying the
+    /// endorsed result: what the creator signs (a Gateway prepares it and
+    /// lets the client sign). All `responses` must carry the same payload.
+    pub fn transaction_payload(&self, responses: &[ProposalResponse]) -> Result<Bytes, SignError> {
         let first = responses
             .first()
             .ok_or_else(|| SignError("a transaction needs at least one endorsement".to_owned()))?;
@@ -191,17 +203,81 @@ impl Proposal {
                 payload: action.encode_to_vec().into(),
             }],
         };
-        let payload = Payload {
+        Ok(Payload {
             header: Some(Header {
                 channel_header: self.channel_header.clone(),
                 signature_header: self.signature_header.clone(),
             }),
             data: transaction.encode_to_vec().into(),
         }
+        .encode_to_vec()
+        .into())
+    }
+}
+
+/// A proposal as an endorser receives it: every layer decoded once, and the
+/// [`Proposal`] an endorsement binds to (its chaincode proposal payload
+/// without the transient data, as Fabric hashes it).
+#[derive(Debug, Clone)]
+pub struct ReceivedProposal {
+    pub proposal: Proposal,
+    pub channel_header: ChannelHeader,
+    pub signature_header: SignatureHeader,
+    /// The chaincode named in the channel header's extension.
+    pub chaincode_id: ChaincodeId,
+    /// The invocation's arguments; the first is the function name by
+    /// convention.
+    pub args: Vec<Bytes>,
+    /// Data for the chaincode that is not recorded on the ledger.
+    pub transient: BTreeMap<String, Bytes>,
+    /// The creator's signature over the proposal bytes.
+    pub signature: Bytes,
+}
+
+impl ReceivedProposal {
+    /// Decodes a signed proposal; it checks structure only, not signatures.
+    pub fn decode(signed: &SignedProposal) -> Result<Self, DecodeError> {
+        let decoded = crate::protos::Proposal::decode(signed.proposal_bytes.clone())
+            .map_err(|e| DecodeError::malformed(Layer::Proposal, e))?;
+        let header =
+            Header::decode(decoded.header).map_err(|e| DecodeError::malformed(Layer::Header, e))?;
+        let channel_header_bytes = header.channel_header;
+        let signature_header_bytes = header.signature_header;
+        let channel_header = ChannelHeader::decode(channel_header_bytes.clone())
+            .map_err(|e| DecodeError::malformed(Layer::ChannelHeader, e))?;
+        let signature_header = SignatureHeader::decode(signature_header_bytes.clone())
+            .map_err(|e| DecodeError::malformed(Layer::SignatureHeader, e))?;
+        let extension = ChaincodeHeaderExtension::decode(channel_header.extension.clone())
+            .map_err(|e| DecodeError::malformed(Layer::ChaincodeHeaderExtension, e))?;
+        let chaincode_id = extension.chaincode_id.unwrap_or_default();
+        let payload = ChaincodeProposalPayload::decode(decoded.payload)
+            .map_err(|e| DecodeError::malformed(Layer::ChaincodeProposalPayload, e))?;
+        let spec = ChaincodeInvocationSpec::decode(payload.input.clone())
+            .map_err(|e| DecodeError::malformed(Layer::ChaincodeInvocationSpec, e))?;
+        let args = spec
+            .chaincode_spec
+            .and_then(|spec| spec.input)
+            .map(|input| input.args)
+            .unwrap_or_default();
+        let without_transient = ChaincodeProposalPayload {
+            input: payload.input,
+            transient_map: BTreeMap::new(),
+        }
         .encode_to_vec();
-        Ok(Envelope {
-            signature: creator.sign(&payload)?.into(),
-            payload: payload.into(),
+        Ok(Self {
+            proposal: Proposal {
+                tx_id: channel_header.tx_id.clone(),
+                channel_header: channel_header_bytes,
+                signature_header: signature_header_bytes,
+                chaincode_proposal_payload: without_transient.into(),
+                bytes: signed.proposal_bytes.clone(),
+            },
+            channel_header,
+            signature_header,
+            chaincode_id,
+            args,
+            transient: payload.transient_map,
+            signature: signed.signature.clone(),
         })
     }
 }
@@ -317,6 +393,7 @@ pub struct ReadWriteSetBuilder {
 #[derive(Debug, Clone, Default)]
 struct NamespaceSets {
     reads: BTreeMap<String, Option<Version>>,
+    range_queries: Vec<RangeQueryInfo>,
     writes: BTreeMap<String, Option<Bytes>>,
 }
 
@@ -332,6 +409,13 @@ impl ReadWriteSetBuilder {
             key.to_owned(),
             version.map(|(block_num, tx_num)| Version { block_num, tx_num }),
         );
+        self
+    }
+
+    /// Records a range query and what it returned, in the order queries
+    /// were made.
+    pub fn range_query(&mut self, namespace: &str, query: RangeQueryInfo) -> &mut Self {
+        self.namespace(namespace).range_queries.push(query);
         self
     }
 
@@ -366,7 +450,7 @@ impl ReadWriteSetBuilder {
                             version: *version,
                         })
                         .collect(),
-                    range_queries_info: Vec::new(),
+                    range_queries_info: sets.range_queries.clone(),
                     writes: sets
                         .writes
                         .iter()

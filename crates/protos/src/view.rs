@@ -20,7 +20,7 @@ use crate::common::{
     Envelope, HeaderType, Payload, SignatureHeader,
 };
 use crate::hash::compute_tx_id;
-use crate::kvrwset::KvrwSet;
+use crate::kvrwset::{HashedRwSet, KvrwSet};
 use crate::protos::{
     ChaincodeAction, ChaincodeActionPayload, ChaincodeEvent, ChaincodeHeaderExtension, ChaincodeId,
     Endorsement, ProposalResponsePayload, Transaction,
@@ -152,7 +152,18 @@ pub struct EndorsedAction {
 pub struct NamespaceRwSet {
     pub namespace: String,
     pub kv: KvrwSet,
-    pub collection_hashed: Vec<CollectionHashedReadWriteSet>,
+    /// The hashes of the private data read and written, per collection.
+    pub collection_hashed: Vec<CollectionHashes>,
+}
+
+/// The hashed reads and writes of one private data collection, as every
+/// peer of the channel sees them (the cleartext goes only to members).
+#[derive(Debug, Clone, Default)]
+pub struct CollectionHashes {
+    pub collection: String,
+    pub rwset: HashedRwSet,
+    /// The hash of the cleartext `CollectionPvtReadWriteSet`.
+    pub pvt_rwset_hash: Bytes,
 }
 
 impl TxEnvelope {
@@ -302,10 +313,24 @@ pub fn decode_rwset(results: Bytes) -> Result<Vec<NamespaceRwSet>, DecodeError> 
             Ok(NamespaceRwSet {
                 kv: decode_layer::<KvrwSet>(Layer::KvReadWriteSet, ns.rwset)?,
                 namespace: ns.namespace,
-                collection_hashed: ns.collection_hashed_rwset,
+                collection_hashed: ns
+                    .collection_hashed_rwset
+                    .into_iter()
+                    .map(decode_collection_hashes)
+                    .collect::<Result<_, _>>()?,
             })
         })
         .collect()
+}
+
+fn decode_collection_hashes(
+    collection: CollectionHashedReadWriteSet,
+) -> Result<CollectionHashes, DecodeError> {
+    Ok(CollectionHashes {
+        rwset: decode_layer::<HashedRwSet>(Layer::HashedReadWriteSet, collection.hashed_rwset)?,
+        collection: collection.collection_name,
+        pvt_rwset_hash: collection.pvt_rwset_hash,
+    })
 }
 
 fn decode_layer<M: Message + Default>(layer: Layer, bytes: Bytes) -> Result<M, DecodeError> {

@@ -61,11 +61,12 @@ use weft_protos::tx::Sign;
 
 use crate::broadcast::Refusal;
 use crate::chain::{ChainInput, ChainTask, Mailbox, Submission};
-use crate::channel::{Channel, ChannelConfig, config_of_block};
+use crate::channel::{Channel, ChannelConfig};
 use crate::config::Consensus;
 use crate::cutter::{Batch, BlockCutter};
 use crate::error::{Error, Result};
 use crate::writer::{BlockContent, BlockWriter};
+use weft_protos::block::config_of_block;
 
 pub(crate) use storage::LogStore;
 use transport::Transport;
@@ -739,13 +740,13 @@ impl Core {
         }
         self.store
             .persist(ready.entries(), ready.hs(), true)
-            .map_err(raft_error)?;
+            .map_err(&raft_error)?;
         self.send(ready.take_persisted_messages());
         let committed = ready.take_committed_entries();
         self.apply(committed)?;
         let mut light = self.node.advance(ready);
         if let Some(commit) = light.commit_index() {
-            self.store.set_commit(commit).map_err(raft_error)?;
+            self.store.set_commit(commit).map_err(&raft_error)?;
         }
         self.send(light.take_messages());
         let committed = light.take_committed_entries();
@@ -953,7 +954,7 @@ impl slog::Drain for TracingDrain {
         values: &slog::OwnedKVList,
     ) -> std::result::Result<(), slog::Never> {
         let mut fields = KeyValues(String::new());
-        let _ = slog::KV::serialize(record.kv(), record, &mut fields);
+        let _ = slog::KV::serialize(&record.kv(), record, &mut fields);
         let _ = slog::KV::serialize(values, record, &mut fields);
         let message = record.msg();
         let fields = fields.0;

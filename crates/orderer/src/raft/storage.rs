@@ -355,9 +355,11 @@ mod tests {
     use super::*;
 
     fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
-        let mut entry = Entry::default();
-        entry.index = index;
-        entry.term = term;
+        let mut entry = Entry {
+            index,
+            term,
+            ..Default::default()
+        };
         entry.set_data(data.to_vec().into());
         entry
     }
@@ -382,9 +384,11 @@ mod tests {
         assert_eq!(store.last_index().unwrap(), 0);
         assert_eq!(store.term(0).unwrap(), 0);
         let entries: Vec<Entry> = (1..=5).map(|i| entry(i, 1, b"x")).collect();
-        let mut hard_state = HardState::default();
-        hard_state.term = 1;
-        hard_state.commit = 3;
+        let hard_state = HardState {
+            term: 1,
+            commit: 3,
+            ..Default::default()
+        };
         store.persist(&entries, Some(&hard_state), true).unwrap();
         store.persist(&[entry(4, 2, b"y")], None, true).unwrap();
         assert_eq!(store.last_index().unwrap(), 4);

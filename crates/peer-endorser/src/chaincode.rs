@@ -1,0 +1,425 @@
+//! The native chaincode interface: what a chaincode sees of a proposal and
+//! of the world state while it is simulated.
+//!
+//! A [`Chaincode`] gets a [`Stub`] per proposal. Reads come from one
+//! snapshot of the world state taken when simulation starts, so a
+//! simulation neither waits for nor holds up commits (the whole-database
+//! lock Thakkar et al. found in Fabric does not exist here). Every read,
+//! range scan and write is recorded as Fabric records it, into the
+//! read/write set the endorsement signs. As in Fabric, a chaincode does not
+//! read its own writes: `get_state` after `put_state` still returns the
+//! committed value.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use prost::Message;
+use weft_protos::kvrwset::RangeQueryInfo;
+use weft_protos::kvrwset::range_query_info::ReadsInfo;
+use weft_protos::kvrwset::{KvRead, QueryReads, Version};
+use weft_protos::protos::{ChaincodeEvent, Response};
+use weft_protos::range_summary::{MAX_DEGREE_DEFAULT, RangeReads, RangeSummarizer};
+use weft_protos::tx::{ReadWriteSetBuilder, ReceivedProposal};
+use weft_statedb::StateReader;
+
+/// The most results one range query may return, as Fabric's
+/// `totalQueryLimit`.
+pub const RANGE_RESULTS_MAX: usize = 100_000;
+
+/// A chaincode compiled into the peer.
+pub trait Chaincode: Send + Sync {
+    /// Runs one invocation. A response status of 400 or more is an error:
+    /// the proposal is not endorsed.
+    fn invoke(&self, stub: &mut Stub<'_>) -> Response;
+}
+
+/// A successful response carrying `payload`.
+pub fn success(payload: impl Into<Bytes>) -> Response {
+    Response {
+        status: 200,
+        message: String::new(),
+        payload: payload.into(),
+    }
+}
+
+/// An error response with `message` (status 500, as Fabric's shim).
+pub fn error(message: impl Into<String>) -> Response {
+    Response {
+        status: 500,
+        message: message.into(),
+        payload: Bytes::new(),
+    }
+}
+
+/// A state access the chaincode asked for could not be done.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// The key is not one Fabric allows.
+    #[error("invalid key {key:?}: {reason}")]
+    InvalidKey { key: String, reason: &'static str },
+    /// A range query returned more than [`RANGE_RESULTS_MAX`] results.
+    #[error("the range query returned more than {RANGE_RESULTS_MAX} results")]
+    TooManyResults,
+    /// The state database failed.
+    #[error("reading the world state failed: {0}")]
+    Storage(String),
+}
+
+/// What a chaincode sees of one proposal and of the world state.
+pub struct Stub<'a> {
+    proposal: &'a ReceivedProposal,
+    namespace: &'a str,
+    state: &'a dyn StateReader,
+    rwset: ReadWriteSetBuilder,
+    event: Option<ChaincodeEvent>,
+}
+
+impl std::fmt::Debug for Stub<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stub")
+            .field("tx_id", &self.tx_id())
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Stub<'a> {
+    /// A stub for `proposal`, invoking the chaincode `namespace`, reading
+    /// `state`.
+    pub fn new(
+        proposal: &'a ReceivedProposal,
+        namespace: &'a str,
+        state: &'a dyn StateReader,
+    ) -> Self {
+        Self {
+            proposal,
+            namespace,
+            state,
+            rwset: ReadWriteSetBuilder::new(),
+            event: None,
+        }
+    }
+
+    /// The invocation's arguments, function name first.
+    pub fn args(&self) -> &[Bytes] {
+        &self.proposal.args
+    }
+
+    /// The function name: the first argument, as text.
+    pub fn function(&self) -> &str {
+        self.args()
+            .first()
+            .and_then(|name| std::str::from_utf8(name).ok())
+            .unwrap_or_default()
+    }
+
+    /// The arguments after the function name.
+    pub fn parameters(&self) -> &[Bytes] {
+        self.args().get(1..).unwrap_or_default()
+    }
+
+    pub fn tx_id(&self) -> &str {
+        &self.proposal.channel_header.tx_id
+    }
+
+    pub fn channel_id(&self) -> &str {
+        &self.proposal.channel_header.channel_id
+    }
+
+    /// The proposer's serialized identity.
+    pub fn creator(&self) -> &Bytes {
+        &self.proposal.signature_header.creator
+    }
+
+    /// Data passed to the chaincode that is not recorded on the ledger.
+    pub fn transient(&self) -> &BTreeMap<String, Bytes> {
+        &self.proposal.transient
+    }
+
+    /// The committed value of `key`, recorded as read at its version.
+    pub fn get_state(&mut self, key: &str) -> Result<Option<Bytes>, StateError> {
+        check_key(key)?;
+        let current = self
+            .state
+            .get(self.namespace, key)
+            .map_err(|e| StateError::Storage(e.to_string()))?;
+        let version = current
+            .as_ref()
+            .map(|value| (value.version.block_num, value.version.tx_num));
+        self.rwset.read(self.namespace, key, version);
+        Ok(current.map(|value| value.value))
+    }
+
+    /// Writes `value` to `key` when the transaction commits.
+    pub fn put_state(&mut self, key: &str, value: impl Into<Bytes>) -> Result<(), StateError> {
+        check_key(key)?;
+        self.rwset.write(self.namespace, key, value.into());
+        Ok(())
+    }
+
+    /// Deletes `key` when the transaction commits.
+    pub fn del_state(&mut self, key: &str) -> Result<(), StateError> {
+        check_key(key)?;
+        self.rwset.delete(self.namespace, key);
+        Ok(())
+    }
+
+    /// The committed keys in `[start, end)` (an empty `end`: to the end of
+    /// the namespace) with their values, in key order. The query and its
+    /// results are recorded so that the committer can detect phantoms: as
+    /// raw reads, or as Fabric's Merkle summary when there are more than 50.
+    pub fn get_state_by_range(
+        &mut self,
+        start: &str,
+        end: &str,
+    ) -> Result<Vec<(String, Bytes)>, StateError> {
+        for key in [start, end] {
+            if key.starts_with('\0') {
+                return Err(StateError::InvalidKey {
+                    key: key.to_owned(),
+                    reason: "composite keys are not simple keys",
+                });
+            }
+        }
+        let results = self
+            .state
+            .range(self.namespace, start, end, RANGE_RESULTS_MAX + 1)
+            .map_err(|e| StateError::Storage(e.to_string()))?;
+        if results.len() > RANGE_RESULTS_MAX {
+            return Err(StateError::TooManyResults);
+        }
+        let Some(mut summarizer) = RangeSummarizer::new(MAX_DEGREE_DEFAULT) else {
+            return Err(StateError::Storage("bad Merkle degree".to_owned()));
+        };
+        for (key, value) in &results {
+            summarizer.add(KvRead {
+                key: key.clone(),
+                version: Some(Version {
+                    block_num: value.version.block_num,
+                    tx_num: value.version.tx_num,
+                }),
+            });
+        }
+        let reads_info = match summarizer.finish() {
+            RangeReads::Raw(kv_reads) => ReadsInfo::RawReads(QueryReads { kv_reads }),
+            RangeReads::Summary(summary) => ReadsInfo::ReadsMerkleHashes(summary),
+        };
+        self.rwset.range_query(
+            self.namespace,
+            RangeQueryInfo {
+                start_key: start.to_owned(),
+                end_key: end.to_owned(),
+                itr_exhausted: true,
+                reads_info: Some(reads_info),
+            },
+        );
+        Ok(results
+            .into_iter()
+            .map(|(key, value)| (key, value.value))
+            .collect())
+    }
+
+    /// Sets the transaction's chaincode event (the last one set wins, as in
+    /// Fabric).
+    pub fn set_event(&mut self, name: &str, payload: impl Into<Bytes>) {
+        self.event = Some(ChaincodeEvent {
+            chaincode_id: self.namespace.to_owned(),
+            tx_id: self.tx_id().to_owned(),
+            event_name: name.to_owned(),
+            payload: payload.into(),
+        });
+    }
+
+    /// The serialized read/write set and chaincode event.
+    pub(crate) fn results(&self) -> (Bytes, Bytes) {
+        let events = self
+            .event
+            .as_ref()
+            .map(|event| Bytes::from(event.encode_to_vec()))
+            .unwrap_or_default();
+        (self.rwset.encode(), events)
+    }
+}
+
+/// Fabric's rule for simple keys: not empty, and not starting with the
+/// composite-key marker U+0000.
+fn check_key(key: &str) -> Result<(), StateError> {
+    let reason = if key.is_empty() {
+        "a key must not be empty"
+    } else if key.starts_with('\0') {
+        "a simple key must not start with U+0000"
+    } else {
+        return Ok(());
+    };
+    Err(StateError::InvalidKey {
+        key: key.to_owned(),
+        reason,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use weft_protos::kvrwset::KvrwSet;
+    use weft_protos::rwset::TxReadWriteSet;
+    use weft_protos::tx::{Invocation, Proposal};
+    use weft_statedb::memory::{MemoryOptions, MemoryState};
+    use weft_statedb::{Height, UpdateBatch, VersionedState};
+
+    use super::*;
+
+    /// A state with `count` keys `k000`.. in namespace `cc`, key n at
+    /// version (1, n).
+    fn state(count: u64) -> (tempfile::TempDir, MemoryState) {
+        let dir = tempfile::tempdir().unwrap();
+        let state = MemoryState::open(dir.path(), MemoryOptions::default()).unwrap();
+        let mut batch = UpdateBatch::new();
+        for n in 0..count {
+            batch.put(
+                "cc",
+                &format!("k{n:03}"),
+                Bytes::from(format!("v{n}")),
+                Height::new(1, n),
+            );
+        }
+        state.apply(&batch, Height::new(1, count)).unwrap();
+        (dir, state)
+    }
+
+    fn proposal() -> ReceivedProposal {
+        let client = weft_msp::testing::TestOrg::new("Org1MSP").signer(weft_msp::NodeRole::Client);
+        let invocation = Invocation {
+            channel_id: "ch",
+            chaincode: "cc",
+            args: vec![Bytes::from_static(b"f")],
+            nonce: Bytes::from_static(b"nonce"),
+            timestamp_seconds: 0,
+        };
+        let proposal = Proposal::new(&invocation, client.serialized_identity().clone());
+        ReceivedProposal::decode(&proposal.signed(&client).unwrap()).unwrap()
+    }
+
+    fn kv_of(stub: &Stub<'_>) -> KvrwSet {
+        let (results, _) = stub.results();
+        let rwset = TxReadWriteSet::decode(results).unwrap();
+        assert_eq!(rwset.ns_rwset.len(), 1);
+        assert_eq!(rwset.ns_rwset[0].namespace, "cc");
+        KvrwSet::decode(rwset.ns_rwset[0].rwset.clone()).unwrap()
+    }
+
+    #[test]
+    fn reads_writes_and_deletes_are_recorded_as_fabric_records_them() {
+        let (_dir, state) = state(3);
+        let proposal = proposal();
+        let snapshot = state.snapshot();
+        let mut stub = Stub::new(&proposal, "cc", snapshot.as_ref());
+        assert_eq!(
+            stub.get_state("k001").unwrap(),
+            Some(Bytes::from_static(b"v1"))
+        );
+        assert_eq!(stub.get_state("absent").unwrap(), None);
+        stub.put_state("k002", "new").unwrap();
+        // No read-your-writes, as in Fabric.
+        assert_eq!(
+            stub.get_state("k002").unwrap(),
+            Some(Bytes::from_static(b"v2"))
+        );
+        stub.del_state("k000").unwrap();
+        stub.set_event("moved", "payload");
+        let kv = kv_of(&stub);
+        let reads: Vec<(&str, Option<(u64, u64)>)> = kv
+            .reads
+            .iter()
+            .map(|read| {
+                (
+                    read.key.as_str(),
+                    read.version.map(|v| (v.block_num, v.tx_num)),
+                )
+            })
+            .collect();
+        // Sorted by key, the version each key had in the snapshot.
+        assert_eq!(
+            reads,
+            [
+                ("absent", None),
+                ("k001", Some((1, 1))),
+                ("k002", Some((1, 2)))
+            ]
+        );
+        let writes: Vec<(&str, bool, &[u8])> = kv
+            .writes
+            .iter()
+            .map(|write| (write.key.as_str(), write.is_delete, write.value.as_ref()))
+            .collect();
+        assert_eq!(
+            writes,
+            [("k000", true, &b""[..]), ("k002", false, &b"new"[..])]
+        );
+        let (_, events) = stub.results();
+        let event = ChaincodeEvent::decode(events).unwrap();
+        assert_eq!(
+            (event.event_name.as_str(), event.chaincode_id.as_str()),
+            ("moved", "cc")
+        );
+        assert_eq!(event.tx_id, proposal.channel_header.tx_id);
+    }
+
+    #[test]
+    fn range_queries_record_raw_reads_or_a_merkle_summary() {
+        let (_dir, state) = state(120);
+        let proposal = proposal();
+        let snapshot = state.snapshot();
+        let mut stub = Stub::new(&proposal, "cc", snapshot.as_ref());
+        let short = stub.get_state_by_range("k010", "k013").unwrap();
+        assert_eq!(
+            short
+                .iter()
+                .map(|(key, _)| key.as_str())
+                .collect::<Vec<_>>(),
+            ["k010", "k011", "k012"]
+        );
+        let long = stub.get_state_by_range("", "").unwrap();
+        assert_eq!(long.len(), 120);
+        let kv = kv_of(&stub);
+        assert_eq!(kv.range_queries_info.len(), 2);
+        let Some(ReadsInfo::RawReads(raw)) = &kv.range_queries_info[0].reads_info else {
+            panic!("three results are kept raw");
+        };
+        assert_eq!(raw.kv_reads.len(), 3);
+        assert!(kv.range_queries_info[0].itr_exhausted);
+        let Some(ReadsInfo::ReadsMerkleHashes(summary)) = &kv.range_queries_info[1].reads_info
+        else {
+            panic!("120 results are summarised");
+        };
+        // 120 reads in runs of 51: three level-1 hashes.
+        assert_eq!((summary.max_degree, summary.max_level), (50, 1));
+        assert_eq!(summary.max_level_hashes.len(), 3);
+    }
+
+    #[test]
+    fn keys_fabric_refuses_are_refused() {
+        let (_dir, state) = state(0);
+        let proposal = proposal();
+        let snapshot = state.snapshot();
+        let mut stub = Stub::new(&proposal, "cc", snapshot.as_ref());
+        assert!(matches!(
+            stub.put_state("", "v"),
+            Err(StateError::InvalidKey { .. })
+        ));
+        assert!(matches!(
+            stub.get_state("\0composite"),
+            Err(StateError::InvalidKey { .. })
+        ));
+        assert!(matches!(
+            stub.get_state_by_range("\0a", ""),
+            Err(StateError::InvalidKey { .. })
+        ));
+        assert!(kv_of_empty(&stub));
+    }
+
+    fn kv_of_empty(stub: &Stub<'_>) -> bool {
+        let (results, _) = stub.results();
+        TxReadWriteSet::decode(results).unwrap().ns_rwset.is_empty()
+    }
+}

@@ -1,0 +1,219 @@
+//! `ProcessProposal`: a signed proposal checked as Fabric's endorser checks
+//! it, simulated by its chaincode on a snapshot of the channel's world
+//! state, and endorsed with the peer's identity.
+//!
+//! Checks, in Fabric's order: the proposal decodes; it is an
+//! ENDORSER_TRANSACTION for a channel this peer has joined; its TxID is
+//! the one its nonce and creator give; the creator is a valid member whose
+//! signature verifies; the creator satisfies the channel's
+//! `/Channel/Application/Writers` (Fabric's default ACL for `peer/Propose`);
+//! the TxID is not already in the ledger; the chaincode exists. A refusal
+//! is a `ProposalResponse` with status 500 and a message, as Fabric
+//! answers; so is a chaincode that fails or panics. A chaincode response of
+//! 400 or more is returned without an endorsement.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+use weft_ledger::BlockStore;
+use weft_msp::UnixTime;
+use weft_policy::SignedData;
+use weft_protos::common::HeaderType;
+use weft_protos::hash::compute_tx_id;
+use weft_protos::protos::{ChaincodeId, ProposalResponse, Response, SignedProposal};
+use weft_protos::tx::{ReceivedProposal, Sign, SimulationResult, endorse};
+use weft_statedb::VersionedState;
+
+use crate::chaincode::{Chaincode, Stub};
+
+/// The policy a proposer must satisfy (Fabric's default ACL for
+/// `peer/Propose`).
+const PROPOSER_POLICY: &str = "/Channel/Application/Writers";
+/// The chaincode version weft reports for built-ins.
+const BUILTIN_VERSION: &str = "1.0";
+
+/// What the endorser needs of a channel the peer has joined. The peer's
+/// committer provides it; the endorser never validates or commits blocks.
+pub trait JoinedChannel: Send + Sync {
+    /// Checks that `creator` is a valid member of the channel whose
+    /// signature over `data` verifies; the error says why not.
+    fn check_creator(
+        &self,
+        creator: &Bytes,
+        data: &Bytes,
+        signature: &Bytes,
+        now: UnixTime,
+    ) -> Result<(), String>;
+
+    /// Evaluates the channel policy at `path` against `signatures`.
+    fn check_policy(
+        &self,
+        path: &str,
+        signatures: &[SignedData],
+        now: UnixTime,
+    ) -> Result<(), String>;
+
+    /// The channel's world state, to simulate on a snapshot of it.
+    fn state(&self) -> &dyn VersionedState;
+
+    /// The channel's committed blocks: replayed TxIDs, commit status,
+    /// events.
+    fn blocks(&self) -> &Arc<BlockStore>;
+
+    /// The height of the blocks whose writes are in the state: a block
+    /// below it is committed in full.
+    fn committed_height(&self) -> tokio::sync::watch::Receiver<u64>;
+}
+
+/// The peer's endorser: its channels, chaincodes and signing identity.
+pub struct Endorser {
+    channels: RwLock<HashMap<String, Arc<dyn JoinedChannel>>>,
+    chaincodes: HashMap<String, Arc<dyn Chaincode>>,
+    signer: Arc<dyn Sign + Send + Sync>,
+    now: fn() -> UnixTime,
+}
+
+impl std::fmt::Debug for Endorser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endorser")
+            .field("channels", &self.channels.read().keys().collect::<Vec<_>>())
+            .field("chaincodes", &self.chaincodes.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Endorser {
+    /// An endorser signing with `signer`, running `chaincodes` (by name)
+    /// on every channel.
+    pub fn new(
+        signer: Arc<dyn Sign + Send + Sync>,
+        chaincodes: impl IntoIterator<Item = (&'static str, Arc<dyn Chaincode>)>,
+    ) -> Self {
+        Self {
+            channels: RwLock::new(HashMap::new()),
+            chaincodes: chaincodes
+                .into_iter()
+                .map(|(name, chaincode)| (name.to_owned(), chaincode))
+                .collect(),
+            signer,
+            now: weft_msp::now,
+        }
+    }
+
+    /// Endorses proposals on `channel_id` from now on.
+    pub fn join(&self, channel_id: &str, channel: Arc<dyn JoinedChannel>) {
+        self.channels.write().insert(channel_id.to_owned(), channel);
+    }
+
+    /// The channel `channel_id`, if the peer has joined it.
+    pub fn channel(&self, channel_id: &str) -> Option<Arc<dyn JoinedChannel>> {
+        self.channels.read().get(channel_id).cloned()
+    }
+
+    /// Answers one signed proposal, as `protos.Endorser/ProcessProposal`.
+    pub fn process_proposal(&self, signed: &SignedProposal) -> ProposalResponse {
+        match self.endorse(signed) {
+            Ok(response) => response,
+            Err(message) => {
+                tracing::info!(%message, "proposal refused");
+                refusal(message)
+            }
+        }
+    }
+
+    fn endorse(&self, signed: &SignedProposal) -> Result<ProposalResponse, String> {
+        let proposal =
+            ReceivedProposal::decode(signed).map_err(|e| format!("malformed proposal: {e}"))?;
+        let header = &proposal.channel_header;
+        if header.r#type != HeaderType::EndorserTransaction as i32 {
+            return Err(format!(
+                "invalid header type {}: a proposal is an ENDORSER_TRANSACTION",
+                header.r#type
+            ));
+        }
+        let channel_id = header.channel_id.as_str();
+        let channel = self
+            .channels
+            .read()
+            .get(channel_id)
+            .cloned()
+            .ok_or_else(|| format!("channel {channel_id:?} not found"))?;
+        let creator = &proposal.signature_header.creator;
+        let expected_tx_id = compute_tx_id(&proposal.signature_header.nonce, creator);
+        if header.tx_id != expected_tx_id {
+            return Err(format!(
+                "invalid txID {:?}: the nonce and creator give {expected_tx_id}",
+                header.tx_id
+            ));
+        }
+        let now = (self.now)();
+        channel
+            .check_creator(creator, &signed.proposal_bytes, &signed.signature, now)
+            .map_err(|reason| format!("access denied: channel {channel_id}: {reason}"))?;
+        let signatures = [SignedData {
+            data: signed.proposal_bytes.clone(),
+            identity: creator.clone(),
+            signature: signed.signature.clone(),
+        }];
+        channel
+            .check_policy(PROPOSER_POLICY, &signatures, now)
+            .map_err(|reason| format!("access denied: channel {channel_id}: {reason}"))?;
+        let replayed = channel
+            .blocks()
+            .contains_tx_id(&header.tx_id)
+            .map_err(|e| format!("reading the ledger failed: {e}"))?;
+        if replayed {
+            return Err(format!("duplicate transaction found [{}]", header.tx_id));
+        }
+        let name = proposal.chaincode_id.name.as_str();
+        let chaincode = self.chaincodes.get(name).ok_or_else(|| {
+            format!("chaincode definition for {name:?} not found on channel {channel_id}")
+        })?;
+
+        let snapshot = channel.state().snapshot();
+        let mut stub = Stub::new(&proposal, name, snapshot.as_ref());
+        let response = std::panic::catch_unwind(AssertUnwindSafe(|| chaincode.invoke(&mut stub)))
+            .map_err(|_| format!("chaincode {name} panicked"))?;
+        if response.status >= 400 {
+            tracing::debug!(chaincode = name, status = response.status, message = %response.message, "chaincode refused");
+            return Ok(ProposalResponse {
+                version: 1,
+                response: Some(response),
+                ..ProposalResponse::default()
+            });
+        }
+        let (results, events) = stub.results();
+        let simulation = SimulationResult {
+            results,
+            events,
+            response: Response {
+                status: response.status,
+                message: response.message,
+                payload: response.payload,
+            },
+            chaincode_id: ChaincodeId {
+                path: String::new(),
+                name: name.to_owned(),
+                version: BUILTIN_VERSION.to_owned(),
+            },
+        };
+        endorse(&proposal.proposal, &simulation, self.signer.as_ref())
+            .map_err(|e| format!("signing the endorsement failed: {e}"))
+    }
+}
+
+/// Fabric's answer to a proposal it will not endorse.
+fn refusal(message: String) -> ProposalResponse {
+    ProposalResponse {
+        version: 0,
+        response: Some(Response {
+            status: 500,
+            message,
+            payload: Bytes::new(),
+        }),
+        ..ProposalResponse::default()
+    }
+}

@@ -1,0 +1,470 @@
+//! Fabric's Gateway service (`gateway.Gateway`) on the peer, so that
+//! Fabric's own Gateway client libraries drive weft unchanged:
+//!
+//! - `Endorse`: the proposal is endorsed by this peer and by one peer of
+//!   every other organisation the client names (or, if it names none, of
+//!   every organisation configured), their results must agree, and the
+//!   transaction is prepared for the client to sign;
+//! - `Submit`: the signed transaction goes to the first orderer that takes
+//!   it;
+//! - `CommitStatus`: waits until this peer has committed the transaction
+//!   and answers its validation code and block;
+//! - `Evaluate`: the proposal is run here and its result returned, nothing
+//!   submitted;
+//! - `ChaincodeEvents`: the events of one chaincode's valid transactions,
+//!   block by block, from a start position.
+//!
+//! Requests that name an identity (commit status, events) must be signed by
+//! it and satisfy the channel's `/Channel/Application/Readers`, as Fabric's
+//! Gateway ACLs require. Errors are gRPC statuses with a message.
+//!
+//! Endorsement plans come from configuration, not yet from the chaincode's
+//! policy: the default `MAJORITY Endorsement` of a two-organisation channel
+//! and any `ANY` policy are met by endorsing with every organisation.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Response, Status};
+use weft_ledger::BlockStore;
+use weft_policy::SignedData;
+use weft_protos::common::{BlockMetadataIndex, Envelope};
+use weft_protos::gateway::gateway_server::Gateway;
+use weft_protos::gateway::{
+    ChaincodeEventsRequest, ChaincodeEventsResponse, CommitStatusRequest, CommitStatusResponse,
+    EndorseRequest, EndorseResponse, EvaluateRequest, EvaluateResponse,
+    SignedChaincodeEventsRequest, SignedCommitStatusRequest, SubmitRequest, SubmitResponse,
+};
+use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
+use weft_protos::orderer::seek_position::Type as SeekType;
+use weft_protos::protos::endorser_client::EndorserClient;
+use weft_protos::protos::{ChaincodeEvent, ProposalResponse, SignedProposal};
+use weft_protos::tx::ReceivedProposal;
+use weft_protos::view::{DecodedBlock, Limits, TxBody};
+
+use crate::{Endorser, JoinedChannel};
+
+/// The policy a client must satisfy to read commit status and events.
+const READERS_POLICY: &str = "/Channel/Application/Readers";
+/// Events are buffered per stream before the client must read.
+const EVENTS_BUFFERED_MAX: usize = 16;
+
+/// Where the Gateway finds the rest of the network.
+#[derive(Debug, Clone, Default)]
+pub struct GatewayConfig {
+    /// This peer's organisation.
+    pub local_msp_id: String,
+    /// Peers of other organisations that endorse for this one: (MSP ID,
+    /// `host:port`).
+    pub peers: Vec<(String, String)>,
+    /// Orderers to submit to (`host:port`), in order of preference.
+    pub orderers: Vec<String>,
+}
+
+/// The Gateway of one peer.
+#[derive(Debug, Clone)]
+pub struct GatewayService {
+    endorser: Arc<Endorser>,
+    config: Arc<GatewayConfig>,
+}
+
+impl GatewayService {
+    pub fn new(endorser: Arc<Endorser>, config: GatewayConfig) -> Self {
+        Self {
+            endorser,
+            config: Arc::new(config),
+        }
+    }
+
+    fn channel(&self, channel_id: &str) -> Result<Arc<dyn JoinedChannel>, Status> {
+        self.endorser
+            .channel(channel_id)
+            .ok_or_else(|| Status::not_found(format!("channel {channel_id:?} not found")))
+    }
+
+    /// This peer's answer to `proposal`, computed off the async runtime.
+    async fn endorse_locally(&self, proposal: SignedProposal) -> Result<ProposalResponse, Status> {
+        let endorser = self.endorser.clone();
+        tokio::task::spawn_blocking(move || endorser.process_proposal(&proposal))
+            .await
+            .map_err(|e| Status::internal(format!("the endorsement task failed: {e}")))
+    }
+
+    /// The organisations to endorse with: those the client named, or every
+    /// organisation this gateway knows.
+    fn endorsing_organisations(&self, named: &[String]) -> Vec<String> {
+        if !named.is_empty() {
+            return named.to_vec();
+        }
+        let mut organisations = vec![self.config.local_msp_id.clone()];
+        for (msp_id, _) in &self.config.peers {
+            if !organisations.contains(msp_id) {
+                organisations.push(msp_id.clone());
+            }
+        }
+        organisations
+    }
+
+    /// Checks that `identity` signed `request` and may read the channel.
+    fn check_reader(
+        channel: &dyn JoinedChannel,
+        identity: &Bytes,
+        request: &Bytes,
+        signature: &Bytes,
+    ) -> Result<(), Status> {
+        let now = weft_msp::now();
+        channel
+            .check_creator(identity, request, signature, now)
+            .map_err(|reason| Status::permission_denied(format!("access denied: {reason}")))?;
+        let signed = [SignedData {
+            data: request.clone(),
+            identity: identity.clone(),
+            signature: signature.clone(),
+        }];
+        channel
+            .check_policy(READERS_POLICY, &signed, now)
+            .map_err(|reason| Status::permission_denied(format!("access denied: {reason}")))
+    }
+}
+
+async fn connect(address: &str) -> Result<Channel, Status> {
+    Endpoint::from_shared(format!("http://{address}"))
+        .map_err(|e| Status::internal(e.to_string()))?
+        .connect()
+        .await
+        .map_err(|e| Status::unavailable(format!("{address}: {e}")))
+}
+
+/// The failure of an endorsement, as the client will read it.
+fn endorsement_failure(msp_id: &str, response: &ProposalResponse) -> Option<String> {
+    let answer = response.response.as_ref();
+    let status = answer.map_or(0, |answer| answer.status);
+    (status != 200 || response.endorsement.is_none()).then(|| {
+        format!(
+            "{msp_id}: chaincode response {status}, {}",
+            answer
+                .map(|answer| answer.message.as_str())
+                .unwrap_or_default()
+        )
+    })
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<ChaincodeEventsResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Gateway for GatewayService {
+    async fn endorse(
+        &self,
+        request: Request<EndorseRequest>,
+    ) -> Result<Response<EndorseResponse>, Status> {
+        let request = request.into_inner();
+        let signed = request
+            .proposed_transaction
+            .ok_or_else(|| Status::invalid_argument("a proposed transaction is required"))?;
+        let proposal = ReceivedProposal::decode(&signed)
+            .map_err(|e| Status::invalid_argument(format!("malformed proposal: {e}")))?;
+        self.channel(&proposal.channel_header.channel_id)?;
+        let mut responses = Vec::new();
+        let mut failures = Vec::new();
+        for msp_id in self.endorsing_organisations(&request.endorsing_organizations) {
+            let response = if msp_id == self.config.local_msp_id {
+                self.endorse_locally(signed.clone()).await?
+            } else {
+                let Some((_, address)) = self.config.peers.iter().find(|(id, _)| *id == msp_id)
+                else {
+                    failures.push(format!("{msp_id}: no peer of this organisation is known"));
+                    continue;
+                };
+                match connect(address).await {
+                    Ok(channel) => match EndorserClient::new(channel)
+                        .process_proposal(signed.clone())
+                        .await
+                    {
+                        Ok(response) => response.into_inner(),
+                        Err(status) => {
+                            failures.push(format!("{msp_id} at {address}: {}", status.message()));
+                            continue;
+                        }
+                    },
+                    Err(status) => {
+                        failures.push(status.message().to_owned());
+                        continue;
+                    }
+                }
+            };
+            match endorsement_failure(&msp_id, &response) {
+                Some(failure) => failures.push(failure),
+                None => responses.push(response),
+            }
+        }
+        if !failures.is_empty() || responses.is_empty() {
+            return Err(Status::aborted(format!(
+                "failed to collect enough transaction endorsements: {}",
+                failures.join("; ")
+            )));
+        }
+        let payload = proposal
+            .proposal
+            .transaction_payload(&responses)
+            .map_err(|e| Status::aborted(e.to_string()))?;
+        Ok(Response::new(EndorseResponse {
+            prepared_transaction: Some(Envelope {
+                payload,
+                signature: Bytes::new(),
+            }),
+        }))
+    }
+
+    async fn submit(
+        &self,
+        request: Request<SubmitRequest>,
+    ) -> Result<Response<SubmitResponse>, Status> {
+        let request = request.into_inner();
+        let envelope = request
+            .prepared_transaction
+            .ok_or_else(|| Status::invalid_argument("a prepared transaction is required"))?;
+        if envelope.signature.is_empty() {
+            return Err(Status::invalid_argument(
+                "the prepared transaction is not signed",
+            ));
+        }
+        let mut failures = Vec::new();
+        for orderer in &self.config.orderers {
+            let channel = match connect(orderer).await {
+                Ok(channel) => channel,
+                Err(status) => {
+                    failures.push(status.message().to_owned());
+                    continue;
+                }
+            };
+            let answer = AtomicBroadcastClient::new(channel)
+                .broadcast(tokio_stream::iter([envelope.clone()]))
+                .await;
+            let answer = match answer {
+                Ok(mut answers) => answers.get_mut().message().await,
+                Err(status) => Err(status),
+            };
+            match answer {
+                Ok(Some(answer))
+                    if answer.status == weft_protos::common::Status::Success as i32 =>
+                {
+                    return Ok(Response::new(SubmitResponse {}));
+                }
+                Ok(Some(answer)) => {
+                    // The orderer refused the transaction itself: another
+                    // orderer would refuse it too.
+                    return Err(Status::aborted(format!(
+                        "the orderer at {orderer} refused the transaction: status {}, {}",
+                        answer.status, answer.info
+                    )));
+                }
+                Ok(None) => failures.push(format!("{orderer}: no answer")),
+                Err(status) => failures.push(format!("{orderer}: {}", status.message())),
+            }
+        }
+        Err(Status::unavailable(format!(
+            "no orderer took the transaction: {}",
+            failures.join("; ")
+        )))
+    }
+
+    async fn commit_status(
+        &self,
+        request: Request<SignedCommitStatusRequest>,
+    ) -> Result<Response<CommitStatusResponse>, Status> {
+        let signed = request.into_inner();
+        let request = CommitStatusRequest::decode(signed.request.clone())
+            .map_err(|e| Status::invalid_argument(format!("malformed request: {e}")))?;
+        let channel = self.channel(&request.channel_id)?;
+        Self::check_reader(
+            channel.as_ref(),
+            &request.identity,
+            &signed.request,
+            &signed.signature,
+        )?;
+        let blocks = channel.blocks().clone();
+        let mut heights = channel.committed_height();
+        loop {
+            let committed = *heights.borrow_and_update();
+            let store = blocks.clone();
+            let tx_id = request.transaction_id.clone();
+            let location = tokio::task::spawn_blocking(move || store.tx_location(&tx_id))
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?
+                .map_err(|e| Status::internal(format!("reading the ledger failed: {e}")))?;
+            if let Some(location) = location.filter(|l| l.block_number < committed) {
+                return Ok(Response::new(CommitStatusResponse {
+                    // Blocks this peer committed always carry their codes.
+                    result: location.validation_code.map_or(255, i32::from),
+                    block_number: location.block_number,
+                }));
+            }
+            if heights.changed().await.is_err() {
+                return Err(Status::unavailable("the channel's ledger closed"));
+            }
+        }
+    }
+
+    async fn evaluate(
+        &self,
+        request: Request<EvaluateRequest>,
+    ) -> Result<Response<EvaluateResponse>, Status> {
+        let request = request.into_inner();
+        let signed = request
+            .proposed_transaction
+            .ok_or_else(|| Status::invalid_argument("a proposed transaction is required"))?;
+        let response = self.endorse_locally(signed).await?;
+        let result = response.response.unwrap_or_default();
+        if result.status >= 400 {
+            return Err(Status::aborted(format!(
+                "evaluate call to endorser returned error: chaincode response {}, {}",
+                result.status, result.message
+            )));
+        }
+        Ok(Response::new(EvaluateResponse {
+            result: Some(result),
+        }))
+    }
+
+    type ChaincodeEventsStream = EventStream;
+
+    async fn chaincode_events(
+        &self,
+        request: Request<SignedChaincodeEventsRequest>,
+    ) -> Result<Response<Self::ChaincodeEventsStream>, Status> {
+        let signed = request.into_inner();
+        let request = ChaincodeEventsRequest::decode(signed.request.clone())
+            .map_err(|e| Status::invalid_argument(format!("malformed request: {e}")))?;
+        let channel = self.channel(&request.channel_id)?;
+        Self::check_reader(
+            channel.as_ref(),
+            &request.identity,
+            &signed.request,
+            &signed.signature,
+        )?;
+        let blocks = channel.blocks().clone();
+        let start = match request.start_position.and_then(|position| position.r#type) {
+            Some(SeekType::Oldest(_)) => 0,
+            Some(SeekType::Specified(specified)) => specified.number,
+            Some(SeekType::Newest(_)) => channel.committed_height().borrow().saturating_sub(1),
+            Some(SeekType::NextCommit(_)) | None => *channel.committed_height().borrow(),
+        };
+        let (sender, receiver) = mpsc::channel(EVENTS_BUFFERED_MAX);
+        tokio::spawn(stream_events(
+            blocks,
+            channel.committed_height(),
+            start,
+            request.chaincode_id,
+            request.after_transaction_id,
+            sender,
+        ));
+        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+    }
+}
+
+/// Sends the events of `chaincode` block by block from `start`, skipping
+/// those up to `after_tx_id` if it is given, until the client goes away.
+async fn stream_events(
+    blocks: Arc<BlockStore>,
+    mut heights: tokio::sync::watch::Receiver<u64>,
+    start: u64,
+    chaincode: String,
+    after_tx_id: String,
+    sender: mpsc::Sender<Result<ChaincodeEventsResponse, Status>>,
+) {
+    let mut skipping = !after_tx_id.is_empty();
+    let mut number = start;
+    loop {
+        if number >= *heights.borrow_and_update() {
+            tokio::select! {
+                changed = heights.changed() => if changed.is_err() { return },
+                () = sender.closed() => return,
+            }
+            continue;
+        }
+        let store = blocks.clone();
+        let read = tokio::task::spawn_blocking(move || store.block(number)).await;
+        let block = match read {
+            Ok(Ok(Some(block))) => block,
+            Ok(Ok(None)) => return,
+            Ok(Err(error)) => {
+                let _ = sender
+                    .send(Err(Status::internal(format!(
+                        "reading block {number}: {error}"
+                    ))))
+                    .await;
+                return;
+            }
+            Err(_) => return,
+        };
+        let mut events = Vec::new();
+        for (tx_id, event) in chaincode_events(block, &chaincode) {
+            if skipping {
+                skipping = tx_id != after_tx_id;
+                continue;
+            }
+            events.push(event);
+        }
+        if !events.is_empty() {
+            let response = ChaincodeEventsResponse {
+                events,
+                block_number: number,
+            };
+            if sender.send(Ok(response)).await.is_err() {
+                return;
+            }
+        }
+        number += 1;
+    }
+}
+
+/// The events of `chaincode` set by the valid transactions of `block`, in
+/// order, with their TxIDs.
+fn chaincode_events(
+    block: weft_protos::common::Block,
+    chaincode: &str,
+) -> Vec<(String, ChaincodeEvent)> {
+    let filter = block
+        .metadata
+        .as_ref()
+        .and_then(|metadata| {
+            metadata
+                .metadata
+                .get(BlockMetadataIndex::TransactionsFilter as usize)
+        })
+        .cloned()
+        .unwrap_or_default();
+    let Ok(decoded) = DecodedBlock::from_block(block, Limits::default()) else {
+        return Vec::new();
+    };
+    let mut found = BTreeMap::new();
+    for (index, transaction) in decoded.transactions.iter().enumerate() {
+        let valid = filter.get(index) == Some(&0);
+        let Ok(transaction) = transaction else {
+            continue;
+        };
+        let TxBody::Endorser(endorser) = &transaction.body else {
+            continue;
+        };
+        if !valid {
+            continue;
+        }
+        for action in &endorser.actions {
+            if let Some(event) = action
+                .event
+                .as_ref()
+                .filter(|e| e.chaincode_id == chaincode)
+            {
+                found.insert(index, (transaction.tx_id().to_owned(), event.clone()));
+            }
+        }
+    }
+    found.into_values().collect()
+}

@@ -1,0 +1,28 @@
+//! The peer's endorser: it answers `protos.Endorser/ProcessProposal`.
+//!
+//! A proposal is checked as Fabric checks it (creator, signature, TxID,
+//! the channel's Writers policy, replays), run by its chaincode on a
+//! snapshot of the channel's world state ([`chaincode::Stub`] records the
+//! read/write set exactly as Fabric encodes it, Merkle-summarised range
+//! results included), and the result signed as Fabric's ESCC signs it, so
+//! that clients and committers accept the endorsement.
+//!
+//! The endorser never validates or commits blocks: it reads a channel
+//! through [`JoinedChannel`], which the peer's committer provides, so that
+//! the two roles can run in one process or apart (FastFabric's
+//! endorser/committer separation).
+//!
+//! Chaincodes: [`builtin`] holds the native `kv`, `transfer` and
+//! `smallbank`. [`gateway`] serves Fabric's Gateway (endorse, submit,
+//! commit status, evaluate, chaincode events) on top of the endorser.
+
+pub mod builtin;
+pub mod chaincode;
+mod endorser;
+pub mod gateway;
+mod service;
+
+pub use chaincode::{Chaincode, StateError, Stub};
+pub use endorser::{Endorser, JoinedChannel};
+pub use gateway::{GatewayConfig, GatewayService};
+pub use service::EndorserService;

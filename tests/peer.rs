@@ -1,0 +1,883 @@
+//! A peer as an operator runs it: `weft peer start` in a process of its own,
+//! fed over gRPC by `weft orderer start` processes, watched through its
+//! Deliver service, `/metrics` and `/healthz`.
+//!
+//! The network is made by the `weft` command from the repository's default
+//! crypto and channel configs (one transaction per block, so that two
+//! orderers given the same broadcasts write the same chain), with two
+//! channels. One of the two orderers is a forger: it serves the first
+//! channel only, and signs its blocks with a peer's key, which the
+//! channel's `/Channel/Orderer/BlockValidation` policy does not accept.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use prost::Message;
+use tonic::transport::Channel;
+use weft_msp::Signer;
+use weft_protos::common::{Block, BlockMetadataIndex, Envelope, HeaderType, Status};
+use weft_protos::hash::block_header_hash;
+use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
+use weft_protos::orderer::deliver_response::Type as OrdererResponse;
+use weft_protos::protos::deliver_client::DeliverClient;
+use weft_protos::protos::deliver_response::Type as PeerResponse;
+use weft_protos::protos::endorser_client::EndorserClient;
+use weft_protos::protos::{ChaincodeId, Response, TxValidationCode};
+use weft_protos::tx::{
+    Invocation, Proposal, ReadWriteSetBuilder, SimulationResult, endorse, seek_range,
+    signed_envelope,
+};
+
+const CHANNEL: &str = "ledger";
+/// A channel only the honest orderer serves.
+const SECOND_CHANNEL: &str = "second";
+const CHAINCODE: &str = "kv";
+/// How long a node may take to start or to commit what it was given.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_process_commits_what_the_orderer_orders_and_refuses_forged_blocks() {
+    // Goal: the peer fetches blocks from its first orderer, refuses the
+    // forged block it is given there, fails over to the honest orderer,
+    // and commits every transaction with the code Fabric would give it; it
+    // reports this on /metrics and /healthz, stops on SIGTERM and resumes
+    // from its own ledger.
+    let dir = tempfile::tempdir().unwrap();
+    let network = Network::create(dir.path());
+    let honest = network.start_orderer(
+        "honest",
+        &network.orderer_msp(),
+        "OrdererMSP",
+        &["ledger.block", "second.block"],
+    );
+    let forger = network.start_orderer(
+        "forger",
+        &network.peer_msp("org2"),
+        "Org2MSP",
+        &["ledger.block"],
+    );
+
+    // Both orderers get the same transactions in the same order.
+    let transactions = network.workload();
+    for orderer in [&honest, &forger] {
+        let statuses = broadcast(orderer.grpc, &transactions).await;
+        assert!(
+            statuses.iter().all(|status| *status == Status::Success),
+            "{statuses:?}"
+        );
+    }
+    let last = transactions.len() as u64;
+    let honest_chain = orderer_blocks(honest.grpc, &network.client, last).await;
+    let forged_chain = orderer_blocks(forger.grpc, &network.client, last).await;
+    assert_eq!(
+        header_hashes(&honest_chain),
+        header_hashes(&forged_chain),
+        "one transaction per block: both orderers write the same chain"
+    );
+
+    let peer = network.start_peer(&[forger.grpc, honest.grpc]);
+    let codes = committed_codes(peer.grpc, &network.client, last).await;
+    assert_eq!(codes, expected_codes());
+
+    // The peer's chain is the honest orderer's, signatures and all.
+    let peer_chain = peer_blocks(peer.grpc, &network.client, last).await;
+    assert_eq!(header_hashes(&peer_chain), header_hashes(&honest_chain));
+    for (ours, theirs) in peer_chain.iter().zip(&honest_chain) {
+        assert_eq!(
+            signatures_of(ours),
+            signatures_of(theirs),
+            "block {} came from the forger",
+            header_of(ours).number
+        );
+    }
+
+    // The second channel commits side by side, from the honest orderer
+    // alone (the forger does not know it).
+    let both: &[&Signer] = &[&network.org1_peer, &network.org2_peer];
+    let second = [
+        network.put_on(SECOND_CHANNEL, "counter", None, both),
+        network.put_on(SECOND_CHANNEL, "counter", Some(None), both),
+    ];
+    assert_eq!(
+        broadcast(honest.grpc, &second).await,
+        [Status::Success, Status::Success]
+    );
+    assert_eq!(
+        committed_codes_on(SECOND_CHANNEL, peer.grpc, &network.client, 2).await,
+        [TxValidationCode::Valid, TxValidationCode::MvccReadConflict]
+    );
+
+    let operations = peer.operations.unwrap();
+    let metrics = http_get(operations, "/metrics").1;
+    assert!(
+        metric(
+            &metrics,
+            "weft_committer_refused_blocks_total{channel=\"ledger\"}"
+        ) >= 1.0
+    );
+    assert_eq!(
+        metric(&metrics, "ledger_blockchain_height{channel=\"ledger\"}"),
+        (last + 1) as f64
+    );
+    let valid = expected_codes()
+        .iter()
+        .filter(|code| **code == TxValidationCode::Valid)
+        .count();
+    assert_eq!(
+        metric(
+            &metrics,
+            "ledger_transaction_count{channel=\"ledger\",validation_code=\"VALID\"}"
+        ),
+        valid as f64
+    );
+    assert!(metric(&metrics, "process_cpu_seconds_total") > 0.0);
+    let (status, health) = http_get(operations, "/healthz");
+    assert_eq!(status, 200, "{health}");
+    assert!(health.contains("\"status\":\"OK\""), "{health}");
+
+    // SIGTERM, then a restart from the peer's own ledger, now fed by the
+    // honest orderer alone: nothing is committed twice, and new blocks
+    // keep coming.
+    let data = peer.stop();
+    let peer = network.start_peer_in(&data, &[honest.grpc]);
+    let again = committed_codes(peer.grpc, &network.client, last).await;
+    assert_eq!(again, expected_codes());
+    let extra = network.put(
+        "after-restart",
+        None,
+        &[&network.org1_peer, &network.org2_peer],
+    );
+    assert_eq!(broadcast(honest.grpc, &[extra]).await, [Status::Success]);
+    let codes = committed_codes(peer.grpc, &network.client, last + 1).await;
+    assert_eq!(codes.last(), Some(&TxValidationCode::Valid));
+    assert_eq!(codes.len() as u64, last + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
+    // Goal: a client gets proposals endorsed by the peers of both
+    // organisations (the channel's MAJORITY Endorsement policy), submits
+    // the transaction to the orderer and sees it committed; later
+    // proposals read the committed state. Refusals come back as Fabric
+    // sends them: a ProposalResponse with status 500 and a message.
+    let dir = tempfile::tempdir().unwrap();
+    let network = Network::create(dir.path());
+    let orderer = network.start_orderer(
+        "orderer",
+        &network.orderer_msp(),
+        "OrdererMSP",
+        &["ledger.block", "second.block"],
+    );
+    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
+    let org1 = network.start_org_peer(
+        "org1",
+        &dir.path().join("org1"),
+        &[orderer.grpc],
+        &[("Org2MSP", org2.grpc)],
+    );
+    let peers = [org1.grpc, org2.grpc];
+
+    let mut height = 0;
+    for args in [
+        &["kv", "put", "greeting", "hello"][..],
+        &["transfer", "create", "alice", "100"],
+        &["transfer", "create", "bob", "5"],
+        &["transfer", "transfer", "alice", "bob", "30"],
+        &["smallbank", "create_account", "c1", "50", "70"],
+        &["smallbank", "write_check", "c1", "200"],
+    ] {
+        let proposal = network.proposal(CHANNEL, args);
+        let responses = endorse_all(&peers, &proposal.signed(&network.client).unwrap()).await;
+        for response in &responses {
+            assert_eq!(
+                response.response.as_ref().unwrap().status,
+                200,
+                "{args:?}: {response:?}"
+            );
+        }
+        let envelope = proposal.transaction(&responses, &network.client).unwrap();
+        assert_eq!(
+            broadcast(orderer.grpc, &[envelope]).await,
+            [Status::Success]
+        );
+        height += 1;
+        let codes = committed_codes(org1.grpc, &network.client, height).await;
+        assert_eq!(codes.last(), Some(&TxValidationCode::Valid), "{args:?}");
+    }
+
+    for (args, expected) in [
+        (&["kv", "get", "greeting"][..], "hello"),
+        (&["transfer", "balance", "alice"], "70"),
+        (&["transfer", "balance", "bob"], "35"),
+        // Writing a check over the total costs a penalty of 1.
+        (
+            &["smallbank", "query", "c1"],
+            r#"{"checking":-151,"savings":70}"#,
+        ),
+    ] {
+        let proposal = network.proposal(CHANNEL, args);
+        let response = endorse_all(&peers[..1], &proposal.signed(&network.client).unwrap()).await;
+        let response = response[0].response.clone().unwrap();
+        assert_eq!(response.status, 200, "{args:?}: {response:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&response.payload),
+            expected,
+            "{args:?}"
+        );
+    }
+
+    // Refusals, each with Fabric's status and a message saying why.
+    let valid = network.proposal(CHANNEL, &["kv", "get", "greeting"]);
+    let mut forged = valid.signed(&network.client).unwrap();
+    let mut signature = forged.signature.to_vec();
+    let last = signature.len() - 2;
+    signature[last] ^= 1;
+    forged.signature = signature.into();
+    let committed = network.proposal(CHANNEL, &["kv", "put", "greeting", "again"]);
+    let committed_signed = committed.signed(&network.client).unwrap();
+    let responses = endorse_all(&peers, &committed_signed).await;
+    let envelope = committed.transaction(&responses, &network.client).unwrap();
+    assert_eq!(
+        broadcast(orderer.grpc, &[envelope]).await,
+        [Status::Success]
+    );
+    committed_codes(org1.grpc, &network.client, height + 1).await;
+    for (signed, status, message) in [
+        (forged, 500, "signature"),
+        (
+            network
+                .proposal(CHANNEL, &["nosuch", "f"])
+                .signed(&network.client)
+                .unwrap(),
+            500,
+            "chaincode definition for \"nosuch\" not found",
+        ),
+        (
+            network
+                .proposal("nochannel", &["kv", "get", "k"])
+                .signed(&network.client)
+                .unwrap(),
+            500,
+            "channel \"nochannel\" not found",
+        ),
+        (committed_signed, 500, "duplicate transaction"),
+        (
+            network
+                .proposal(CHANNEL, &["kv", "get", "absent"])
+                .signed(&network.client)
+                .unwrap(),
+            500,
+            "key \"absent\" not found",
+        ),
+        (
+            weft_protos::protos::SignedProposal {
+                proposal_bytes: Bytes::from_static(b"\xff\xffgarbage"),
+                signature: Bytes::new(),
+            },
+            500,
+            "malformed proposal",
+        ),
+    ] {
+        let response = endorse_all(&peers[..1], &signed).await.remove(0);
+        let answer = response.response.unwrap();
+        assert_eq!(answer.status, status, "{answer:?}");
+        assert!(answer.message.contains(message), "{answer:?}");
+        assert!(response.endorsement.is_none());
+    }
+
+    // The README's workload runs against this network: transfers endorsed
+    // by both peers, broadcast to the orderer, committed VALID.
+    let peer_list = format!("{},{}", org1.grpc, org2.grpc);
+    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["bench", "network", "--channel", CHANNEL])
+        .args(["--orderer", &orderer.grpc.to_string()])
+        .args(["--peers", &peer_list])
+        .arg("--crypto")
+        .arg(network.dir.join("crypto"))
+        .args(["--transactions", "100", "--concurrency", "10"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("validation codes: 100 VALID"), "{stdout}");
+    assert!(stdout.contains("committed 100 tx in "), "{stdout}");
+
+    // Fabric's own Gateway client (Node.js) submits, evaluates, waits for
+    // commit status and listens to chaincode events through org1's peer,
+    // whose Gateway gets org2's endorsement too.
+    let user = network
+        .dir
+        .join("crypto/peerOrganizations/org1.example.com/users/User1@org1.example.com/msp");
+    let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
+    let output = Command::new("node")
+        .current_dir(&js)
+        .arg("gateway.js")
+        .arg(org1.grpc.to_string())
+        .arg("Org1MSP")
+        .arg(user.join("signcerts/User1@org1.example.com-cert.pem"))
+        .arg(user.join("keystore/priv_sk"))
+        .arg(CHANNEL)
+        .output()
+        .expect("node runs (CI installs it)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let key = seen["key"].as_str().unwrap();
+    assert_eq!(seen["value"], "from the Fabric gateway client", "{seen}");
+    assert_eq!(seen["status"]["successful"], true, "{seen}");
+    assert_eq!(seen["status"]["code"], 0, "{seen}");
+    assert_eq!(seen["status"]["transactionId"], true, "{seen}");
+    assert!(
+        seen["status"]["blockNumber"].as_u64().unwrap() > height,
+        "{seen}"
+    );
+    assert_eq!(seen["events"][0]["name"], "put", "{seen}");
+    assert_eq!(seen["events"][0]["payload"], key, "{seen}");
+    assert_eq!(seen["events"][1]["payload"], format!("{key}-2"), "{seen}");
+    assert_eq!(seen["events"][0]["chaincode"], "kv", "{seen}");
+    assert!(
+        seen["missing"].as_str().unwrap().contains("not found"),
+        "{seen}"
+    );
+}
+
+#[test]
+fn a_bad_peer_config_names_the_file_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("peer.yaml");
+    for (text, expected) in [
+        ("peer:\n  id: p\n", "peer.yaml"),
+        (
+            "peer:\n  id: p\n  listenAddress: nowhere\n  localMspId: Org1MSP\n  \
+             mspConfigPath: msp\n  fileSystemPath: data\norderers: []\n",
+            "peer.listenAddress",
+        ),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let output = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["peer", "start", "--config", config.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expected), "{stderr}");
+    }
+}
+
+/// The workload, in order, and the codes the peer must give it.
+fn expected_codes() -> Vec<TxValidationCode> {
+    use TxValidationCode::*;
+    vec![
+        Valid,                    // first writes "counter"
+        MvccReadConflict,         // read "counter" as never written
+        Valid,                    // read "counter" at the version tx 0 wrote
+        EndorsementPolicyFailure, // endorsed by org1 alone: MAJORITY needs both
+        Valid,
+    ]
+}
+
+/// A network made by `weft crypto generate` and `weft channel genesis`.
+struct Network {
+    dir: PathBuf,
+    genesis: PathBuf,
+    client: Signer,
+    org1_peer: Signer,
+    org2_peer: Signer,
+}
+
+impl Network {
+    fn create(dir: &Path) -> Self {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        std::fs::copy(root.join("config/crypto.yaml"), dir.join("crypto.yaml")).unwrap();
+        let channel_config = std::fs::read_to_string(root.join("config/channel.yaml")).unwrap();
+        assert!(channel_config.contains("MaxMessageCount: 500"));
+        std::fs::write(
+            dir.join("channel.yaml"),
+            channel_config.replace("MaxMessageCount: 500", "MaxMessageCount: 1"),
+        )
+        .unwrap();
+        weft(
+            dir,
+            &[
+                "crypto",
+                "generate",
+                "--config",
+                "crypto.yaml",
+                "--output",
+                "crypto",
+            ],
+        );
+        weft(
+            dir,
+            &[
+                "channel",
+                "genesis",
+                "--config",
+                "channel.yaml",
+                "--profile",
+                "TwoOrgs",
+                "--channel",
+                CHANNEL,
+                "--output",
+                "ledger.block",
+            ],
+        );
+        weft(
+            dir,
+            &[
+                "channel",
+                "genesis",
+                "--config",
+                "channel.yaml",
+                "--profile",
+                "TwoOrgs",
+                "--channel",
+                SECOND_CHANNEL,
+                "--output",
+                "second.block",
+            ],
+        );
+        let users = dir.join("crypto/peerOrganizations/org1.example.com/users");
+        Self {
+            dir: dir.to_owned(),
+            genesis: dir.join("ledger.block"),
+            client: signer(&users.join("User1@org1.example.com/msp"), "Org1MSP"),
+            org1_peer: signer(&dir.join(peer_msp_path("org1")), "Org1MSP"),
+            org2_peer: signer(&dir.join(peer_msp_path("org2")), "Org2MSP"),
+        }
+    }
+
+    fn orderer_msp(&self) -> PathBuf {
+        self.dir
+            .join("crypto/ordererOrganizations/example.com/orderers/orderer0.example.com/msp")
+    }
+
+    fn peer_msp(&self, org: &str) -> PathBuf {
+        self.dir.join(peer_msp_path(org))
+    }
+
+    fn start_orderer(&self, name: &str, msp: &Path, msp_id: &str, blocks: &[&str]) -> Node {
+        let config = self.dir.join(format!("{name}.yaml"));
+        let channels: String = blocks
+            .iter()
+            .map(|block| format!("  - genesisBlock: {block}\n"))
+            .collect();
+        std::fs::write(
+            &config,
+            format!(
+                "orderer:\n  id: {name}\n  listenAddress: 127.0.0.1:0\n  localMspId: {msp_id}\n  \
+                 mspConfigPath: {msp}\n  fileSystemPath: {name}\n\
+                 channels:\n{channels}\
+                 consensus:\n  type: solo\n",
+                msp = msp.display(),
+            ),
+        )
+        .unwrap();
+        Node::start("orderer", &config, &self.dir.join(format!("{name}.log")))
+    }
+
+    fn start_peer(&self, orderers: &[SocketAddr]) -> Node {
+        self.start_peer_in(&self.dir.join("peer0"), orderers)
+    }
+
+    fn start_peer_in(&self, data: &Path, orderers: &[SocketAddr]) -> Node {
+        self.start_org_peer("org1", data, orderers, &[])
+    }
+
+    /// Starts peer0 of `org` with its ledgers in `data`; its Gateway asks
+    /// `gateway_peers` (MSP ID, address) for endorsements.
+    fn start_org_peer(
+        &self,
+        org: &str,
+        data: &Path,
+        orderers: &[SocketAddr],
+        gateway_peers: &[(&str, SocketAddr)],
+    ) -> Node {
+        let gateway: String = gateway_peers
+            .iter()
+            .map(|(msp_id, address)| {
+                format!("    - mspId: {msp_id}\n      address: \"{address}\"\n")
+            })
+            .collect();
+        let gateway = if gateway.is_empty() {
+            "  peers: []\n".to_owned()
+        } else {
+            format!("  peers:\n{gateway}")
+        };
+        let config = self.dir.join(format!("peer-{org}.yaml"));
+        let orderers: Vec<String> = orderers.iter().map(|a| format!("\"{a}\"")).collect();
+        let msp_id = if org == "org1" { "Org1MSP" } else { "Org2MSP" };
+        std::fs::write(
+            &config,
+            format!(
+                "peer:\n  id: peer0.{org}.example.com\n  listenAddress: 127.0.0.1:0\n  \
+                 localMspId: {msp_id}\n  mspConfigPath: {msp}\n  fileSystemPath: {data}\n\
+                 channels:\n  - genesisBlock: {genesis}\n  - genesisBlock: {second}\n\
+                 orderers: [{orderers}]\n\
+                 committer:\n  reconnectBackoffMax: 200ms\n\
+                 gateway:\n{gateway}\
+                 operations:\n  listenAddress: 127.0.0.1:0\n",
+                msp = self.peer_msp(org).display(),
+                data = data.display(),
+                genesis = self.genesis.display(),
+                second = self.dir.join("second.block").display(),
+                orderers = orderers.join(", "),
+            ),
+        )
+        .unwrap();
+        let mut node = Node::start("peer", &config, &self.dir.join(format!("peer-{org}.log")));
+        node.data = Some(data.to_owned());
+        node
+    }
+
+    /// A proposal by the client to invoke `args[0]` with the rest of `args`.
+    fn proposal(&self, channel: &str, args: &[&str]) -> Proposal {
+        let invocation = Invocation {
+            channel_id: channel,
+            chaincode: args[0],
+            args: args[1..]
+                .iter()
+                .map(|arg| Bytes::from(arg.to_string()))
+                .collect(),
+            nonce: self.client.new_nonce().unwrap(),
+            timestamp_seconds: weft_msp::now(),
+        };
+        Proposal::new(&invocation, self.client.serialized_identity().clone())
+    }
+
+    /// The transactions of [`expected_codes`], in order.
+    fn workload(&self) -> Vec<Envelope> {
+        let both: &[&Signer] = &[&self.org1_peer, &self.org2_peer];
+        vec![
+            self.put("counter", None, both),
+            self.put("counter", Some(None), both),
+            self.put("counter", Some(Some((1, 0))), both),
+            self.put("lonely", None, &[&self.org1_peer]),
+            self.put("other", None, both),
+        ]
+    }
+
+    /// A transaction writing `key`, having read it at `read` (`Some(None)`:
+    /// read as absent), endorsed by `endorsers`.
+    fn put(&self, key: &str, read: Option<Option<(u64, u64)>>, endorsers: &[&Signer]) -> Envelope {
+        self.put_on(CHANNEL, key, read, endorsers)
+    }
+
+    fn put_on(
+        &self,
+        channel: &str,
+        key: &str,
+        read: Option<Option<(u64, u64)>>,
+        endorsers: &[&Signer],
+    ) -> Envelope {
+        let mut rwset = ReadWriteSetBuilder::new();
+        if let Some(version) = read {
+            rwset.read(CHAINCODE, key, version);
+        }
+        rwset.write(CHAINCODE, key, Bytes::from_static(b"value"));
+        let invocation = Invocation {
+            channel_id: channel,
+            chaincode: CHAINCODE,
+            args: vec![Bytes::from_static(b"put"), Bytes::from(key.to_owned())],
+            nonce: self.client.new_nonce().unwrap(),
+            timestamp_seconds: weft_msp::now(),
+        };
+        let proposal = Proposal::new(&invocation, self.client.serialized_identity().clone());
+        let simulation = SimulationResult {
+            results: rwset.encode(),
+            events: Bytes::new(),
+            response: Response {
+                status: 200,
+                message: String::new(),
+                payload: Bytes::new(),
+            },
+            chaincode_id: ChaincodeId {
+                path: String::new(),
+                name: CHAINCODE.to_owned(),
+                version: "1.0".to_owned(),
+            },
+        };
+        let endorsements: Vec<_> = endorsers
+            .iter()
+            .map(|endorser| endorse(&proposal, &simulation, *endorser).unwrap())
+            .collect();
+        proposal.transaction(&endorsements, &self.client).unwrap()
+    }
+}
+
+/// Sends `signed` to each peer's Endorser; their answers in order.
+async fn endorse_all(
+    peers: &[SocketAddr],
+    signed: &weft_protos::protos::SignedProposal,
+) -> Vec<weft_protos::protos::ProposalResponse> {
+    let mut responses = Vec::new();
+    for peer in peers {
+        let mut client = EndorserClient::new(connect(*peer).await);
+        responses.push(
+            client
+                .process_proposal(signed.clone())
+                .await
+                .unwrap()
+                .into_inner(),
+        );
+    }
+    responses
+}
+
+fn peer_msp_path(org: &str) -> String {
+    format!("crypto/peerOrganizations/{org}.example.com/peers/peer0.{org}.example.com/msp")
+}
+
+fn signer(dir: &Path, msp_id: &str) -> Signer {
+    weft_msp::folder::load_signer(dir, msp_id).unwrap().unwrap()
+}
+
+fn weft(dir: &Path, args: &[&str]) {
+    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "weft {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A `weft orderer start` or `weft peer start` child process, killed when
+/// dropped.
+struct Node {
+    child: Child,
+    grpc: SocketAddr,
+    operations: Option<SocketAddr>,
+    data: Option<PathBuf>,
+}
+
+impl Node {
+    /// Starts the node and reads the addresses from its `ready` line.
+    fn start(role: &str, config: &Path, log: &Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args([role, "start", "--config"])
+            .arg(config)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let address = |label: &str| -> Option<SocketAddr> {
+            line.split(label)
+                .nth(1)?
+                .split([',', ' '])
+                .next()?
+                .parse()
+                .ok()
+        };
+        let grpc = address("grpc ").unwrap_or_else(|| {
+            panic!(
+                "{role} did not start: {line:?}\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            )
+        });
+        Self {
+            grpc,
+            operations: address("operations "),
+            child,
+            data: None,
+        }
+    }
+
+    /// Stops the node with SIGTERM, checks it exited cleanly and returns
+    /// its data directory.
+    fn stop(mut self) -> PathBuf {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "{status}");
+                break;
+            }
+            assert!(started.elapsed() < PATIENCE, "the node ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.data.take().unwrap()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn connect(address: SocketAddr) -> Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// Broadcasts `envelopes` on one stream; the statuses in order.
+async fn broadcast(orderer: SocketAddr, envelopes: &[Envelope]) -> Vec<Status> {
+    let mut client = AtomicBroadcastClient::new(connect(orderer).await);
+    let mut responses = client
+        .broadcast(tokio_stream::iter(envelopes.to_vec()))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut statuses = Vec::new();
+    while let Some(response) = responses.message().await.unwrap() {
+        statuses.push(Status::try_from(response.status).unwrap());
+    }
+    statuses
+}
+
+fn seek(channel: &str, client: &Signer, start: u64, stop: u64) -> Envelope {
+    signed_envelope(
+        HeaderType::DeliverSeekInfo,
+        channel,
+        seek_range(start, stop).encode_to_vec().into(),
+        client,
+        client.new_nonce().unwrap(),
+        weft_msp::now(),
+    )
+    .unwrap()
+}
+
+/// Blocks 1..=`last` from an orderer's Deliver.
+async fn orderer_blocks(orderer: SocketAddr, client: &Signer, last: u64) -> Vec<Block> {
+    let mut stream = AtomicBroadcastClient::new(connect(orderer).await)
+        .deliver(tokio_stream::iter([seek(CHANNEL, client, 1, last)]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut blocks = Vec::new();
+    while blocks.len() < last as usize {
+        let response = tokio::time::timeout(PATIENCE, stream.message())
+            .await
+            .expect("the orderer cut every block")
+            .unwrap()
+            .unwrap();
+        match response.r#type {
+            Some(OrdererResponse::Block(block)) => blocks.push(block),
+            other => panic!("orderer answered {other:?}"),
+        }
+    }
+    blocks
+}
+
+/// Blocks 1..=`last` from the peer's Deliver.
+async fn peer_blocks(peer: SocketAddr, client: &Signer, last: u64) -> Vec<Block> {
+    let mut stream = DeliverClient::new(connect(peer).await)
+        .deliver(tokio_stream::iter([seek(CHANNEL, client, 1, last)]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut blocks = Vec::new();
+    while blocks.len() < last as usize {
+        match stream.message().await.unwrap().unwrap().r#type {
+            Some(PeerResponse::Block(block)) => blocks.push(block),
+            other => panic!("peer answered {other:?}"),
+        }
+    }
+    blocks
+}
+
+/// The validation codes of the transactions of blocks 1..=`last`, as a
+/// client watching the peer's filtered blocks sees them; waits for the
+/// peer to commit them.
+async fn committed_codes(peer: SocketAddr, client: &Signer, last: u64) -> Vec<TxValidationCode> {
+    committed_codes_on(CHANNEL, peer, client, last).await
+}
+
+async fn committed_codes_on(
+    channel: &str,
+    peer: SocketAddr,
+    client: &Signer,
+    last: u64,
+) -> Vec<TxValidationCode> {
+    let mut stream = DeliverClient::new(connect(peer).await)
+        .deliver_filtered(tokio_stream::iter([seek(channel, client, 1, last)]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut codes = Vec::new();
+    for number in 1..=last {
+        let response = tokio::time::timeout(PATIENCE, stream.message())
+            .await
+            .unwrap_or_else(|_| panic!("the peer did not commit block {number}"))
+            .unwrap()
+            .unwrap();
+        let Some(PeerResponse::FilteredBlock(block)) = response.r#type else {
+            panic!("peer answered {response:?}");
+        };
+        assert_eq!(block.number, number);
+        codes.extend(
+            block
+                .filtered_transactions
+                .iter()
+                .map(|tx| TxValidationCode::try_from(tx.tx_validation_code).unwrap()),
+        );
+    }
+    codes
+}
+
+fn header_of(block: &Block) -> &weft_protos::common::BlockHeader {
+    block.header.as_ref().unwrap()
+}
+
+fn header_hashes(blocks: &[Block]) -> Vec<Vec<u8>> {
+    blocks
+        .iter()
+        .map(|block| block_header_hash(header_of(block)).to_vec())
+        .collect()
+}
+
+fn signatures_of(block: &Block) -> Bytes {
+    block.metadata.as_ref().unwrap().metadata[BlockMetadataIndex::Signatures as usize].clone()
+}
+
+/// `GET path`: the status code and body.
+fn http_get(address: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, body.to_owned())
+}
+
+/// The value of the series `name` (with its labels, if it has any) in
+/// Prometheus text.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .map(|value| value.trim().parse::<f64>().unwrap())
+        .next()
+        .unwrap_or_else(|| panic!("no series {name} in\n{text}"))
+}
