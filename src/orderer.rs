@@ -6,10 +6,14 @@
 //! [`OrdererFile`]; an unknown key or a bad value is an error naming the
 //! file and the key. The process runs until Ctrl-C or SIGTERM, then stops
 //! cleanly: open streams end, each channel orders what it accepted, and
-//! the block stores are synced.
+//! the block stores are synced. An operations endpoint
+//! (`operations.listenAddress`) serves `/metrics` (the orderer's series
+//! and the process's CPU time) and `/healthz` (failing while a channel's
+//! consenter has stopped).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
 use prost::Message;
@@ -18,6 +22,7 @@ use weft_ledger::Durability;
 use weft_orderer::{ClusterConfig, ConsensusMode, NodeConfig, Orderer};
 use weft_protos::common::Block;
 
+use crate::ops::{self, FailedCheck};
 use crate::settings::{GoDuration, load_yaml, resolve};
 
 /// `config/orderer.yaml`, as written.
@@ -33,6 +38,30 @@ pub struct OrdererFile {
     pub consensus: ConsensusSection,
     #[serde(default)]
     pub cluster: Option<ClusterSection>,
+    #[serde(default)]
+    pub operations: OperationsSection,
+}
+
+/// The operations endpoint: `/metrics`, `/healthz`, `/version`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct OperationsSection {
+    #[serde(default = "default_operations_address")]
+    pub listen_address: SocketAddr,
+}
+
+impl Default for OperationsSection {
+    fn default() -> Self {
+        Self {
+            listen_address: default_operations_address(),
+        }
+    }
+}
+
+/// Any free port on loopback: several orderers of one machine (a local
+/// Raft cluster, tests) never collide; a deployment names its port.
+fn default_operations_address() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
 /// Where the node serves Raft cluster traffic, and how channel configs
@@ -127,6 +156,7 @@ struct Settings {
     genesis_blocks: Vec<Block>,
     /// The cluster listen address and this node's consenter endpoint.
     cluster: Option<(SocketAddr, String)>,
+    operations_address: SocketAddr,
 }
 
 impl Settings {
@@ -206,6 +236,7 @@ impl Settings {
             signer,
             genesis_blocks,
             cluster,
+            operations_address: file.operations.listen_address,
         })
     }
 }
@@ -226,6 +257,15 @@ async fn run(settings: Settings) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(settings.listen_address)
         .await
         .with_context(|| format!("orderer.listenAddress: binding {}", settings.listen_address))?;
+    let ops_listener = tokio::net::TcpListener::bind(settings.operations_address)
+        .await
+        .with_context(|| {
+            format!(
+                "operations.listenAddress: binding {}",
+                settings.operations_address
+            )
+        })?;
+    let ops_address = ops_listener.local_addr()?;
     let cluster = match &settings.cluster {
         Some((address, endpoint)) => Some(ClusterConfig {
             listener: tokio::net::TcpListener::bind(address)
@@ -253,15 +293,40 @@ async fn run(settings: Settings) -> Result<()> {
     )
     .await
     .context("starting the orderer")?;
+    let registry = ops::registry()?;
+    orderer
+        .metrics()
+        .register(&registry)
+        .context("registering the orderer's metrics")?;
+    let health = orderer.health();
+    let checks: ops::HealthChecks = Arc::new(move || {
+        health
+            .failed_channels()
+            .into_iter()
+            .map(|(channel, reason)| FailedCheck {
+                component: format!("consenter/{channel}"),
+                reason,
+            })
+            .collect()
+    });
+    let (stop_operations, operations_stopped) = tokio::sync::oneshot::channel::<()>();
+    let operations = tokio::spawn(ops::serve(ops_listener, registry, checks, async move {
+        let _ = operations_stopped.await;
+    }));
     let cluster_note =
         cluster_address.map_or_else(String::new, |address| format!(", cluster {address}"));
     println!(
-        "orderer {} ready: grpc {}{cluster_note}, channels [{}]",
+        "orderer {} ready: grpc {}, operations {ops_address}{cluster_note}, channels [{}]",
         settings.id,
         orderer.local_addr(),
         orderer.channel_ids().join(", ")
     );
     crate::shutdown_signal().await;
     tracing::info!("stopping");
-    orderer.shutdown().await.context("stopping the orderer")
+    let stopped = orderer.shutdown().await.context("stopping the orderer");
+    let _ = stop_operations.send(());
+    operations
+        .await
+        .context("the operations server task failed")??;
+    stopped
 }

@@ -338,6 +338,7 @@ async fn an_etcdraft_channel_needs_cluster_settings_unless_the_node_orders_it_al
     let blocks = deliver_until(&mut client, &network.org1_peer, 1, 1).await;
     assert_eq!(tx_id_of(&blocks[0].data.as_ref().unwrap().data[0]), tx_id);
     drop(client);
+
     orderer.shutdown().await.unwrap();
 }
 
@@ -409,6 +410,26 @@ async fn weft_orderer_start_serves_until_terminated() {
     assert_eq!(tx_id_of(&blocks[0].data.as_ref().unwrap().data[0]), tx_id);
     drop(client);
 
+    // The operations endpoint: the broadcast, the block the batch timeout
+    // cut, the height and the process's CPU time are in /metrics.
+    let operations = address_in(&ready, "operations ");
+    let (status, health) = http_get(&operations, "/healthz").await;
+    assert_eq!(status, 200, "{health}");
+    assert!(health.contains(r#""status":"OK""#), "{health}");
+    let (status, metrics) = http_get(&operations, "/metrics").await;
+    assert_eq!(status, 200);
+    for line in [
+        r#"broadcast_processed_seconds_count{channel="orders",status="SUCCESS"} 1"#,
+        r#"blockcutter_blocks_cut_total{channel="orders",reason="timeout"} 1"#,
+        r#"ledger_blockchain_height{channel="orders"} 2"#,
+    ] {
+        assert!(metrics.contains(line), "{line} missing from\n{metrics}");
+    }
+    assert!(
+        metric_value(&metrics, "process_cpu_seconds_total").is_some_and(|cpu| cpu > 0.0),
+        "{metrics}"
+    );
+
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &process.id().to_string()])
         .status()
@@ -420,6 +441,48 @@ async fn weft_orderer_start_serves_until_terminated() {
     assert_eq!(store.height(), 2);
 }
 
+/// The `host:port` after `label` in a node's ready line.
+fn address_in(ready: &str, label: &str) -> String {
+    ready
+        .split(label)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {label:?} in {ready:?}"))
+        .split([',', ' '])
+        .next()
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// `GET path` from an operations endpoint: the status code and the body.
+async fn http_get(address: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut response = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        stream.read_to_string(&mut response),
+    )
+    .await
+    .expect("the operations endpoint answers")
+    .unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, body.to_owned())
+}
+
+/// The value of the series `series` (name and labels, exactly) in
+/// Prometheus text.
+fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+}
+
 /// One `weft orderer start` process of a Raft cluster.
 struct RaftNode {
     config: std::path::PathBuf,
@@ -427,6 +490,8 @@ struct RaftNode {
     process: Option<std::process::Child>,
     /// The node's log lines (standard error), read by a thread.
     log: Arc<std::sync::Mutex<Vec<String>>>,
+    /// The ready line of the running process (standard output).
+    ready: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl RaftNode {
@@ -440,10 +505,21 @@ impl RaftNode {
             ])
             .env("NO_COLOR", "1")
             .env("WEFT_LOG", "info")
-            .stdout(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
+        *self.ready.lock().unwrap() = None;
+        let stdout = process.stdout.take().unwrap();
+        let ready = self.ready.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            if std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+                .is_ok_and(|read| read > 0)
+            {
+                *ready.lock().unwrap() = Some(line);
+            }
+        });
         let stderr = process.stderr.take().unwrap();
         let log = self.log.clone();
         std::thread::spawn(move || {
@@ -483,6 +559,25 @@ impl RaftNode {
                 .iter()
                 .any(|line| line.contains("no longer leads"))
         })
+    }
+
+    /// The node's `/metrics`, once it announced its operations endpoint.
+    async fn metrics(&self) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let ready = loop {
+            if let Some(ready) = self.ready.lock().unwrap().clone() {
+                break ready;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the node at {} never got ready",
+                self.grpc
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let (status, metrics) = http_get(&address_in(&ready, "operations "), "/metrics").await;
+        assert_eq!(status, 200);
+        metrics
     }
 
     async fn client(&self) -> AtomicBroadcastClient<Channel> {
@@ -633,6 +728,67 @@ async fn try_height_of(node: &RaftNode, reader: &Signer) -> Option<u64> {
     }
 }
 
+/// Three Raft nodes of the channel (configs written in `dir`, not
+/// started yet), ticking every 50 ms and compacting their logs every
+/// 64 KB, and the channel's genesis block. Node `i` has Raft ID `i + 1`.
+fn raft_cluster(network: &Network, dir: &std::path::Path) -> (Vec<RaftNode>, Block) {
+    let msp = dir.join("msp");
+    for (folder, file, pem) in [
+        ("signcerts", "cert.pem", &network.orderer.0.certificate_pem),
+        ("keystore", "key_sk", &network.orderer.0.key_pem),
+    ] {
+        std::fs::create_dir_all(msp.join(folder)).unwrap();
+        std::fs::write(msp.join(folder).join(file), pem).unwrap();
+    }
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let metadata = weft_protos::etcdraft::ConfigMetadata {
+        consenters: ports
+            .iter()
+            .map(|(_, cluster)| weft_protos::etcdraft::Consenter {
+                host: "127.0.0.1".to_owned(),
+                port: u32::from(*cluster),
+                ..Default::default()
+            })
+            .collect(),
+        options: Some(weft_protos::etcdraft::Options {
+            tick_interval: "50ms".to_owned(),
+            election_tick: 10,
+            heartbeat_tick: 1,
+            max_inflight_blocks: 5,
+            // Small, so that logs are compacted during the test.
+            snapshot_interval_size: 64 * 1024,
+        }),
+    };
+    let genesis = network.genesis_with_raft(&metadata);
+    std::fs::write(dir.join("orders.block"), genesis.encode_to_vec()).unwrap();
+    let nodes: Vec<RaftNode> = ports
+        .iter()
+        .enumerate()
+        .map(|(index, (grpc, cluster))| {
+            let config = dir.join(format!("orderer{index}.yaml"));
+            std::fs::write(
+                &config,
+                format!(
+                    "orderer:\n  id: orderer{index}\n  listenAddress: 127.0.0.1:{grpc}\n  \
+                     localMspId: OrdererMSP\n  mspConfigPath: msp\n  fileSystemPath: data{index}\n\
+                     channels:\n  - genesisBlock: orders.block\n\
+                     consensus:\n  type: channel\n\
+                     cluster:\n  listenAddress: 127.0.0.1:{cluster}\n"
+                ),
+            )
+            .unwrap();
+            RaftNode {
+                config,
+                grpc: format!("127.0.0.1:{grpc}"),
+                process: None,
+                log: Arc::default(),
+                ready: Arc::default(),
+            }
+        })
+        .collect();
+    (nodes, genesis)
+}
+
 async fn wait_for_leader(nodes: &[RaftNode], alive: &[usize], after_term: u64) -> (usize, u64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -667,59 +823,7 @@ async fn a_raft_cluster_survives_a_killed_leader_and_the_node_catches_up() {
     let network = Network::with_batch_timeout("100ms");
     let transactor = Arc::new(network.transactor());
     let dir = tempfile::tempdir().unwrap();
-    let msp = dir.path().join("msp");
-    for (folder, file, pem) in [
-        ("signcerts", "cert.pem", &network.orderer.0.certificate_pem),
-        ("keystore", "key_sk", &network.orderer.0.key_pem),
-    ] {
-        std::fs::create_dir_all(msp.join(folder)).unwrap();
-        std::fs::write(msp.join(folder).join(file), pem).unwrap();
-    }
-    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
-    let metadata = weft_protos::etcdraft::ConfigMetadata {
-        consenters: ports
-            .iter()
-            .map(|(_, cluster)| weft_protos::etcdraft::Consenter {
-                host: "127.0.0.1".to_owned(),
-                port: u32::from(*cluster),
-                ..Default::default()
-            })
-            .collect(),
-        options: Some(weft_protos::etcdraft::Options {
-            tick_interval: "50ms".to_owned(),
-            election_tick: 10,
-            heartbeat_tick: 1,
-            max_inflight_blocks: 5,
-            // Small, so that logs are compacted during the test.
-            snapshot_interval_size: 64 * 1024,
-        }),
-    };
-    let genesis = network.genesis_with_raft(&metadata);
-    std::fs::write(dir.path().join("orders.block"), genesis.encode_to_vec()).unwrap();
-    let mut nodes: Vec<RaftNode> = ports
-        .iter()
-        .enumerate()
-        .map(|(index, (grpc, cluster))| {
-            let config = dir.path().join(format!("orderer{index}.yaml"));
-            std::fs::write(
-                &config,
-                format!(
-                    "orderer:\n  id: orderer{index}\n  listenAddress: 127.0.0.1:{grpc}\n  \
-                     localMspId: OrdererMSP\n  mspConfigPath: msp\n  fileSystemPath: data{index}\n\
-                     channels:\n  - genesisBlock: orders.block\n\
-                     consensus:\n  type: channel\n\
-                     cluster:\n  listenAddress: 127.0.0.1:{cluster}\n"
-                ),
-            )
-            .unwrap();
-            RaftNode {
-                config,
-                grpc: format!("127.0.0.1:{grpc}"),
-                process: None,
-                log: Arc::default(),
-            }
-        })
-        .collect();
+    let (mut nodes, genesis) = raft_cluster(&network, dir.path());
     for node in &mut nodes {
         node.spawn();
     }
@@ -797,6 +901,30 @@ async fn a_raft_cluster_survives_a_killed_leader_and_the_node_catches_up() {
         "a transaction ordered twice"
     );
 
+    // Their metrics say who leads, and that both answered broadcasts (the
+    // follower by forwarding to the leader).
+    for &index in &survivors {
+        let metrics = nodes[index].metrics().await;
+        let value = |series: &str| {
+            metric_value(&metrics, series).unwrap_or_else(|| panic!("{series} in\n{metrics}"))
+        };
+        let leads = if index == new_leader { 1.0 } else { 0.0 };
+        assert_eq!(
+            value(r#"consensus_etcdraft_is_leader{channel="orders"}"#),
+            leads
+        );
+        assert_eq!(
+            value(r#"consensus_etcdraft_leader_id{channel="orders"}"#),
+            (new_leader + 1) as f64
+        );
+        assert!(value(r#"consensus_etcdraft_term{channel="orders"}"#) > term as f64);
+        assert!(value(r#"consensus_etcdraft_commit_index{channel="orders"}"#) >= height as f64);
+        assert!(value(r#"ledger_blockchain_height{channel="orders"}"#) >= height as f64);
+        assert!(
+            value(r#"broadcast_processed_seconds_count{channel="orders",status="SUCCESS"}"#) > 0.0
+        );
+    }
+
     // The killed node comes back and catches up.
     nodes[leader].spawn();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -859,6 +987,95 @@ async fn a_raft_cluster_survives_a_killed_leader_and_the_node_catches_up() {
         .filter(|envelope| tx_id_of(envelope) == tx_id)
         .count();
     assert_eq!(found, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_leader_broadcast_is_unavailable_and_followers_forward_to_the_leader() {
+    // Goal: one node of three cannot elect a leader, so it answers
+    // SERVICE_UNAVAILABLE and orders nothing (it stays healthy: waiting
+    // for peers is not a failure). Once a second node runs, a leader is
+    // elected; a transaction sent to the follower is forwarded, answered
+    // SUCCESS and written by both nodes in the same block.
+    let network = Network::with_batch_timeout("100ms");
+    let dir = tempfile::tempdir().unwrap();
+    let (mut nodes, _) = raft_cluster(&network, dir.path());
+    nodes[0].spawn();
+    let (tx_id, envelope) = network.transaction(CHANNEL, &network.client1, "alone", 0);
+    let mut client = None;
+    for _ in 0..100 {
+        if let Ok(channel) =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", nodes[0].grpc))
+                .unwrap()
+                .connect()
+                .await
+        {
+            client = Some(AtomicBroadcastClient::new(channel));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut client = client.expect("the node serves");
+    // Several election timeouts (10 ticks of 50 ms) pass without a leader.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let answer = broadcast(
+        &mut client,
+        &[(
+            envelope,
+            Expected::refused(
+                "an envelope with no leader",
+                Status::ServiceUnavailable,
+                Some(tx_id),
+            ),
+        )],
+    )
+    .await;
+    assert_eq!(answer[0].0, Status::ServiceUnavailable, "{answer:?}");
+    assert!(answer[0].1.contains("no Raft leader"), "{answer:?}");
+    let reader = &network.orderer.clone_signer();
+    assert_eq!(height_of(&nodes[0], reader).await, 1);
+    let ready = nodes[0].ready.lock().unwrap().clone().unwrap();
+    let (status, health) = http_get(&address_in(&ready, "operations "), "/healthz").await;
+    assert_eq!(status, 200, "{health}");
+    let metrics = nodes[0].metrics().await;
+    assert_eq!(
+        metric_value(
+            &metrics,
+            r#"consensus_etcdraft_leader_id{channel="orders"}"#
+        ),
+        Some(0.0),
+        "{metrics}"
+    );
+
+    nodes[1].spawn();
+    let (leader, _) = wait_for_leader(&nodes, &[0, 1], 0).await;
+    let follower = 1 - leader;
+    let mut client = nodes[follower].client().await;
+    let (tx_id, envelope) = network.transaction(CHANNEL, &network.client1, "forwarded", 0);
+    let mut answer = Vec::new();
+    // The follower may not know the new leader yet for a moment.
+    for _ in 0..50 {
+        answer = broadcast(
+            &mut client,
+            &[(envelope.clone(), Expected::ordered(tx_id.clone(), false))],
+        )
+        .await;
+        if answer[0].0 != Status::ServiceUnavailable {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(answer[0].0, Status::Success, "{answer:?}");
+    let chains = [
+        blocks_of(&nodes[0], reader, 2).await,
+        blocks_of(&nodes[1], reader, 2).await,
+    ];
+    assert_eq!(chains[0][1].header, chains[1][1].header);
+    assert_eq!(chains[0][1].data, chains[1][1].data);
+    let data = &chains[0][1].data.as_ref().unwrap().data;
+    assert_eq!(data.len(), 1);
+    assert_eq!(tx_id_of(&data[0]), tx_id);
+    // Each orderer signed its own copy.
+    assert_ne!(chains[0][1].metadata, chains[1][1].metadata);
 }
 
 #[test]

@@ -39,6 +39,7 @@
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use prost::Message;
@@ -58,6 +59,7 @@ use weft_protos::view::{Limits, TxBody, TxEnvelope};
 use crate::chain::{Ack, ChainInput};
 use crate::channel::{Channel, ChannelConfig};
 use crate::config_update::{UpdateError, next_config};
+use crate::metrics::OrdererMetrics;
 use crate::server::Channels;
 
 /// Envelopes of one stream being checked at once.
@@ -104,6 +106,7 @@ pub(crate) struct CheckContext {
     /// The orderer's identity, which signs the CONFIG envelopes made from
     /// config updates.
     pub signer: Arc<dyn Sign + Send + Sync>,
+    pub metrics: OrdererMetrics,
 }
 
 impl std::fmt::Debug for CheckContext {
@@ -346,12 +349,18 @@ pub(crate) fn serve(
 ) -> ResponseStream {
     let (responses, responses_out) = mpsc::channel(RESPONSES_BUFFERED_MAX);
     let (checks, checks_out) = mpsc::channel(CHECKS_IN_FLIGHT_MAX);
+    let metrics = context.metrics.clone();
     tokio::spawn(read_requests(requests, context, checks, shutdown));
-    tokio::spawn(answer_in_order(checks_out, responses, remote));
+    tokio::spawn(answer_in_order(checks_out, responses, remote, metrics));
     Box::pin(ReceiverStream::new(responses_out))
 }
 
-type CheckOutcome = oneshot::Receiver<Result<Accepted, Refusal>>;
+/// A check under way, with the time its envelope was read.
+type CheckOutcome = (Instant, oneshot::Receiver<Result<Accepted, Refusal>>);
+
+/// A submission under way: when its envelope was read, its channel (once
+/// known), and the consenter's promise or the refusal.
+type Submitted = (Instant, Option<String>, Result<Ack, Refusal>);
 
 /// Starts a check for each request as it arrives; the bounded `checks`
 /// queue limits how many are in flight.
@@ -373,13 +382,14 @@ async fn read_requests(
                 }
             },
         };
+        let read_at = Instant::now();
         let (outcome, outcome_out) = oneshot::channel();
         let context = context.clone();
         rayon::spawn(move || {
             // The receiver is gone only if the stream was abandoned.
             let _ = outcome.send(check(&envelope, &context));
         });
-        if checks.send(outcome_out).await.is_err() {
+        if checks.send((read_at, outcome_out)).await.is_err() {
             return;
         }
     }
@@ -393,11 +403,12 @@ async fn answer_in_order(
     mut checks: mpsc::Receiver<CheckOutcome>,
     responses: mpsc::Sender<Result<BroadcastResponse, GrpcStatus>>,
     remote: Option<SocketAddr>,
+    metrics: OrdererMetrics,
 ) {
     let remote = remote.map_or_else(|| "unknown".to_owned(), |address| address.to_string());
     let (acks, acks_out) = mpsc::channel(SUBMITTED_IN_FLIGHT_MAX);
-    let answering = tokio::spawn(answer(acks_out, responses, remote));
-    while let Some(outcome) = checks.recv().await {
+    let answering = tokio::spawn(answer(acks_out, responses, remote, metrics));
+    while let Some((read_at, outcome)) = checks.recv().await {
         let outcome = outcome.await.unwrap_or_else(|_| {
             Err(Refusal::new(
                 Status::InternalServerError,
@@ -405,13 +416,17 @@ async fn answer_in_order(
             ))
         });
         let submitted = match outcome {
-            Ok(accepted) => accepted
-                .channel
-                .chain
-                .submit(accepted.input)
-                .await
-                .map_err(|e| Refusal::new(Status::ServiceUnavailable, e.to_string())),
-            Err(refusal) => Err(refusal),
+            Ok(accepted) => (
+                read_at,
+                Some(accepted.channel.id.clone()),
+                accepted
+                    .channel
+                    .chain
+                    .submit(accepted.input)
+                    .await
+                    .map_err(|e| Refusal::new(Status::ServiceUnavailable, e.to_string())),
+            ),
+            Err(refusal) => (read_at, None, Err(refusal)),
         };
         if acks.send(submitted).await.is_err() {
             break;
@@ -422,17 +437,24 @@ async fn answer_in_order(
     let _ = answering.await;
 }
 
-/// Sends each submission's answer, in request order.
+/// Sends each submission's answer, in request order, and records its
+/// latency.
 async fn answer(
-    mut acks: mpsc::Receiver<Result<Ack, Refusal>>,
+    mut acks: mpsc::Receiver<Submitted>,
     responses: mpsc::Sender<Result<BroadcastResponse, GrpcStatus>>,
     remote: String,
+    metrics: OrdererMetrics,
 ) {
-    while let Some(submitted) = acks.recv().await {
+    while let Some((read_at, channel, submitted)) = acks.recv().await {
         let result = match submitted {
             Ok(ack) => ack.outcome().await,
             Err(refusal) => Err(refusal),
         };
+        let status = match &result {
+            Ok(()) => Status::Success,
+            Err(refusal) => refusal.status,
+        };
+        metrics.broadcast(channel.as_deref(), status, read_at.elapsed());
         let response = match result {
             Ok(()) => BroadcastResponse {
                 status: Status::Success as i32,

@@ -39,7 +39,7 @@ use weft_protos::common::Status;
 
 use crate::broadcast::Refusal;
 use crate::channel::{Channel, ChannelConfig};
-use crate::cutter::{Batch, BlockCutter};
+use crate::cutter::{Batch, BlockCutter, CutReason};
 use crate::error::{Error, Result};
 use crate::writer::{BlockContent, BlockWriter};
 use weft_protos::block::config_of_block;
@@ -210,12 +210,13 @@ pub(crate) fn start_solo(
 ) -> ChainTask {
     let (halt, halted) = oneshot::channel();
     let task = tokio::spawn(async move {
-        let channel_id = channel.id.clone();
+        let shared = channel.clone();
         let result = Solo::new(channel, writer, signer)
             .run(mailbox.0, halted)
             .await;
         if let Err(error) = &result {
-            tracing::error!(channel = %channel_id, %error, "solo chain stopped");
+            tracing::error!(channel = %shared.id, %error, "solo chain stopped");
+            shared.failed(error.to_string());
         }
         result
     });
@@ -270,7 +271,7 @@ impl Solo {
                 },
                 () = timer => {
                     if let Some(batch) = self.cutter.expire(Instant::now()) {
-                        self.write_batch(batch).await?;
+                        self.write_batch(batch, CutReason::Timeout).await?;
                     }
                 }
             }
@@ -281,7 +282,7 @@ impl Solo {
             self.order(submission.input).await?;
         }
         let batch = self.cutter.cut();
-        self.write_batch(batch).await
+        self.write_batch(batch, CutReason::Halt).await
     }
 
     async fn order(&mut self, input: ChainInput) -> Result<()> {
@@ -304,8 +305,8 @@ impl Solo {
                     return Ok(());
                 }
                 let ordered = self.cutter.ordered(envelope, size_bytes, Instant::now());
-                for batch in ordered.batches {
-                    self.write_batch(batch).await?;
+                for (batch, reason) in ordered.batches.into_iter().zip(ordered.reasons) {
+                    self.write_batch(batch, reason).await?;
                 }
                 Ok(())
             }
@@ -339,7 +340,10 @@ impl Solo {
                     }
                 }
                 let pending = self.cutter.cut();
-                self.write_batch(pending).await?;
+                self.write_batch(pending, CutReason::Config).await?;
+                self.channel
+                    .metrics
+                    .block_cut(&self.channel.id, CutReason::Config);
                 let block = self.write(BlockContent::Config(envelope)).await?;
                 let number = block.header.as_ref().map_or(0, |header| header.number);
                 let (_, config) = config_of_block(&block).ok_or_else(|| Error::BadChain {
@@ -362,10 +366,11 @@ impl Solo {
         }
     }
 
-    async fn write_batch(&self, batch: Batch) -> Result<()> {
+    async fn write_batch(&self, batch: Batch, reason: CutReason) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
+        self.channel.metrics.block_cut(&self.channel.id, reason);
         self.write(BlockContent::Transactions(batch))
             .await
             .map(drop)
@@ -379,9 +384,11 @@ impl Solo {
                 channel: self.channel.id.clone(),
                 reason: format!("a block write task died: {e}"),
             })??;
+        let number = block.header.as_ref().map_or(0, |header| header.number);
+        self.channel.metrics.height(&self.channel.id, number + 1);
         tracing::debug!(
             channel = %self.channel.id,
-            block = block.header.as_ref().map_or(0, |header| header.number),
+            block = number,
             transactions = block.data.as_ref().map_or(0, |data| data.data.len()),
             "block written"
         );

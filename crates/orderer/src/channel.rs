@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use prost::Message;
 use weft_ledger::{BlockStore, StoreConfig};
 use weft_policy::ChannelAuthority;
@@ -20,6 +20,7 @@ use weft_protos::common::{Block, Config};
 use crate::chain::ChainHandle;
 use crate::config::ChannelOrdererConfig;
 use crate::error::{Error, Result};
+use crate::metrics::OrdererMetrics;
 
 /// A channel's configuration at one sequence, as the orderer uses it.
 #[derive(Debug)]
@@ -65,6 +66,9 @@ pub(crate) struct Channel {
     pub store: Arc<BlockStore>,
     config: RwLock<Arc<ChannelConfig>>,
     pub chain: ChainHandle,
+    pub metrics: OrdererMetrics,
+    /// Why the channel's consenter stopped, once it failed (`/healthz`).
+    failure: Mutex<Option<String>>,
 }
 
 impl Channel {
@@ -73,13 +77,27 @@ impl Channel {
         store: Arc<BlockStore>,
         config: ChannelConfig,
         chain: ChainHandle,
+        metrics: OrdererMetrics,
     ) -> Self {
+        metrics.height(&id, store.height());
         Self {
             id,
             store,
             config: RwLock::new(Arc::new(config)),
             chain,
+            metrics,
+            failure: Mutex::new(None),
         }
+    }
+
+    /// Records that the channel's consenter stopped with `reason`.
+    pub fn failed(&self, reason: String) {
+        *self.failure.lock() = Some(reason);
+    }
+
+    /// Why the channel's consenter stopped, if it failed.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().clone()
     }
 
     /// The current configuration.

@@ -29,11 +29,43 @@ use crate::config::BatchSize;
 /// A batch: the envelopes of one block, in order.
 pub type Batch = Vec<Bytes>;
 
+/// Why a batch was cut (the `reason` label of the blocks-cut metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CutReason {
+    /// It reached `MaxMessageCount`.
+    Count,
+    /// One more envelope would pass `PreferredMaxBytes`, or the envelope
+    /// alone is larger than that.
+    Bytes,
+    /// `BatchTimeout` passed since its first envelope.
+    Timeout,
+    /// A config transaction follows, which is a block of its own (the
+    /// config block itself counts here too).
+    Config,
+    /// The consenter stopped or lost the Raft leadership.
+    Halt,
+}
+
+impl CutReason {
+    /// The reason as a metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Count => "count",
+            Self::Bytes => "bytes",
+            Self::Timeout => "timeout",
+            Self::Config => "config",
+            Self::Halt => "halt",
+        }
+    }
+}
+
 /// What ordering one envelope produced.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ordered {
     /// Batches cut by this envelope, in order (at most two).
     pub batches: Vec<Batch>,
+    /// Why each of `batches` was cut, in the same order.
+    pub reasons: Vec<CutReason>,
     /// Whether envelopes are left pending after it.
     pub pending: bool,
 }
@@ -71,19 +103,20 @@ impl BlockCutter {
     /// length) arriving at `now`.
     pub fn ordered(&mut self, envelope: Bytes, size_bytes: u64, now: Instant) -> Ordered {
         let preferred = u64::from(self.batch_size.preferred_max_bytes);
-        let mut batches = Vec::new();
+        let mut ordered = Ordered::default();
+        let mut push = |batch: Batch, reason: CutReason| {
+            ordered.batches.push(batch);
+            ordered.reasons.push(reason);
+        };
         if size_bytes > preferred {
             if !self.pending.is_empty() {
-                batches.push(self.cut());
+                push(self.cut(), CutReason::Bytes);
             }
-            batches.push(vec![envelope]);
-            return Ordered {
-                batches,
-                pending: false,
-            };
+            push(vec![envelope], CutReason::Bytes);
+            return ordered;
         }
         if self.pending_bytes + size_bytes > preferred {
-            batches.push(self.cut());
+            push(self.cut(), CutReason::Bytes);
         }
         if self.pending.is_empty() {
             self.pending_since = Some(now);
@@ -91,12 +124,11 @@ impl BlockCutter {
         self.pending.push(envelope);
         self.pending_bytes += size_bytes;
         if self.pending.len() >= self.batch_size.max_message_count as usize {
-            batches.push(self.cut());
+            push(self.cut(), CutReason::Count);
         }
-        Ordered {
-            batches,
-            pending: !self.pending.is_empty(),
-        }
+        ordered.pending = !self.pending.is_empty();
+        debug_assert_eq!(ordered.batches.len(), ordered.reasons.len());
+        ordered
     }
 
     /// Cuts the pending batch, which may be empty.
@@ -202,6 +234,7 @@ mod tests {
         assert!(order(&mut cutter, &clock, &[("a", 1), ("b", 1)]).is_empty());
         assert_eq!(cutter.pending_count(), 2);
         let ordered = cutter.ordered(envelope("c"), 1, clock.now());
+        assert_eq!(ordered.reasons, [CutReason::Count]);
         assert_eq!(names(ordered.batches), [["a", "b", "c"]]);
         assert!(!ordered.pending);
         assert_eq!(cutter.deadline(), None);
@@ -222,6 +255,7 @@ mod tests {
         let mut cutter = cutter(10, 100);
         assert!(order(&mut cutter, &clock, &[("a", 10), ("b", 10)]).is_empty());
         let ordered = cutter.ordered(envelope("big"), 101, clock.now());
+        assert_eq!(ordered.reasons, [CutReason::Bytes, CutReason::Bytes]);
         assert_eq!(names(ordered.batches), vec![vec!["a", "b"], vec!["big"]]);
         assert!(!ordered.pending);
         assert_eq!(cutter.pending_count(), 0);
@@ -243,6 +277,7 @@ mod tests {
         // 80 + 20 = 100 fits exactly.
         assert!(order(&mut cutter, &clock, &[("c", 20)]).is_empty());
         let ordered = cutter.ordered(envelope("d"), 1, clock.now());
+        assert_eq!(ordered.reasons, [CutReason::Bytes]);
         assert_eq!(names(ordered.batches), [["a", "b", "c"]]);
         assert!(ordered.pending);
         assert_eq!(cutter.pending_count(), 1);
@@ -266,6 +301,7 @@ mod tests {
             TIMEOUT,
         );
         let ordered = cutter.ordered(envelope("b"), 60, clock.now());
+        assert_eq!(ordered.reasons, [CutReason::Bytes, CutReason::Count]);
         assert_eq!(names(ordered.batches), vec![vec!["a"], vec!["b"]]);
         assert!(!ordered.pending);
     }

@@ -34,6 +34,7 @@ use crate::channel::{self, Channel, ChannelConfig};
 use crate::config::Consensus;
 use crate::deliver;
 use crate::error::{Error, Result};
+use crate::metrics::OrdererMetrics;
 use crate::raft::transport::{self, ClusterService, Transport};
 use crate::raft::{LogStore, Members, Options as RaftOptions};
 use crate::writer::BlockWriter;
@@ -100,6 +101,27 @@ pub struct ClusterConfig {
     pub endpoint: String,
 }
 
+/// Tells whether the node's channels are healthy.
+#[derive(Debug, Clone)]
+pub struct Health {
+    channels: Arc<Channels>,
+}
+
+impl Health {
+    /// The channels whose consenter stopped on a failure, with the
+    /// failure; empty when all run.
+    pub fn failed_channels(&self) -> Vec<(String, String)> {
+        let mut failed: Vec<(String, String)> = self
+            .channels
+            .by_id
+            .values()
+            .filter_map(|channel| Some((channel.id.clone(), channel.failure()?)))
+            .collect();
+        failed.sort();
+        failed
+    }
+}
+
 /// The channels a node serves, by ID.
 #[derive(Debug, Default)]
 pub(crate) struct Channels {
@@ -116,6 +138,7 @@ impl Channels {
 #[derive(Debug)]
 pub struct Orderer {
     address: SocketAddr,
+    metrics: OrdererMetrics,
     channels: Arc<Channels>,
     stores: Vec<(String, Arc<BlockStore>)>,
     tasks: Vec<(String, ChainTask)>,
@@ -155,6 +178,10 @@ impl Orderer {
             source,
         })?;
         let signer: Arc<dyn Sign + Send + Sync> = Arc::new(signer);
+        let metrics = OrdererMetrics::new().map_err(|e| Error::Task {
+            channel: String::new(),
+            reason: format!("creating the metrics: {e}"),
+        })?;
         let opening = config.clone();
         let opened = tokio::task::spawn_blocking(move || open_channels(&opening, &genesis_blocks))
             .await
@@ -198,6 +225,7 @@ impl Orderer {
                 store.clone(),
                 channel_config,
                 handle,
+                metrics.clone(),
             ));
             by_id.insert(channel_id.clone(), channel.clone());
             stores.push((channel_id.clone(), store));
@@ -275,6 +303,7 @@ impl Orderer {
                 },
                 now: weft_msp::now,
                 signer: signer.clone(),
+                metrics: metrics.clone(),
             },
             shutdown: shutdown_signal.clone(),
         };
@@ -293,6 +322,7 @@ impl Orderer {
         tracing::info!(%address, "orderer serving AtomicBroadcast");
         Ok(Self {
             address,
+            metrics,
             channels,
             stores,
             tasks,
@@ -305,6 +335,19 @@ impl Orderer {
     /// The address the orderer serves on.
     pub fn local_addr(&self) -> SocketAddr {
         self.address
+    }
+
+    /// The node's metrics, for an operations endpoint to register.
+    pub fn metrics(&self) -> &OrdererMetrics {
+        &self.metrics
+    }
+
+    /// A probe of the node's health that outlives this handle's borrow
+    /// (for `/healthz`).
+    pub fn health(&self) -> Health {
+        Health {
+            channels: self.channels.clone(),
+        }
     }
 
     /// The IDs of the channels served, sorted.

@@ -63,8 +63,9 @@ use crate::broadcast::Refusal;
 use crate::chain::{ChainInput, ChainTask, Mailbox, Submission};
 use crate::channel::{Channel, ChannelConfig};
 use crate::config::Consensus;
-use crate::cutter::{Batch, BlockCutter};
+use crate::cutter::{Batch, BlockCutter, CutReason};
 use crate::error::{Error, Result};
+use crate::metrics::RaftGauges;
 use crate::writer::{BlockContent, BlockWriter};
 use weft_protos::block::config_of_block;
 
@@ -296,6 +297,7 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         applied,
         "raft node started"
     );
+    let shared = channel.clone();
     let core = Core {
         cutter: BlockCutter::new(batch.batch_size, batch.batch_timeout),
         channel,
@@ -314,12 +316,14 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         proposed: BTreeMap::new(),
         config_in_flight: None,
         leader_since: None,
+        leader_known: 0,
     };
     let (halt, halted) = oneshot::channel();
     let task = tokio::spawn(async move {
         let result = run(core, mailbox.0, inbox, halted).await;
         if let Err(error) = &result {
             tracing::error!(channel = %channel_id, %error, "raft chain stopped");
+            shared.failed(error.to_string());
         }
         result
     });
@@ -359,6 +363,7 @@ fn catch_up(
                         install_if_config(channel, block)?;
                         progressed = true;
                     }
+                    channel.metrics.height(&channel.id, writer.next_number());
                     tracing::info!(
                         channel = %channel.id,
                         from = %endpoint,
@@ -452,6 +457,9 @@ struct Core {
     /// Leader only: the last index when it became leader; it takes new
     /// envelopes once it has applied that far.
     leader_since: Option<u64>,
+    /// The leader as this node last knew it (0: none), for the metric of
+    /// leader changes.
+    leader_known: u64,
 }
 
 fn answer(waiter: Option<oneshot::Sender<Result<(), Refusal>>>, result: Result<(), Refusal>) {
@@ -504,7 +512,7 @@ async fn run(
             },
             () = timer => {
                 if let Some(batch) = core.cutter.expire(Instant::now()) {
-                    core.propose_batch(batch);
+                    core.propose_batch(batch, CutReason::Timeout);
                 }
             }
         }
@@ -605,8 +613,8 @@ impl Core {
                 }
                 let ordered = self.cutter.ordered(envelope, size_bytes, Instant::now());
                 self.pending_waiters.push(done);
-                for batch in ordered.batches {
-                    self.propose_batch(batch);
+                for (batch, reason) in ordered.batches.into_iter().zip(ordered.reasons) {
+                    self.propose_batch(batch, reason);
                 }
             }
             ChainInput::Config {
@@ -638,7 +646,10 @@ impl Core {
                     return;
                 }
                 let pending = self.cutter.cut();
-                self.propose_batch(pending);
+                self.propose_batch(pending, CutReason::Config);
+                self.channel
+                    .metrics
+                    .block_cut(&self.channel.id, CutReason::Config);
                 let entry = LogEntry {
                     content: Some(log_entry::Content::Config(envelope)),
                 };
@@ -679,10 +690,11 @@ impl Core {
         }
     }
 
-    fn propose_batch(&mut self, batch: Batch) {
+    fn propose_batch(&mut self, batch: Batch, reason: CutReason) {
         if batch.is_empty() {
             return;
         }
+        self.channel.metrics.block_cut(&self.channel.id, reason);
         let waiters: Vec<_> = self
             .pending_waiters
             .drain(..batch.len().min(self.pending_waiters.len()))
@@ -752,10 +764,24 @@ impl Core {
         let committed = light.take_committed_entries();
         self.apply(committed)?;
         self.node.advance_apply();
+        let raft = &self.node.raft;
+        self.channel.metrics.raft(
+            &self.channel.id,
+            RaftGauges {
+                term: raft.term,
+                leader_id: raft.leader_id,
+                commit_index: raft.raft_log.committed,
+                is_leader: raft.state == StateRole::Leader,
+            },
+        );
         self.maybe_compact()
     }
 
     fn on_role(&mut self, role: StateRole, leader: u64) {
+        if leader != self.leader_known {
+            self.leader_known = leader;
+            self.channel.metrics.leader_changed(&self.channel.id);
+        }
         let was_leader = self.leader_since.is_some();
         if role == StateRole::Leader && !was_leader {
             self.leader_since = Some(self.node.raft.raft_log.last_index());
@@ -843,6 +869,7 @@ impl Core {
             .writer
             .write_with_consenter_metadata(&content, metadata.into())?;
         let number = block.header.as_ref().map_or(0, |header| header.number);
+        self.channel.metrics.height(&self.channel.id, number + 1);
         if let Some(header) = &block.header {
             let hash = weft_protos::hash::block_header_hash(header);
             self.recent
