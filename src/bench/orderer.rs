@@ -31,11 +31,15 @@ use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
 use weft_protos::orderer::deliver_response::Type as DeliverType;
 use weft_protos::tx::{Invocation, Proposal, SimulationResult, endorse, seek_range};
 
-use super::{BenchChannel, NodeProcess, WorkDir, quantile, summary_line, write_json};
+use super::{
+    BenchChannel, NodeProcess, WorkDir, http_get, metric_sum, quantile, summary_line, write_json,
+};
 
 const CHANNEL: &str = "bench";
 /// How long the bench channel waits before cutting a partial block.
 const BATCH_TIMEOUT: &str = "100ms";
+/// How long a Raft cluster may take to elect its first leader.
+const LEADER_WAIT_MAX: Duration = Duration::from_secs(30);
 /// The largest message the bench's gRPC clients accept (whole blocks).
 const MESSAGE_BYTES_MAX: usize = 100 * 1024 * 1024;
 
@@ -56,6 +60,19 @@ pub struct OrdererBenchArgs {
     /// The orderer's block store durability (ledger.durability).
     #[arg(long, default_value = "every-block", value_parser = ["every-block", "group-commit", "none"])]
     durability: String,
+    /// Who orders: one solo orderer, or a Raft (etcdraft) cluster of
+    /// `--nodes` orderer processes.
+    #[arg(long, default_value = "solo", value_parser = ["solo", "raft"])]
+    consensus: String,
+    /// Orderer processes of a Raft cluster (1 to 3: the consenters of the
+    /// default channel profile).
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// With Raft: send every stream to the leader, or spread the streams
+    /// over all nodes (followers forward to the leader, as a Fabric client
+    /// talking to any orderer would have them).
+    #[arg(long, default_value = "all", value_parser = ["all", "leader"])]
+    send_to: String,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -67,6 +84,11 @@ pub struct OrdererBenchArgs {
 /// What one run measured.
 #[derive(Debug, Clone, Serialize)]
 struct RunResult {
+    consensus: String,
+    /// Orderer processes.
+    nodes: usize,
+    /// Where the streams went (solo: the only node).
+    send_to: String,
     envelope_bytes: usize,
     clients: usize,
     durability: String,
@@ -80,8 +102,10 @@ struct RunResult {
     /// Send → delivered in a block.
     ordered_p50_ms: f64,
     ordered_p99_ms: f64,
-    /// The orderer process's CPU time over the run.
+    /// The orderer processes' CPU time over the run, all nodes together.
     cpu_seconds: f64,
+    /// Each node's share of it; the Raft leader first.
+    cpu_seconds_by_node: Vec<f64>,
     /// That CPU time over wall time and cores: 1.0 is every core busy.
     cpu_utilisation: f64,
     cpu_us_per_envelope: f64,
@@ -93,6 +117,18 @@ pub fn run(args: &OrdererBenchArgs) -> Result<()> {
     if args.clients == 0 || args.transactions == 0 {
         bail!("--clients and --transactions must be at least 1");
     }
+    let raft = args.consensus == "raft";
+    if raft && !(1..=3).contains(&args.nodes) {
+        bail!(
+            "--nodes {}: the bench channel has 3 consenters; use 1 to 3",
+            args.nodes
+        );
+    }
+    let nodes = if raft { args.nodes } else { 1 };
+    // Each Raft node's cluster port, as the channel's consenters name them.
+    let cluster_ports = (0..nodes)
+        .map(|_| free_port())
+        .collect::<Result<Vec<u16>>>()?;
     let work = WorkDir::new(args.dir.as_deref())?;
     let dir = work.path().to_owned();
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
@@ -103,8 +139,19 @@ pub fn run(args: &OrdererBenchArgs) -> Result<()> {
     let channel = BenchChannel::create(&dir.join("network"), CHANNEL, |profile| {
         if let Some(orderer) = &mut profile.orderer {
             orderer.batch_timeout = BATCH_TIMEOUT.to_owned();
+            if raft {
+                orderer.orderer_type = "etcdraft".to_owned();
+                if let Some(etcd_raft) = &mut orderer.etcd_raft {
+                    etcd_raft.consenters.truncate(nodes);
+                    for (consenter, port) in etcd_raft.consenters.iter_mut().zip(&cluster_ports) {
+                        consenter.host = "127.0.0.1".to_owned();
+                        consenter.port = u32::from(*port);
+                    }
+                }
+            }
         }
     })?;
+    let cluster = raft.then_some(cluster_ports.as_slice());
     let client = channel.user("org1", "User1")?;
 
     let mut results = Vec::new();
@@ -117,10 +164,14 @@ pub fn run(args: &OrdererBenchArgs) -> Result<()> {
             started.elapsed()
         );
         let run_dir = dir.join(format!("run-{index}"));
-        let result = run_point(&channel, &client, args, size, envelopes, &run_dir, cores)
-            .with_context(|| format!("run with {size}-byte envelopes"))?;
+        let result = run_point(
+            &channel, &client, args, cluster, size, envelopes, &run_dir, cores,
+        )
+        .with_context(|| format!("run with {size}-byte envelopes"))?;
         println!(
-            "  {size:>5} B, {} clients: {:>7.0} tx/s, ordered p50 {:>6.1} ms, orderer cpu {:>5.1} µs/tx ({:.0}% of {cores} cores)",
+            "  {} x{}, {size:>5} B, {} clients: {:>7.0} tx/s, ordered p50 {:>6.1} ms, orderer cpu {:>5.1} µs/tx ({:.0}% of {cores} cores)",
+            result.consensus,
+            result.nodes,
             args.clients,
             result.tx_per_second,
             result.ordered_p50_ms,
@@ -173,25 +224,65 @@ fn envelope(client: &Signer, index: usize, padding: &Bytes) -> Result<(String, E
     Ok((proposal.tx_id.clone(), envelope))
 }
 
-/// One run: a fresh orderer process orders `envelopes`.
+/// One run: fresh orderer processes (one solo node, or a Raft node per
+/// port of `cluster`) order `envelopes`.
+#[allow(clippy::too_many_arguments)]
 fn run_point(
     channel: &BenchChannel,
     client: &Signer,
     args: &OrdererBenchArgs,
+    cluster: Option<&[u16]>,
     size: usize,
     envelopes: Vec<(String, Envelope)>,
     dir: &Path,
     cores: usize,
 ) -> Result<RunResult> {
     std::fs::create_dir_all(dir)?;
-    let config = write_orderer_config(channel, &args.durability, dir)?;
-    let mut orderer = NodeProcess::start("orderer", &config, &dir.join("orderer.log"))?;
+    let mut orderers = Vec::new();
+    match cluster {
+        None => {
+            let config = write_orderer_config(channel, &args.durability, dir, 0, None)?;
+            orderers.push(NodeProcess::start(
+                "orderer",
+                &config,
+                &dir.join("orderer.log"),
+            )?);
+        }
+        Some(ports) => {
+            for (index, port) in ports.iter().enumerate() {
+                let config =
+                    write_orderer_config(channel, &args.durability, dir, index, Some(*port))?;
+                orderers.push(NodeProcess::start(
+                    "orderer",
+                    &config,
+                    &dir.join(format!("orderer{index}.log")),
+                )?);
+            }
+            // The leader first: it gets the streams when they all go to
+            // the leader, and the block watcher.
+            let leader = wait_for_leader(&orderers)?;
+            orderers.swap(0, leader);
+        }
+    }
+    let targets: Vec<&NodeProcess> = if args.send_to == "leader" {
+        vec![&orderers[0]]
+    } else {
+        orderers.iter().collect()
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let measured = runtime.block_on(measure(&orderer, client, args.clients, envelopes));
-    orderer.stop();
+    let measured = runtime.block_on(measure(
+        &orderers,
+        &targets,
+        client,
+        args.clients,
+        envelopes,
+    ));
+    for orderer in &mut orderers {
+        orderer.stop();
+    }
     let mut measured = measured?;
     let seconds = measured.elapsed.as_secs_f64();
     let transactions = measured.ordered.len() as u64;
@@ -204,6 +295,13 @@ fn run_point(
     measured.acks.sort_unstable();
     let ms = |values: &[Duration], q| quantile(values, q).as_secs_f64() * 1000.0;
     Ok(RunResult {
+        consensus: args.consensus.clone(),
+        nodes: orderers.len(),
+        send_to: if orderers.len() == 1 {
+            "leader".to_owned()
+        } else {
+            args.send_to.clone()
+        },
         envelope_bytes: size,
         clients: args.clients,
         durability: args.durability.clone(),
@@ -216,6 +314,7 @@ fn run_point(
         ordered_p50_ms: ms(&measured.ordered, 0.50),
         ordered_p99_ms: ms(&measured.ordered, 0.99),
         cpu_seconds: measured.cpu_seconds,
+        cpu_seconds_by_node: measured.cpu_seconds_by_node,
         cpu_utilisation: measured.cpu_seconds / seconds.max(f64::MIN_POSITIVE) / cores as f64,
         cpu_us_per_envelope: measured.cpu_seconds * 1e6 / transactions.max(1) as f64,
         summary,
@@ -230,19 +329,33 @@ struct Measured {
     /// Send → delivered in a block, per envelope (sorted by the summary).
     ordered: Vec<Duration>,
     cpu_seconds: f64,
+    cpu_seconds_by_node: Vec<f64>,
 }
 
+/// Sends `envelopes` over `clients` streams spread over `targets`, and
+/// watches the blocks on the first of `orderers`.
 async fn measure(
-    orderer: &NodeProcess,
+    orderers: &[NodeProcess],
+    targets: &[&NodeProcess],
     client: &Signer,
     clients: usize,
     envelopes: Vec<(String, Envelope)>,
 ) -> Result<Measured> {
     let total = envelopes.len();
-    let connection = tonic::transport::Endpoint::from_shared(format!("http://{}", orderer.grpc))?
+    let mut connections = Vec::new();
+    for orderer in targets {
+        connections.push(
+            tonic::transport::Endpoint::from_shared(format!("http://{}", orderer.grpc))?
+                .connect()
+                .await
+                .with_context(|| format!("connecting to the orderer at {}", orderer.grpc))?,
+        );
+    }
+    let watched = &orderers[0];
+    let connection = tonic::transport::Endpoint::from_shared(format!("http://{}", watched.grpc))?
         .connect()
         .await
-        .with_context(|| format!("connecting to the orderer at {}", orderer.grpc))?;
+        .with_context(|| format!("connecting to the orderer at {}", watched.grpc))?;
     let request = weft_protos::tx::signed_envelope(
         HeaderType::DeliverSeekInfo,
         CHANNEL,
@@ -257,7 +370,7 @@ async fn measure(
         total,
     ));
 
-    let cpu_before = orderer.cpu_seconds()?;
+    let cpu_before = cpu_by_node(orderers)?;
     let started = Instant::now();
     let mut shares: Vec<Vec<(String, Envelope)>> = (0..clients).map(|_| Vec::new()).collect();
     for (index, envelope) in envelopes.into_iter().enumerate() {
@@ -265,9 +378,10 @@ async fn measure(
     }
     let senders: Vec<_> = shares
         .into_iter()
-        .map(|share| {
+        .enumerate()
+        .map(|(index, share)| {
             tokio::spawn(broadcast_all(
-                AtomicBroadcastClient::new(connection.clone()),
+                AtomicBroadcastClient::new(connections[index % connections.len()].clone()),
                 share,
             ))
         })
@@ -286,7 +400,12 @@ async fn measure(
     let (delivered, blocks, finished) = watcher
         .await
         .map_err(|e| anyhow!("the block watcher failed: {e}"))??;
-    let cpu_seconds = orderer.cpu_seconds()? - cpu_before;
+    let cpu_seconds_by_node: Vec<f64> = cpu_by_node(orderers)?
+        .into_iter()
+        .zip(cpu_before)
+        .map(|(after, before)| after - before)
+        .collect();
+    let cpu_seconds = cpu_seconds_by_node.iter().sum();
     let ordered = delivered
         .iter()
         .map(|(tx_id, at)| {
@@ -302,7 +421,37 @@ async fn measure(
         acks,
         ordered,
         cpu_seconds,
+        cpu_seconds_by_node,
     })
+}
+
+fn cpu_by_node(orderers: &[NodeProcess]) -> Result<Vec<f64>> {
+    orderers.iter().map(NodeProcess::cpu_seconds).collect()
+}
+
+/// A port free on loopback now (for a Raft node's cluster listener, which
+/// the channel config must name before the node starts).
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// The index of the Raft leader among `orderers`, as their metrics say.
+fn wait_for_leader(orderers: &[NodeProcess]) -> Result<usize> {
+    let deadline = Instant::now() + LEADER_WAIT_MAX;
+    loop {
+        for (index, orderer) in orderers.iter().enumerate() {
+            let metrics = http_get(orderer.operations()?, "/metrics")?;
+            if metric_sum(&metrics, "consensus_etcdraft_is_leader") >= 1.0 {
+                return Ok(index);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("no Raft leader after {LEADER_WAIT_MAX:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Sends `share` on one Broadcast stream, as fast as the orderer takes
@@ -391,17 +540,30 @@ fn tx_id_of(raw: Bytes) -> Result<String> {
     Ok(ChannelHeader::decode(header.channel_header)?.tx_id)
 }
 
-/// Writes the orderer's config, listening on a free port.
-fn write_orderer_config(channel: &BenchChannel, durability: &str, dir: &Path) -> Result<PathBuf> {
-    let path = dir.join("orderer.yaml");
+/// Writes the config of orderer `index`, listening on a free port; with
+/// a `cluster_port`, a Raft node serving cluster traffic there.
+fn write_orderer_config(
+    channel: &BenchChannel,
+    durability: &str,
+    dir: &Path,
+    index: usize,
+    cluster_port: Option<u16>,
+) -> Result<PathBuf> {
+    let path = dir.join(format!("orderer{index}.yaml"));
+    let consensus = match cluster_port {
+        None => "consensus:\n  type: solo\n".to_owned(),
+        Some(port) => {
+            format!("consensus:\n  type: channel\ncluster:\n  listenAddress: 127.0.0.1:{port}\n")
+        }
+    };
     let text = format!(
-        "orderer:\n  id: bench-orderer\n  listenAddress: 127.0.0.1:0\n  localMspId: OrdererMSP\n  \
+        "orderer:\n  id: bench-orderer{index}\n  listenAddress: 127.0.0.1:0\n  localMspId: OrdererMSP\n  \
          mspConfigPath: {msp}\n  fileSystemPath: {data}\n\
          channels:\n  - genesisBlock: {genesis}\n\
          ledger:\n  durability: {durability}\n\
-         consensus:\n  type: solo\n",
-        msp = channel.orderer_msp(0).display(),
-        data = dir.join("data").display(),
+         {consensus}",
+        msp = channel.orderer_msp(index).display(),
+        data = dir.join(format!("data{index}")).display(),
         genesis = channel.genesis_path.display(),
     );
     std::fs::write(&path, text)?;
@@ -411,12 +573,15 @@ fn write_orderer_config(channel: &BenchChannel, durability: &str, dir: &Path) ->
 fn print_table(results: &[RunResult], cores: usize) {
     println!();
     println!(
-        "| envelope bytes | clients | durability | tx/s | blocks | answer p50 ms | answer p99 ms | ordered p50 ms | ordered p99 ms | orderer CPU % of {cores} cores | orderer CPU µs/tx |"
+        "| consensus | nodes | sent to | envelope bytes | clients | durability | tx/s | blocks | answer p50 ms | answer p99 ms | ordered p50 ms | ordered p99 ms | orderer CPU % of {cores} cores | orderer CPU µs/tx |"
     );
-    println!("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in results {
         println!(
-            "| {} | {} | {} | {:.0} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {:.1} |",
+            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {:.1} |",
+            r.consensus,
+            r.nodes,
+            r.send_to,
             r.envelope_bytes,
             r.clients,
             r.durability,
