@@ -269,6 +269,7 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         })?
         .ok_or_else(|| raft_error(format!("block {tip} is missing")))?;
     let applied = raft_index_of(&tip_block).max(snapshot_index);
+    store.commit_at_least(applied).map_err(&raft_error)?;
     let config = raft::Config {
         id: members.self_id,
         election_tick: options.election_tick as usize,

@@ -12,6 +12,7 @@
 //! there, which is all a lagging node needs to pull the blocks themselves
 //! from another orderer.
 
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -45,6 +46,17 @@ struct State {
     first_index: u64,
     /// The last index held (the snapshot's if no entry follows it).
     last_index: u64,
+    /// The term of each entry held, from `first_index` on: raft-rs asks
+    /// for terms often, and an entry holds a whole block.
+    terms: VecDeque<u64>,
+}
+
+impl State {
+    /// The term of entry `index`, if held.
+    fn term_of(&self, index: u64) -> Option<u64> {
+        let offset = usize::try_from(index.checked_sub(self.first_index)?).ok()?;
+        self.terms.get(offset).copied()
+    }
 }
 
 struct Inner {
@@ -108,19 +120,28 @@ impl LogStore {
         let snapshot_index = state.snapshot.get_metadata().index;
         state.first_index = snapshot_index + 1;
         state.last_index = snapshot_index;
-        let mut entries = db.iterator(rocksdb::IteratorMode::From(
-            &entry_key(u64::MAX),
-            rocksdb::Direction::Reverse,
+        // The entries after the snapshot, contiguous; their terms.
+        let entries = db.iterator(rocksdb::IteratorMode::From(
+            &entry_key(state.first_index),
+            rocksdb::Direction::Forward,
         ));
-        if let Some(item) = entries.next() {
-            let (key, _) = item.map_err(|e| format!("reading the raft log: {e}"))?;
-            if key.len() == 9 && key[0] == ENTRY_PREFIX {
-                let mut index = [0u8; 8];
-                index.copy_from_slice(&key[1..]);
-                state.last_index = state.last_index.max(u64::from_be_bytes(index));
+        for item in entries {
+            let (key, value) = item.map_err(|e| format!("reading the raft log: {e}"))?;
+            if key.len() != 9 || key[0] != ENTRY_PREFIX {
+                break;
             }
+            let entry: Entry = decode(&value, "entry")?;
+            if entry.index != state.last_index + 1 {
+                return Err(format!(
+                    "the raft log at {} holds entry {} after {}",
+                    path.display(),
+                    entry.index,
+                    state.last_index
+                ));
+            }
+            state.last_index = entry.index;
+            state.terms.push_back(entry.term);
         }
-        drop(entries);
         Ok(Self {
             inner: Arc::new(Inner {
                 db,
@@ -160,7 +181,10 @@ impl LogStore {
                     first.index, state.last_index
                 ));
             }
-            batch.delete_range(entry_key(first.index), entry_key(u64::MAX));
+            // A new leader's entries replace a conflicting tail.
+            if first.index <= state.last_index {
+                batch.delete_range(entry_key(first.index), entry_key(state.last_index + 1));
+            }
             for entry in entries {
                 batch.put(entry_key(entry.index), encode(entry, "entry")?);
             }
@@ -169,20 +193,43 @@ impl LogStore {
             batch.put(HARD_STATE_KEY, encode(hard_state, "hard state")?);
         }
         self.write(batch, sync)?;
+        if let Some(first) = entries.first() {
+            let kept = usize::try_from(first.index - state.first_index).unwrap_or(usize::MAX);
+            state.terms.truncate(kept);
+            state.terms.extend(entries.iter().map(|entry| entry.term));
+        }
         if let Some(last) = entries.last() {
             state.last_index = last.index;
         }
+        debug_assert_eq!(
+            state.terms.len() as u64,
+            state.last_index + 1 - state.first_index
+        );
         if let Some(hard_state) = hard_state {
             state.hard_state = hard_state.clone();
         }
         Ok(())
     }
 
-    /// Records a new commit index (from a `LightReady`), synced: blocks are
-    /// written only up to a commit index on disk.
+    /// Records a new commit index (from a `LightReady`). Not synced: a
+    /// commit index lost in a crash is learnt again from the leader, and
+    /// one behind the blocks written is raised on open
+    /// ([`LogStore::commit_at_least`]).
     pub fn set_commit(&self, commit: u64) -> StoreResult<()> {
         let mut hard_state = self.inner.state.read().hard_state.clone();
         hard_state.commit = commit;
+        self.persist(&[], Some(&hard_state), false)
+    }
+
+    /// Raises the commit index to `applied` (the last entry the block store
+    /// holds a block of, which was committed), synced: raft-rs refuses to
+    /// start with entries applied beyond the commit index.
+    pub fn commit_at_least(&self, applied: u64) -> StoreResult<()> {
+        let mut hard_state = self.inner.state.read().hard_state.clone();
+        if hard_state.commit >= applied {
+            return Ok(());
+        }
+        hard_state.commit = applied;
         self.persist(&[], Some(&hard_state), true)
     }
 
@@ -212,6 +259,7 @@ impl LogStore {
         state.conf_state = conf_state;
         state.first_index = metadata.index + 1;
         state.last_index = metadata.index;
+        state.terms.clear();
         Ok(())
     }
 
@@ -241,6 +289,10 @@ impl LogStore {
         batch.delete_range(entry_key(0), entry_key(applied + 1));
         self.write(batch, true)?;
         state.snapshot = snapshot;
+        let dropped = usize::try_from(applied + 1 - state.first_index)
+            .unwrap_or(usize::MAX)
+            .min(state.terms.len());
+        state.terms.drain(..dropped);
         state.first_index = applied + 1;
         Ok(())
     }
@@ -327,7 +379,11 @@ impl Storage for LogStore {
         if index > last {
             return Err(raft::Error::Store(StorageError::Unavailable));
         }
-        Ok(self.read_entry(index)?.term)
+        match self.inner.state.read().term_of(index) {
+            Some(term) => Ok(term),
+            // Compacted or replaced since the check above.
+            None => Ok(self.read_entry(index)?.term),
+        }
     }
 
     fn first_index(&self) -> raft::Result<u64> {
