@@ -106,18 +106,33 @@ pub(crate) enum Ack {
 }
 
 impl Ack {
+    /// The consenter's answer if it is known now; the `Ack` again if not.
+    pub fn try_outcome(self) -> Result<Result<(), Refusal>, Self> {
+        match self {
+            Self::Now => Ok(Ok(())),
+            Self::Later(mut answer) => match answer.try_recv() {
+                Ok(result) => Ok(result),
+                Err(oneshot::error::TryRecvError::Empty) => Err(Self::Later(answer)),
+                Err(oneshot::error::TryRecvError::Closed) => Ok(Err(stopped())),
+            },
+        }
+    }
+
     /// Waits for the consenter's answer.
     pub async fn outcome(self) -> Result<(), Refusal> {
         match self {
             Self::Now => Ok(()),
-            Self::Later(answer) => answer.await.unwrap_or_else(|_| {
-                Err(Refusal::new(
-                    Status::ServiceUnavailable,
-                    "the consenter stopped before the envelope was ordered",
-                ))
-            }),
+            Self::Later(answer) => answer.await.unwrap_or_else(|_| Err(stopped())),
         }
     }
+}
+
+/// The answer to an envelope whose consenter went away without answering.
+fn stopped() -> Refusal {
+    Refusal::new(
+        Status::ServiceUnavailable,
+        "the consenter stopped before the envelope was ordered",
+    )
 }
 
 /// The sending end of a channel's mailbox.

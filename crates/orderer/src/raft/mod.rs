@@ -588,12 +588,8 @@ impl Core {
             );
             return;
         };
-        let transport = self.transport.clone();
-        let channel_id = self.channel.id.clone();
-        tokio::spawn(async move {
-            let result = transport.forward(&endpoint, &channel_id, input).await;
-            answer(done, result);
-        });
+        self.transport
+            .forward(&endpoint, &self.channel.id, input, done);
     }
 
     /// The leader orders an envelope: checks it again if the config
