@@ -106,6 +106,44 @@ fn weft_bench_orderer_reports_every_envelope_ordered() {
 }
 
 #[test]
+fn weft_bench_orderer_runs_a_raft_cluster() {
+    // Goal: the same experiment against three Raft orderer processes, the
+    // streams spread over all of them (followers forward to the leader);
+    // every envelope is answered SUCCESS and delivered, and the CPU of all
+    // three nodes is counted.
+    let dir = tempfile::tempdir().unwrap();
+    let (summary, results) = bench(
+        dir.path(),
+        &[
+            "orderer",
+            "--consensus",
+            "raft",
+            "--nodes",
+            "3",
+            "--transactions",
+            "600",
+            "--envelope-bytes",
+            "2048",
+            "--clients",
+            "3",
+        ],
+    );
+    assert!(summary.starts_with("ordered 600 tx in "), "{summary}");
+    let run = &results[0];
+    assert_eq!(run["consensus"], "raft");
+    assert_eq!(run["nodes"], 3);
+    assert_eq!(run["send_to"], "all");
+    assert_eq!(run["transactions"], 600);
+    let by_node = run["cpu_seconds_by_node"].as_array().unwrap();
+    assert_eq!(by_node.len(), 3);
+    assert!(
+        by_node.iter().all(|cpu| cpu.as_f64().unwrap() > 0.0),
+        "{run}"
+    );
+    assert!(run["cpu_us_per_envelope"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
 fn an_envelope_size_too_small_for_a_signed_transaction_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_weft"))

@@ -11,6 +11,13 @@
 //! of ordering (send → delivered in a block), and the orderer process's
 //! CPU time per envelope.
 //!
+//! With `--consensus raft --nodes N` the channel is an etcdraft channel of
+//! N consenters, each a `weft orderer start` process on loopback; the
+//! bench waits for a leader (from the nodes' `/metrics`), spreads the
+//! streams over all nodes (`--send-to all`: followers forward to the
+//! leader, SUCCESS once the block is decided) or sends them to the leader,
+//! watches the blocks on the leader and counts the CPU of every node.
+//!
 //! The bench channel cuts a partial block after 100 ms rather than Fabric's
 //! default 2 s, so that the tail of a run is not a two-second wait; full
 //! blocks are cut by count (500) or size (2 MB), as by default.
@@ -437,15 +444,25 @@ fn free_port() -> Result<u16> {
         .port())
 }
 
-/// The index of the Raft leader among `orderers`, as their metrics say.
+/// The index of the Raft leader among `orderers`, once every node knows
+/// it (a follower that knows no leader refuses what it is sent), as their
+/// metrics say.
 fn wait_for_leader(orderers: &[NodeProcess]) -> Result<usize> {
     let deadline = Instant::now() + LEADER_WAIT_MAX;
     loop {
+        let mut leader = None;
+        let mut known = Vec::new();
         for (index, orderer) in orderers.iter().enumerate() {
             let metrics = http_get(orderer.operations()?, "/metrics")?;
             if metric_sum(&metrics, "consensus_etcdraft_is_leader") >= 1.0 {
-                return Ok(index);
+                leader = Some(index);
             }
+            known.push(metric_sum(&metrics, "consensus_etcdraft_leader_id"));
+        }
+        if let Some(leader) = leader
+            && known.iter().all(|id| *id == (leader + 1) as f64)
+        {
+            return Ok(leader);
         }
         if Instant::now() > deadline {
             bail!("no Raft leader after {LEADER_WAIT_MAX:?}");

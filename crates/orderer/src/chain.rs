@@ -41,6 +41,7 @@ use crate::broadcast::Refusal;
 use crate::channel::{Channel, ChannelConfig};
 use crate::cutter::{Batch, BlockCutter, CutReason};
 use crate::error::{Error, Result};
+use crate::raft::{Leader, Route};
 use crate::writer::{BlockContent, BlockWriter};
 use weft_protos::block::config_of_block;
 
@@ -143,6 +144,9 @@ pub(crate) struct ChainHandle {
     /// Whether the consenter answers each envelope (Raft) or holding it is
     /// enough (solo).
     answers: bool,
+    /// Raft: where the leader is; envelopes go to the task only while this
+    /// node leads.
+    route: Option<Arc<Route>>,
 }
 
 impl ChainHandle {
@@ -158,6 +162,27 @@ impl ChainHandle {
     }
 
     async fn submit_as(&self, input: ChainInput, forwarded: bool) -> Result<Ack, Unavailable> {
+        if let (Some(route), false) = (&self.route, forwarded) {
+            match route.leader() {
+                Leader::ThisNode => {}
+                Leader::Unknown => {
+                    let (done, answer) = oneshot::channel();
+                    let _ = done.send(Err(Refusal::new(
+                        Status::ServiceUnavailable,
+                        "no Raft leader: the cluster is electing one; retry",
+                    )));
+                    return Ok(Ack::Later(answer));
+                }
+                Leader::Other(endpoint) => {
+                    let (done, answer) = oneshot::channel();
+                    route
+                        .transport()
+                        .forward(endpoint, &self.channel_id, input, Some(done))
+                        .await;
+                    return Ok(Ack::Later(answer));
+                }
+            }
+        }
         let (done, ack) = if self.answers {
             let (done, answer) = oneshot::channel();
             (Some(done), Ack::Later(answer))
@@ -182,14 +207,20 @@ impl ChainHandle {
 #[derive(Debug)]
 pub(crate) struct Mailbox(pub(crate) mpsc::Receiver<Submission>);
 
-/// A new mailbox for `channel_id`, ordered by `consenter`.
-pub(crate) fn mailbox(channel_id: &str, consenter: Consenter) -> (ChainHandle, Mailbox) {
+/// A new mailbox for `channel_id`, ordered by `consenter`; a Raft
+/// channel's handle forwards by `route` while another node leads.
+pub(crate) fn mailbox(
+    channel_id: &str,
+    consenter: Consenter,
+    route: Option<Arc<Route>>,
+) -> (ChainHandle, Mailbox) {
     let (sender, receiver) = mpsc::channel(MAILBOX_CAPACITY);
     (
         ChainHandle {
             channel_id: channel_id.to_owned(),
             mailbox: sender,
             answers: consenter == Consenter::Raft,
+            route,
         },
         Mailbox(receiver),
     )

@@ -36,7 +36,7 @@ use crate::deliver;
 use crate::error::{Error, Result};
 use crate::metrics::OrdererMetrics;
 use crate::raft::transport::{self, ClusterService, Transport};
-use crate::raft::{LogStore, Members, Options as RaftOptions};
+use crate::raft::{LogStore, Members, Options as RaftOptions, Route};
 use crate::writer::BlockWriter;
 
 /// How long a shutdown waits for open streams to end before cutting them.
@@ -219,7 +219,10 @@ impl Orderer {
                 consenter = ?consenter,
                 "channel opened"
             );
-            let (handle, mailbox) = chain::mailbox(&channel_id, consenter);
+            let route = raft
+                .as_ref()
+                .map(|(members, _, _)| Arc::new(Route::new(members.clone(), transport.clone())));
+            let (handle, mailbox) = chain::mailbox(&channel_id, consenter, route.clone());
             let channel = Arc::new(Channel::new(
                 channel_id.clone(),
                 store.clone(),
@@ -229,10 +232,10 @@ impl Orderer {
             ));
             by_id.insert(channel_id.clone(), channel.clone());
             stores.push((channel_id.clone(), store));
-            let raft = raft.map(|(members, options, log)| {
+            let raft = raft.zip(route).map(|((members, options, log), route)| {
                 let (inbox, inbox_out) = tokio::sync::mpsc::channel(transport::INBOX_MAX);
                 inboxes.insert(channel_id.clone(), inbox);
-                (members, options, log, inbox_out)
+                (members, options, log, inbox_out, route)
             });
             starts.push((channel, mailbox, writer, raft));
         }
@@ -277,7 +280,7 @@ impl Orderer {
             let id = channel.id.clone();
             let task = match raft {
                 None => chain::start_solo(channel, mailbox, writer, signer.clone()),
-                Some((members, options, store, inbox)) => {
+                Some((members, options, store, inbox, route)) => {
                     crate::raft::start(crate::raft::Setup {
                         channel,
                         mailbox,
@@ -288,6 +291,7 @@ impl Orderer {
                         members,
                         options,
                         store,
+                        route,
                     })
                     .await?
                 }

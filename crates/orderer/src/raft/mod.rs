@@ -47,6 +47,7 @@ pub(crate) mod transport;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -198,6 +199,58 @@ fn raft_index_of(block: &weft_protos::common::Block) -> u64 {
         .map_or(0, |metadata| metadata.raft_index)
 }
 
+/// Where a Raft channel's Broadcast sends the envelopes it accepted: to
+/// this node's Raft task while this node leads, straight onto the leader's
+/// `Forward` stream otherwise (not through the task, which spends much of
+/// its time persisting entries and writing blocks), nowhere while no
+/// leader is known. The task keeps the leader up to date; an envelope
+/// routed to a node that just lost the leadership is refused there.
+#[derive(Debug)]
+pub(crate) struct Route {
+    /// The leader's Raft ID; 0 while none is known.
+    leader: AtomicU64,
+    members: Members,
+    transport: Arc<Transport>,
+}
+
+/// Who leads, as a [`Route`] knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Leader<'a> {
+    Unknown,
+    ThisNode,
+    /// Another node, at this cluster endpoint.
+    Other(&'a str),
+}
+
+impl Route {
+    pub fn new(members: Members, transport: Arc<Transport>) -> Self {
+        Self {
+            leader: AtomicU64::new(0),
+            members,
+            transport,
+        }
+    }
+
+    pub fn leader(&self) -> Leader<'_> {
+        let leader = self.leader.load(Ordering::Acquire);
+        if leader == self.members.self_id {
+            return Leader::ThisNode;
+        }
+        match self.members.endpoints.get(&leader) {
+            Some(endpoint) => Leader::Other(endpoint),
+            None => Leader::Unknown,
+        }
+    }
+
+    fn set_leader(&self, leader: u64) {
+        self.leader.store(leader, Ordering::Release);
+    }
+
+    pub fn transport(&self) -> &Transport {
+        &self.transport
+    }
+}
+
 /// Everything a channel's Raft task starts from.
 pub(crate) struct Setup {
     pub channel: Arc<Channel>,
@@ -209,6 +262,7 @@ pub(crate) struct Setup {
     pub members: Members,
     pub options: Options,
     pub store: LogStore,
+    pub route: Arc<Route>,
 }
 
 impl std::fmt::Debug for Setup {
@@ -238,6 +292,7 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         members,
         options,
         store,
+        route,
     } = setup;
     // A snapshot taken before a crash may be ahead of the block store.
     let snapshot = store.snapshot_now();
@@ -318,6 +373,7 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         config_in_flight: None,
         leader_since: None,
         leader_known: 0,
+        route,
     };
     let (halt, halted) = oneshot::channel();
     let task = tokio::spawn(async move {
@@ -461,6 +517,8 @@ struct Core {
     /// The leader as this node last knew it (0: none), for the metric of
     /// leader changes.
     leader_known: u64,
+    /// Tells Broadcast where the leader is.
+    route: Arc<Route>,
 }
 
 fn answer(waiter: Option<oneshot::Sender<Result<(), Refusal>>>, result: Result<(), Refusal>) {
@@ -589,7 +647,7 @@ impl Core {
             return;
         };
         self.transport
-            .forward(&endpoint, &self.channel.id, input, done);
+            .try_forward(&endpoint, &self.channel.id, input, done);
     }
 
     /// The leader orders an envelope: checks it again if the config
@@ -779,6 +837,7 @@ impl Core {
             self.leader_known = leader;
             self.channel.metrics.leader_changed(&self.channel.id);
         }
+        self.route.set_leader(leader);
         let was_leader = self.leader_since.is_some();
         if role == StateRole::Leader && !was_leader {
             self.leader_since = Some(self.node.raft.raft_log.last_index());

@@ -165,46 +165,36 @@ impl Transport {
         }
     }
 
-    /// Queues an envelope for the leader at `endpoint`; `done` gets the
-    /// leader's answer, or SERVICE_UNAVAILABLE if the leader cannot be
-    /// reached or is not keeping up. Never waits.
-    pub fn forward(&self, endpoint: &str, channel: &str, input: ChainInput, done: Done) {
-        let submission = match input {
-            ChainInput::Normal {
-                envelope,
-                size_bytes,
-                config_sequence,
-            } => SubmitRequest {
-                channel: channel.to_owned(),
-                envelope,
-                size_bytes,
-                config_sequence,
-                config_update: Bytes::new(),
-                is_config: false,
-            },
-            ChainInput::Config {
-                envelope,
-                update,
-                config_sequence,
-            } => SubmitRequest {
-                channel: channel.to_owned(),
-                envelope,
-                size_bytes: 0,
-                config_sequence,
-                config_update: update,
-                is_config: true,
-            },
+    /// Queues an envelope for the leader at `endpoint`, waiting while its
+    /// queue is full; `done` gets the leader's answer, or
+    /// SERVICE_UNAVAILABLE if the leader cannot be reached.
+    pub async fn forward(&self, endpoint: &str, channel: &str, input: ChainInput, done: Done) {
+        let forward = Forward {
+            submission: submission(channel, input),
+            done,
         };
-        let refuse = |done: Done, reason: String| {
-            if let Some(done) = done {
-                let _ = done.send(Err(Refusal::new(Status::ServiceUnavailable, reason)));
+        match self.peer(endpoint) {
+            Ok(peer) => {
+                if let Err(mpsc::error::SendError(forward)) = peer.forwards.send(forward).await {
+                    refuse(forward.done, "the node is stopping".to_owned());
+                }
             }
+            Err(reason) => refuse(forward.done, reason),
+        }
+    }
+
+    /// [`Transport::forward`] for a caller that cannot wait (the channel's
+    /// Raft task): a full queue refuses the envelope.
+    pub fn try_forward(&self, endpoint: &str, channel: &str, input: ChainInput, done: Done) {
+        let forward = Forward {
+            submission: submission(channel, input),
+            done,
         };
         let peer = match self.peer(endpoint) {
             Ok(peer) => peer,
-            Err(reason) => return refuse(done, reason),
+            Err(reason) => return refuse(forward.done, reason),
         };
-        if let Err(error) = peer.forwards.try_send(Forward { submission, done }) {
+        if let Err(error) = peer.forwards.try_send(forward) {
             let forward = match error {
                 mpsc::error::TrySendError::Full(forward)
                 | mpsc::error::TrySendError::Closed(forward) => forward,
@@ -250,6 +240,43 @@ impl Transport {
             }
         }
         Ok(blocks)
+    }
+}
+
+/// What the leader is sent for an accepted envelope of `channel`.
+fn submission(channel: &str, input: ChainInput) -> SubmitRequest {
+    match input {
+        ChainInput::Normal {
+            envelope,
+            size_bytes,
+            config_sequence,
+        } => SubmitRequest {
+            channel: channel.to_owned(),
+            envelope,
+            size_bytes,
+            config_sequence,
+            config_update: Bytes::new(),
+            is_config: false,
+        },
+        ChainInput::Config {
+            envelope,
+            update,
+            config_sequence,
+        } => SubmitRequest {
+            channel: channel.to_owned(),
+            envelope,
+            size_bytes: 0,
+            config_sequence,
+            config_update: update,
+            is_config: true,
+        },
+    }
+}
+
+/// Answers SERVICE_UNAVAILABLE for an envelope that cannot be forwarded.
+fn refuse(done: Done, reason: String) {
+    if let Some(done) = done {
+        let _ = done.send(Err(Refusal::new(Status::ServiceUnavailable, reason)));
     }
 }
 
