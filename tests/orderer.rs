@@ -996,9 +996,10 @@ async fn without_a_leader_broadcast_is_unavailable_and_followers_forward_to_the_
     // for peers is not a failure). Once a second node runs, a leader is
     // elected; a transaction sent to the follower is forwarded, answered
     // SUCCESS and written by both nodes in the same block.
-    let network = Network::with_batch_timeout("100ms");
+    let mut network = Network::with_batch_timeout("100ms");
     let dir = tempfile::tempdir().unwrap();
-    let (mut nodes, _) = raft_cluster(&network, dir.path());
+    let (mut nodes, genesis) = raft_cluster(&network, dir.path());
+    network.genesis = genesis;
     nodes[0].spawn();
     let (tx_id, envelope) = network.transaction(CHANNEL, &network.client1, "alone", 0);
     let mut client = None;
@@ -1076,6 +1077,50 @@ async fn without_a_leader_broadcast_is_unavailable_and_followers_forward_to_the_
     assert_eq!(tx_id_of(&data[0]), tx_id);
     // Each orderer signed its own copy.
     assert_ne!(chains[0][1].metadata, chains[1][1].metadata);
+
+    // A config update sent to the follower is ordered alone, and both
+    // nodes cut the next blocks by the new MaxMessageCount.
+    let orderer_admin = network.orderer_org.signer(NodeRole::Admin);
+    let update = config_update_envelope(
+        &batch_size_update(&network.config(), 3),
+        &[&orderer_admin],
+        &orderer_admin,
+    );
+    let answer = broadcast(
+        &mut client,
+        &[(update, Expected::ordered("batch size".to_owned(), false))],
+    )
+    .await;
+    assert_eq!(answer[0].0, Status::Success, "{answer:?}");
+    let transactions: Vec<(Envelope, Expected)> = (0..7)
+        .map(|i| {
+            let (tx_id, envelope) =
+                network.transaction(CHANNEL, &network.client1, &format!("after-{i}"), 0);
+            (envelope, Expected::ordered(tx_id, false))
+        })
+        .collect();
+    let answers = broadcast(&mut client, &transactions).await;
+    assert!(
+        answers.iter().all(|(status, _)| *status == Status::Success),
+        "{answers:?}"
+    );
+    let height = height_of(&nodes[leader], reader).await;
+    let chains = [
+        blocks_of(&nodes[0], reader, height).await,
+        blocks_of(&nodes[1], reader, height).await,
+    ];
+    let headers =
+        |blocks: &[Block]| -> Vec<_> { blocks.iter().map(|block| block.header.clone()).collect() };
+    assert_eq!(headers(&chains[0]), headers(&chains[1]));
+    let config_block = &chains[0][2];
+    assert_eq!(config_block.data.as_ref().unwrap().data.len(), 1);
+    assert!(weft_protos::block::config_of_block(config_block).is_some());
+    let after: Vec<usize> = chains[0][3..]
+        .iter()
+        .map(|block| block.data.as_ref().unwrap().data.len())
+        .collect();
+    assert_eq!(after.iter().sum::<usize>(), 7, "{after:?}");
+    assert!(after.iter().all(|&count| count <= 3), "{after:?}");
 }
 
 #[test]

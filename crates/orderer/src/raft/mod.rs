@@ -25,7 +25,10 @@
 //! the leader included. A follower checks an envelope as Broadcast does,
 //! forwards it to the leader (`transport`) and relays the leader's
 //! answer; with no leader known it answers SERVICE_UNAVAILABLE, as
-//! Fabric does.
+//! Fabric does. Broadcast finds the leader through the channel's
+//! [`Route`], which this task keeps current, and forwards without passing
+//! through this task, which spends much of its time persisting entries
+//! and writing blocks.
 //!
 //! **Determinism.** Nothing is checked when an entry is applied: the
 //! leader checks before proposing. It takes new envelopes only once it

@@ -24,7 +24,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -71,6 +71,10 @@ const FORWARDED_IN_FLIGHT_MAX: usize = 4096;
 const ANSWER_BATCH_MAX: usize = 1024;
 /// How long a follower waits before opening a failed stream again.
 const FORWARD_RETRY: Duration = Duration::from_millis(100);
+/// How long a forwarded envelope may wait for the leader's answer before
+/// the follower gives up on the stream (a leader that hangs rather than
+/// failing would otherwise hold its followers' clients forever).
+const FORWARD_ANSWER_MAX: Duration = Duration::from_secs(30);
 /// Blocks pulled in one `Pull` call at most.
 pub(crate) const PULL_BLOCKS_MAX: u64 = 1000;
 
@@ -291,7 +295,7 @@ async fn forward_envelopes(
     mut client: ClusterClient<GrpcChannel>,
     mut queue: mpsc::Receiver<Forward>,
 ) {
-    let mut waiting: VecDeque<Done> = VecDeque::new();
+    let mut waiting: VecDeque<(Instant, Done)> = VecDeque::new();
     loop {
         // Open a stream once there is something to send.
         let Some(first) = queue.recv().await else {
@@ -319,7 +323,7 @@ async fn forward_envelopes(
             Err(status) => status.message().to_owned(),
         };
         tracing::debug!(leader = %endpoint, %failure, unanswered = waiting.len(), "forward stream ended");
-        for done in waiting.drain(..).flatten() {
+        for done in waiting.drain(..).filter_map(|(_, done)| done) {
             let _ = done.send(Err(Refusal::new(
                 Status::ServiceUnavailable,
                 format!("forwarding to the Raft leader at {endpoint} failed: {failure}; retry"),
@@ -334,13 +338,14 @@ async fn forward_envelopes(
 fn batch_from(
     first: Forward,
     queue: &mut mpsc::Receiver<Forward>,
-    waiting: &mut VecDeque<Done>,
+    waiting: &mut VecDeque<(Instant, Done)>,
 ) -> ForwardRequest {
     let mut submissions = Vec::with_capacity(FORWARD_BATCH_MAX.min(queue.len() + 1));
     let mut next = Some(first);
+    let now = Instant::now();
     while let Some(forward) = next.take() {
         submissions.push(forward.submission);
-        waiting.push_back(forward.done);
+        waiting.push_back((now, forward.done));
         if submissions.len() < FORWARD_BATCH_MAX {
             next = queue.try_recv().ok();
         }
@@ -354,10 +359,19 @@ async fn relay_answers(
     mut answers: Streaming<ForwardResponse>,
     requests: &mpsc::Sender<ForwardRequest>,
     queue: &mut mpsc::Receiver<Forward>,
-    waiting: &mut VecDeque<Done>,
+    waiting: &mut VecDeque<(Instant, Done)>,
     outgoing: &mut Option<ForwardRequest>,
 ) -> String {
     loop {
+        let overdue = waiting
+            .front()
+            .map(|(since, _)| tokio::time::Instant::from_std(*since + FORWARD_ANSWER_MAX));
+        let overdue = async move {
+            match overdue {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         // Never wait to send while answers are due: sending and reading
         // are branches of one select, and a batch is only taken from the
         // queue once the previous one is in the stream.
@@ -366,7 +380,7 @@ async fn relay_answers(
             answer = answers.message() => match answer {
                 Ok(Some(response)) => {
                     for answer in response.answers {
-                        let Some(done) = waiting.pop_front() else {
+                        let Some((_, done)) = waiting.pop_front() else {
                             return "the leader answered more envelopes than it was sent".to_owned();
                         };
                         if let Some(done) = done {
@@ -385,6 +399,9 @@ async fn relay_answers(
                 }
                 Err(_) => return "the stream closed".to_owned(),
             },
+            () = overdue => {
+                return format!("no answer from the leader in {FORWARD_ANSWER_MAX:?}");
+            }
             forward = queue.recv(), if outgoing.is_none() => match forward {
                 Some(forward) => *outgoing = Some(batch_from(forward, queue, waiting)),
                 None => return "the node is stopping".to_owned(),
