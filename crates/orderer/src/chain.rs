@@ -441,3 +441,24 @@ impl Solo {
         Ok(block)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ack_is_known_once_answered_and_refused_once_abandoned() {
+        // Goal: the batched answers of a Forward stream take only answers
+        // already known, and an abandoned promise is a refusal, not a
+        // SUCCESS.
+        assert_eq!(Ack::Now.try_outcome().unwrap(), Ok(()));
+        let (done, answer) = oneshot::channel();
+        let ack = Ack::Later(answer).try_outcome().unwrap_err();
+        done.send(Ok(())).unwrap();
+        assert_eq!(ack.try_outcome().unwrap(), Ok(()));
+        let (done, answer) = oneshot::channel::<Result<(), Refusal>>();
+        drop(done);
+        let refused = Ack::Later(answer).try_outcome().unwrap().unwrap_err();
+        assert_eq!(refused.status, Status::ServiceUnavailable);
+    }
+}

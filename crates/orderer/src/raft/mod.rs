@@ -1107,6 +1107,28 @@ mod tests {
         assert!(Members::new(&etcdraft::ConfigMetadata::default(), "a:1").is_err());
     }
 
+    #[tokio::test]
+    async fn the_route_says_who_leads() {
+        // Goal: Broadcast sends to the task only while this node leads,
+        // to the leader's endpoint while another node leads, and nowhere
+        // while none is known (an ID outside the consenters included).
+        let metadata = etcdraft::ConfigMetadata {
+            consenters: vec![consenter("a", 1), consenter("b", 2), consenter("c", 3)],
+            options: None,
+        };
+        let members = Members::new(&metadata, "b:2").unwrap();
+        let route = Route::new(members, Arc::new(Transport::new(1024)));
+        assert_eq!(route.leader(), Leader::Unknown);
+        route.set_leader(2);
+        assert_eq!(route.leader(), Leader::ThisNode);
+        route.set_leader(3);
+        assert_eq!(route.leader(), Leader::Other("c:3"));
+        route.set_leader(9);
+        assert_eq!(route.leader(), Leader::Unknown);
+        route.set_leader(0);
+        assert_eq!(route.leader(), Leader::Unknown);
+    }
+
     #[test]
     fn options_default_as_fabric_and_are_checked() {
         let defaults = Options::new(None).unwrap();
