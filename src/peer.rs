@@ -26,7 +26,8 @@ use weft_peer_committer::{
     IntakeConfig,
 };
 use weft_peer_endorser::{
-    Endorser, EndorserService, GatewayConfig, GatewayService, JoinedChannel, builtin,
+    Chaincode, Endorser, EndorserService, ExternalChaincode, ExternalConfig, GatewayConfig,
+    GatewayService, JoinedChannel, builtin,
 };
 use weft_policy::SignedData;
 use weft_protos::common::{Block, ChannelHeader, Payload};
@@ -67,6 +68,23 @@ pub fn start(config_path: &Path) -> Result<()> {
     runtime.block_on(run(config, crate::shutdown_signal()))
 }
 
+/// The built-in chaincodes and the external ones the configuration names.
+fn chaincodes(config: &PeerConfig) -> Vec<(String, Arc<dyn Chaincode>)> {
+    let mut chaincodes: Vec<(String, Arc<dyn Chaincode>)> = builtin::builtins()
+        .into_iter()
+        .map(|(name, chaincode)| (name.to_owned(), chaincode))
+        .collect();
+    for external in &config.chaincode.external {
+        let external_config = ExternalConfig {
+            execute_timeout: config.chaincode.execute_timeout.0,
+            ..ExternalConfig::new(&external.name, &external.address)
+        };
+        let chaincode = ExternalChaincode::new(external_config, tokio::runtime::Handle::current());
+        chaincodes.push((external.name.clone(), Arc::new(chaincode)));
+    }
+    chaincodes
+}
+
 /// Runs a peer until `stop` completes, then stops it cleanly: the servers
 /// stop, each channel commits what it received and checkpoints its state.
 pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<()> {
@@ -81,7 +99,7 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         checkpoint_interval: config.ledger.checkpoint_interval.0,
         ..IntakeConfig::new(config.orderers.clone())
     };
-    let endorser = Arc::new(Endorser::new(signer.clone(), builtin::builtins()));
+    let endorser = Arc::new(Endorser::new(signer.clone(), chaincodes(&config)));
     let mut intakes = Vec::new();
     for channel in &config.channels {
         let committer = open_channel(&config, &channel.genesis_block)?;

@@ -355,6 +355,118 @@ async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chaincode_written_with_fabric_shim_serves_proposals_as_a_service() {
+    // Goal: an unmodified Node.js chaincode written with Fabric's
+    // `fabric-shim`, run as chaincode-as-a-service, is dialled by both
+    // organisations' peers; its puts, gets, range queries, deletes and
+    // events go through weft's endorsers into committed blocks. When it
+    // fails or goes away, proposals get error responses and the peers keep
+    // serving; when it comes back, the peers dial it again.
+    let dir = tempfile::tempdir().unwrap();
+    let mut network = Network::create(dir.path());
+    let mut chaincode = ShimChaincode::start(&network.dir);
+    network.external_chaincodes = vec![("notes".to_owned(), chaincode.address)];
+    let orderer = network.start_orderer(
+        "orderer",
+        &network.orderer_msp(),
+        "OrdererMSP",
+        &["ledger.block", "second.block"],
+    );
+    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
+    let org1 = network.start_org_peer("org1", &dir.path().join("org1"), &[orderer.grpc], &[]);
+    let peers = [org1.grpc, org2.grpc];
+
+    let mut height = 0;
+    for args in [
+        &["notes", "put", "n1", "first"][..],
+        &["notes", "put", "n2", "second"],
+        &["notes", "put", "n3", "third"],
+        &["notes", "range", "n1", "n3"],
+        &["notes", "del", "n1"],
+    ] {
+        let proposal = network.proposal(CHANNEL, args);
+        let responses = endorse_all(&peers, &proposal.signed(&network.client).unwrap()).await;
+        for response in &responses {
+            let answer = response.response.as_ref().unwrap();
+            assert_eq!(answer.status, 200, "{args:?}: {response:?}");
+            if args[1] == "put" {
+                // The chaincode answers with its TxID and sets an event.
+                assert_eq!(answer.payload, proposal.tx_id.as_bytes(), "{args:?}");
+                let event = event_of(response).expect("a put sets an event");
+                assert_eq!(
+                    (event.chaincode_id.as_str(), event.event_name.as_str()),
+                    ("notes", "put")
+                );
+                assert_eq!(event.payload, args[2].as_bytes());
+                assert_eq!(event.tx_id, proposal.tx_id);
+            }
+        }
+        let envelope = proposal.transaction(&responses, &network.client).unwrap();
+        assert_eq!(
+            broadcast(orderer.grpc, &[envelope]).await,
+            [Status::Success]
+        );
+        height += 1;
+        let codes = committed_codes(org1.grpc, &network.client, height).await;
+        assert_eq!(codes.last(), Some(&TxValidationCode::Valid), "{args:?}");
+    }
+
+    let evaluate = |args: &[&str]| {
+        let proposal = network.proposal(CHANNEL, args);
+        let signed = proposal.signed(&network.client).unwrap();
+        async move { endorse_all(&peers[..1], &signed).await.remove(0) }
+    };
+    let answer = |response: weft_protos::protos::ProposalResponse| {
+        let answer = response.response.clone().unwrap();
+        (
+            answer.status,
+            String::from_utf8_lossy(&answer.payload).into_owned(),
+            answer.message,
+            response.endorsement.is_some(),
+        )
+    };
+    let (status, payload, _, endorsed) = answer(evaluate(&["notes", "get", "n2"]).await);
+    assert_eq!((status, payload.as_str(), endorsed), (200, "second", true));
+    let (status, payload, _, _) = answer(evaluate(&["notes", "range", "", ""]).await);
+    assert_eq!(status, 200);
+    assert_eq!(
+        payload,
+        r#"[{"key":"n2","value":"second"},{"key":"n3","value":"third"}]"#
+    );
+    // The deleted note, a chaincode error and an unsupported request are
+    // error responses with the chaincode's message, not endorsed.
+    for (args, message) in [
+        (&["notes", "get", "n1"][..], "note n1 not found"),
+        (&["notes", "fail", "on purpose"], "on purpose"),
+        (
+            &["notes", "history", "n2"],
+            "history queries are not supported",
+        ),
+    ] {
+        let (status, _, got, endorsed) = answer(evaluate(args).await);
+        assert_eq!((status, endorsed), (500, false), "{args:?}: {got}");
+        assert!(got.contains(message), "{args:?}: {got}");
+    }
+
+    // The chaincode process ends in the middle of a call: an error
+    // response, and the peer still endorses with its built-ins.
+    let (status, _, message, _) = answer(evaluate(&["notes", "exit"]).await);
+    assert_eq!(status, 500, "{message}");
+    assert!(message.contains("disconnected"), "{message}");
+    chaincode.wait_exit();
+    let (status, _, message, _) = answer(evaluate(&["notes", "get", "n2"]).await);
+    assert_eq!(status, 500);
+    assert!(message.contains("unreachable"), "{message}");
+    let (status, _, _, _) = answer(evaluate(&["kv", "put", "still", "serving"]).await);
+    assert_eq!(status, 200);
+
+    // Back on its address, it is dialled again.
+    let _chaincode = ShimChaincode::start_at(&network.dir, chaincode.address);
+    let (status, payload, message, _) = answer(evaluate(&["notes", "get", "n3"]).await);
+    assert_eq!((status, payload.as_str()), (200, "third"), "{message}");
+}
+
 #[test]
 fn a_bad_peer_config_names_the_file_and_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -365,6 +477,18 @@ fn a_bad_peer_config_names_the_file_and_key() {
             "peer:\n  id: p\n  listenAddress: nowhere\n  localMspId: Org1MSP\n  \
              mspConfigPath: msp\n  fileSystemPath: data\norderers: []\n",
             "peer.listenAddress",
+        ),
+        (
+            "peer:\n  id: p\n  listenAddress: 127.0.0.1:0\n  localMspId: Org1MSP\n  \
+             mspConfigPath: msp\n  fileSystemPath: data\norderers: [\"127.0.0.1:1\"]\n\
+             chaincode:\n  external:\n    - name: kv\n      address: 127.0.0.1:9999\n",
+            "chaincode.external[0].name: kv is a built-in chaincode",
+        ),
+        (
+            "peer:\n  id: p\n  listenAddress: 127.0.0.1:0\n  localMspId: Org1MSP\n  \
+             mspConfigPath: msp\n  fileSystemPath: data\norderers: [\"127.0.0.1:1\"]\n\
+             chaincode:\n  external:\n    - name: notes\n      address: nowhere\n",
+            "chaincode.external[0].address",
         ),
     ] {
         std::fs::write(&config, text).unwrap();
@@ -397,6 +521,9 @@ struct Network {
     client: Signer,
     org1_peer: Signer,
     org2_peer: Signer,
+    /// External chaincodes (name, address) the peers started from now on
+    /// dial.
+    external_chaincodes: Vec<(String, SocketAddr)>,
 }
 
 impl Network {
@@ -458,6 +585,7 @@ impl Network {
             client: signer(&users.join("User1@org1.example.com/msp"), "Org1MSP"),
             org1_peer: signer(&dir.join(peer_msp_path("org1")), "Org1MSP"),
             org2_peer: signer(&dir.join(peer_msp_path("org2")), "Org2MSP"),
+            external_chaincodes: Vec::new(),
         }
     }
 
@@ -518,6 +646,16 @@ impl Network {
         } else {
             format!("  peers:\n{gateway}")
         };
+        let external: String = self
+            .external_chaincodes
+            .iter()
+            .map(|(name, address)| format!("    - name: {name}\n      address: \"{address}\"\n"))
+            .collect();
+        let chaincode = if external.is_empty() {
+            String::new()
+        } else {
+            format!("chaincode:\n  executeTimeout: 20s\n  external:\n{external}")
+        };
         let config = self.dir.join(format!("peer-{org}.yaml"));
         let orderers: Vec<String> = orderers.iter().map(|a| format!("\"{a}\"")).collect();
         let msp_id = if org == "org1" { "Org1MSP" } else { "Org2MSP" };
@@ -529,6 +667,7 @@ impl Network {
                  channels:\n  - genesisBlock: {genesis}\n  - genesisBlock: {second}\n\
                  orderers: [{orderers}]\n\
                  committer:\n  reconnectBackoffMax: 200ms\n\
+                 {chaincode}\
                  gateway:\n{gateway}\
                  operations:\n  listenAddress: 127.0.0.1:0\n",
                 msp = self.peer_msp(org).display(),
@@ -726,6 +865,78 @@ impl Node {
 }
 
 impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The chaincode event in an endorsement, if the chaincode set one.
+fn event_of(
+    response: &weft_protos::protos::ProposalResponse,
+) -> Option<weft_protos::protos::ChaincodeEvent> {
+    let payload =
+        weft_protos::protos::ProposalResponsePayload::decode(response.payload.clone()).unwrap();
+    let action = weft_protos::protos::ChaincodeAction::decode(payload.extension).unwrap();
+    (!action.events.is_empty())
+        .then(|| weft_protos::protos::ChaincodeEvent::decode(action.events).unwrap())
+}
+
+/// `tests/js/chaincode.js`: a chaincode written with Fabric's Node.js
+/// shim, serving as chaincode-as-a-service. Killed when dropped.
+struct ShimChaincode {
+    child: Child,
+    address: SocketAddr,
+}
+
+impl ShimChaincode {
+    fn start(dir: &Path) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        Self::start_at(dir, port)
+    }
+
+    /// Starts the chaincode on `address` and waits until it listens.
+    fn start_at(dir: &Path, address: SocketAddr) -> Self {
+        let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
+        let log = dir.join(format!("chaincode-{}.log", address.port()));
+        let mut child = Command::new("node")
+            .current_dir(&js)
+            .arg("chaincode.js")
+            .arg(address.to_string())
+            .arg("notes_1.0:0123abcd")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("node runs (CI installs it)");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while stdout.read_line(&mut line).unwrap() > 0 && !line.contains("chaincode listening") {
+            line.clear();
+        }
+        // The shim logs to stdout: keep draining it.
+        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the chaincode did not start: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        Self { child, address }
+    }
+
+    /// Waits for the chaincode process to end by itself.
+    fn wait_exit(&mut self) {
+        let started = Instant::now();
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(started.elapsed() < PATIENCE, "the chaincode did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ShimChaincode {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

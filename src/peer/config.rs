@@ -27,6 +27,8 @@ pub struct PeerConfig {
     #[serde(default)]
     pub committer: CommitterSection,
     #[serde(default)]
+    pub chaincode: ChaincodeSection,
+    #[serde(default)]
     pub gateway: GatewaySection,
     #[serde(default)]
     pub operations: OperationsSection,
@@ -124,6 +126,31 @@ impl Default for CommitterSection {
     }
 }
 
+/// Chaincodes beyond the built-ins, and how long an invocation may take.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct ChaincodeSection {
+    pub execute_timeout: GoDuration,
+    pub external: Vec<ExternalChaincodeEntry>,
+}
+
+impl Default for ChaincodeSection {
+    fn default() -> Self {
+        Self {
+            execute_timeout: GoDuration(std::time::Duration::from_secs(30)),
+            external: Vec::new(),
+        }
+    }
+}
+
+/// A chaincode server (chaincode as a service) the peer dials.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ExternalChaincodeEntry {
+    pub name: String,
+    pub address: String,
+}
+
 /// The peers of other organisations the Gateway asks for endorsements.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -172,6 +199,31 @@ impl PeerConfig {
         }
         if config.committer.queue_blocks == 0 {
             bail!("{file}: committer.queueBlocks: must be at least 1");
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (index, external) in config.chaincode.external.iter().enumerate() {
+            let name = &external.name;
+            if name.is_empty() {
+                bail!("{file}: chaincode.external[{index}].name: must not be empty");
+            }
+            let builtins = weft_peer_endorser::builtin::builtins();
+            if builtins.iter().any(|(builtin, _)| builtin == name) {
+                bail!("{file}: chaincode.external[{index}].name: {name} is a built-in chaincode");
+            }
+            if !names.insert(name) {
+                bail!("{file}: chaincode.external[{index}].name: {name} is named twice");
+            }
+            if external.address.parse::<SocketAddr>().is_err()
+                && external.address.rsplit_once(':').is_none()
+            {
+                bail!(
+                    "{file}: chaincode.external[{index}].address: {:?} is not host:port",
+                    external.address
+                );
+            }
+        }
+        if config.chaincode.execute_timeout.0.is_zero() {
+            bail!("{file}: chaincode.executeTimeout: must be more than zero");
         }
         if config.ledger.durability == DurabilityMode::GroupCommit
             && config.ledger.group_commit_blocks == 0

@@ -100,6 +100,16 @@ impl<'a> Stub<'a> {
         }
     }
 
+    /// The proposal being simulated.
+    pub fn proposal(&self) -> &ReceivedProposal {
+        self.proposal
+    }
+
+    /// The chaincode invoked: the namespace its state lives in.
+    pub fn namespace(&self) -> &str {
+        self.namespace
+    }
+
     /// The invocation's arguments, function name first.
     pub fn args(&self) -> &[Bytes] {
         &self.proposal.args
@@ -258,7 +268,7 @@ fn check_key(key: &str) -> Result<(), StateError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use weft_protos::kvrwset::KvrwSet;
@@ -271,7 +281,7 @@ mod tests {
 
     /// A state with `count` keys `k000`.. in namespace `cc`, key n at
     /// version (1, n).
-    fn state(count: u64) -> (tempfile::TempDir, MemoryState) {
+    pub(crate) fn state(count: u64) -> (tempfile::TempDir, MemoryState) {
         let dir = tempfile::tempdir().unwrap();
         let state = MemoryState::open(dir.path(), MemoryOptions::default()).unwrap();
         let mut batch = UpdateBatch::new();
@@ -287,7 +297,7 @@ mod tests {
         (dir, state)
     }
 
-    fn proposal() -> ReceivedProposal {
+    pub(crate) fn proposal() -> ReceivedProposal {
         let client = weft_msp::testing::TestOrg::new("Org1MSP").signer(weft_msp::NodeRole::Client);
         let invocation = Invocation {
             channel_id: "ch",
@@ -300,7 +310,7 @@ mod tests {
         ReceivedProposal::decode(&proposal.signed(&client).unwrap()).unwrap()
     }
 
-    fn kv_of(stub: &Stub<'_>) -> KvrwSet {
+    pub(crate) fn kv_of(stub: &Stub<'_>) -> KvrwSet {
         let (results, _) = stub.results();
         let rwset = TxReadWriteSet::decode(results).unwrap();
         assert_eq!(rwset.ns_rwset.len(), 1);
@@ -418,7 +428,7 @@ mod tests {
         assert!(kv_of_empty(&stub));
     }
 
-    fn kv_of_empty(stub: &Stub<'_>) -> bool {
+    pub(crate) fn kv_of_empty(stub: &Stub<'_>) -> bool {
         let (results, _) = stub.results();
         TxReadWriteSet::decode(results).unwrap().ns_rwset.is_empty()
     }

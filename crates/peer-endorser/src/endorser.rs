@@ -88,15 +88,15 @@ impl std::fmt::Debug for Endorser {
 impl Endorser {
     /// An endorser signing with `signer`, running `chaincodes` (by name)
     /// on every channel.
-    pub fn new(
+    pub fn new<Name: Into<String>>(
         signer: Arc<dyn Sign + Send + Sync>,
-        chaincodes: impl IntoIterator<Item = (&'static str, Arc<dyn Chaincode>)>,
+        chaincodes: impl IntoIterator<Item = (Name, Arc<dyn Chaincode>)>,
     ) -> Self {
         Self {
             channels: RwLock::new(HashMap::new()),
             chaincodes: chaincodes
                 .into_iter()
-                .map(|(name, chaincode)| (name.to_owned(), chaincode))
+                .map(|(name, chaincode)| (name.into(), chaincode))
                 .collect(),
             signer,
             now: weft_msp::now,
