@@ -26,8 +26,8 @@ use weft_peer_committer::{
     IntakeConfig,
 };
 use weft_peer_endorser::{
-    Chaincode, Endorser, EndorserService, ExternalChaincode, ExternalConfig, GatewayConfig,
-    GatewayService, JoinedChannel, builtin,
+    Chaincode, Endorser, EndorserMetrics, EndorserService, ExternalChaincode, ExternalConfig,
+    GatewayConfig, GatewayService, JoinedChannel, builtin,
 };
 use weft_policy::SignedData;
 use weft_protos::common::{Block, ChannelHeader, Payload};
@@ -99,7 +99,9 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         checkpoint_interval: config.ledger.checkpoint_interval.0,
         ..IntakeConfig::new(config.orderers.clone())
     };
-    let endorser = Arc::new(Endorser::new(signer.clone(), chaincodes(&config)));
+    let endorser_metrics = EndorserMetrics::register(&registry).context("registering metrics")?;
+    let endorser =
+        Arc::new(Endorser::new(signer.clone(), chaincodes(&config)).with_metrics(endorser_metrics));
     let mut intakes = Vec::new();
     for channel in &config.channels {
         let committer = open_channel(&config, &channel.genesis_block)?;

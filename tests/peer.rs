@@ -290,6 +290,25 @@ async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
         assert!(answer.message.contains(message), "{answer:?}");
         assert!(response.endorsement.is_none());
     }
+    // The operations endpoint counts them as Fabric's peer does.
+    let metrics = http_get(org1.operations.unwrap(), "/metrics").1;
+    for (name, count) in [
+        ("endorser_proposals_received", 17.0),
+        ("endorser_successful_proposals", 11.0),
+        ("endorser_proposal_validation_failures", 5.0),
+        (
+            "endorser_endorsement_failures{chaincode=\"kv\",channel=\"ledger\"}",
+            1.0,
+        ),
+    ] {
+        assert_eq!(metric(&metrics, name), count, "{name}");
+    }
+    assert!(
+        metric(
+            &metrics,
+            "weft_endorser_phase_seconds_total{phase=\"sign\"}"
+        ) > 0.0
+    );
 
     // The README's workload runs against this network: transfers endorsed
     // by both peers, broadcast to the orderer, committed VALID.

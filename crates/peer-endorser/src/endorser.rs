@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use parking_lot::RwLock;
@@ -28,6 +29,7 @@ use weft_protos::tx::{ReceivedProposal, Sign, SimulationResult, endorse};
 use weft_statedb::VersionedState;
 
 use crate::chaincode::{Chaincode, Stub};
+use crate::metrics::{EndorserMetrics, ProposalTrace};
 
 /// The policy a proposer must satisfy (Fabric's default ACL for
 /// `peer/Propose`).
@@ -74,6 +76,7 @@ pub struct Endorser {
     chaincodes: HashMap<String, Arc<dyn Chaincode>>,
     signer: Arc<dyn Sign + Send + Sync>,
     now: fn() -> UnixTime,
+    metrics: Option<EndorserMetrics>,
 }
 
 impl std::fmt::Debug for Endorser {
@@ -100,7 +103,14 @@ impl Endorser {
                 .collect(),
             signer,
             now: weft_msp::now,
+            metrics: None,
         }
+    }
+
+    /// Reports every answered proposal to `metrics`.
+    pub fn with_metrics(mut self, metrics: EndorserMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Endorses proposals on `channel_id` from now on.
@@ -115,16 +125,28 @@ impl Endorser {
 
     /// Answers one signed proposal, as `protos.Endorser/ProcessProposal`.
     pub fn process_proposal(&self, signed: &SignedProposal) -> ProposalResponse {
-        match self.endorse(signed) {
+        let received = Instant::now();
+        let mut trace = ProposalTrace::default();
+        let response = match self.endorse(signed, &mut trace, received) {
             Ok(response) => response,
             Err(message) => {
                 tracing::info!(%message, "proposal refused");
                 refusal(message)
             }
+        };
+        if let Some(metrics) = &self.metrics {
+            let endorsed = response.endorsement.is_some();
+            metrics.proposal_answered(&trace, endorsed, received.elapsed());
         }
+        response
     }
 
-    fn endorse(&self, signed: &SignedProposal) -> Result<ProposalResponse, String> {
+    fn endorse(
+        &self,
+        signed: &SignedProposal,
+        trace: &mut ProposalTrace,
+        received: Instant,
+    ) -> Result<ProposalResponse, String> {
         let proposal =
             ReceivedProposal::decode(signed).map_err(|e| format!("malformed proposal: {e}"))?;
         let header = &proposal.channel_header;
@@ -135,6 +157,8 @@ impl Endorser {
             ));
         }
         let channel_id = header.channel_id.as_str();
+        trace.channel = channel_id.to_owned();
+        trace.chaincode = proposal.chaincode_id.name.clone();
         let channel = self
             .channels
             .read()
@@ -173,10 +197,14 @@ impl Endorser {
             format!("chaincode definition for {name:?} not found on channel {channel_id}")
         })?;
 
+        let checked = Instant::now();
+        trace.check = checked - received;
         let snapshot = channel.state().snapshot();
         let mut stub = Stub::new(&proposal, name, snapshot.as_ref());
-        let response = std::panic::catch_unwind(AssertUnwindSafe(|| chaincode.invoke(&mut stub)))
-            .map_err(|_| format!("chaincode {name} panicked"))?;
+        let invoked = std::panic::catch_unwind(AssertUnwindSafe(|| chaincode.invoke(&mut stub)));
+        let simulated = Instant::now();
+        trace.simulate = Some(simulated - checked);
+        let response = invoked.map_err(|_| format!("chaincode {name} panicked"))?;
         if response.status >= 400 {
             tracing::debug!(chaincode = name, status = response.status, message = %response.message, "chaincode refused");
             return Ok(ProposalResponse {
@@ -200,8 +228,10 @@ impl Endorser {
                 version: BUILTIN_VERSION.to_owned(),
             },
         };
-        endorse(&proposal.proposal, &simulation, self.signer.as_ref())
-            .map_err(|e| format!("signing the endorsement failed: {e}"))
+        let endorsed = endorse(&proposal.proposal, &simulation, self.signer.as_ref())
+            .map_err(|e| format!("signing the endorsement failed: {e}"));
+        trace.sign = Some(simulated.elapsed());
+        endorsed
     }
 }
 

@@ -22,10 +22,12 @@ pub mod chaincode;
 mod endorser;
 pub mod external;
 pub mod gateway;
+mod metrics;
 mod service;
 
 pub use chaincode::{Chaincode, StateError, Stub};
 pub use endorser::{Endorser, JoinedChannel};
 pub use external::{ExternalChaincode, ExternalConfig};
 pub use gateway::{GatewayConfig, GatewayService};
+pub use metrics::EndorserMetrics;
 pub use service::EndorserService;
