@@ -8,6 +8,7 @@
 //! p99 <c> ms`.
 
 pub mod committer;
+pub mod endorser;
 mod feeder;
 pub mod network;
 pub mod orderer;

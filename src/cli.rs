@@ -45,6 +45,9 @@ enum BenchCommand {
     /// FastFabric's orderer experiment: concurrent clients broadcast
     /// pre-signed envelopes to an orderer process.
     Orderer(crate::bench::orderer::OrdererBenchArgs),
+    /// Proposals per second: concurrent clients send pre-signed proposals
+    /// to a peer process's endorser.
+    Endorser(crate::bench::endorser::EndorserBenchArgs),
     /// The transfer workload against a running network: broadcast to an
     /// orderer, commits watched on a peer.
     Network(crate::bench::network::NetworkBenchArgs),
@@ -142,6 +145,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Orderer(OrdererCommand::Start { config }) => crate::orderer::start(&config),
         Command::Bench(BenchCommand::Committer(args)) => crate::bench::committer::run(&args),
         Command::Bench(BenchCommand::Orderer(args)) => crate::bench::orderer::run(&args),
+        Command::Bench(BenchCommand::Endorser(args)) => crate::bench::endorser::run(&args),
         Command::Bench(BenchCommand::Network(args)) => crate::bench::network::run(&args),
     }
 }

@@ -17,7 +17,7 @@ use anyhow::{Context, Result, anyhow};
 use bytes::Bytes;
 use prost::Message;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 use weft_ledger::{BlockStore, StoreConfig};
 use weft_msp::Signer;
 use weft_msp::UnixTime;
@@ -152,7 +152,7 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
                     .max_encoding_message_size(MESSAGE_BYTES_MAX),
             )
             .serve_with_incoming_shutdown(
-                TcpListenerStream::new(grpc_listener),
+                TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
                 stopped(shutdown_seen.clone()),
             ),
     );

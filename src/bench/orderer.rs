@@ -392,7 +392,11 @@ fn tx_id_of(raw: Bytes) -> Result<String> {
 }
 
 /// Writes the orderer's config, listening on a free port.
-fn write_orderer_config(channel: &BenchChannel, durability: &str, dir: &Path) -> Result<PathBuf> {
+pub(super) fn write_orderer_config(
+    channel: &BenchChannel,
+    durability: &str,
+    dir: &Path,
+) -> Result<PathBuf> {
     let path = dir.join("orderer.yaml");
     let text = format!(
         "orderer:\n  id: bench-orderer\n  listenAddress: 127.0.0.1:0\n  localMspId: OrdererMSP\n  \
