@@ -29,7 +29,6 @@ use weft_peer_endorser::{
     Chaincode, Endorser, EndorserMetrics, EndorserService, ExternalChaincode, ExternalConfig,
     GatewayConfig, GatewayService, JoinedChannel, builtin,
 };
-use weft_policy::SignedData;
 use weft_protos::common::{Block, ChannelHeader, Payload};
 use weft_protos::gateway::gateway_server::GatewayServer;
 use weft_protos::protos::deliver_server::DeliverServer;
@@ -218,8 +217,9 @@ async fn stopped(mut shutdown: watch::Receiver<bool>) {
 struct CommittedChannel(ChannelHandle);
 
 impl JoinedChannel for CommittedChannel {
-    fn check_creator(
+    fn check_signer(
         &self,
+        policy: &str,
         creator: &Bytes,
         data: &Bytes,
         signature: &Bytes,
@@ -232,19 +232,10 @@ impl JoinedChannel for CommittedChannel {
             .map_err(|e| format!("the creator is not a valid member: {e}"))?;
         identity
             .verify(data, signature)
-            .map_err(|e| format!("the creator's signature does not verify: {e}"))
-    }
-
-    fn check_policy(
-        &self,
-        path: &str,
-        signatures: &[SignedData],
-        now: UnixTime,
-    ) -> std::result::Result<(), String> {
-        let context = self.0.context.read().clone();
+            .map_err(|e| format!("the creator's signature does not verify: {e}"))?;
         context
             .policies
-            .evaluate(path, signatures, &context.msps, now)
+            .is_satisfied_by(policy, &[identity])
             .map_err(|e| e.to_string())
     }
 

@@ -21,7 +21,6 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 use weft_ledger::BlockStore;
 use weft_msp::UnixTime;
-use weft_policy::SignedData;
 use weft_protos::common::HeaderType;
 use weft_protos::hash::compute_tx_id;
 use weft_protos::protos::{ChaincodeId, ProposalResponse, Response, SignedProposal};
@@ -40,21 +39,16 @@ const BUILTIN_VERSION: &str = "1.0";
 /// What the endorser needs of a channel the peer has joined. The peer's
 /// committer provides it; the endorser never validates or commits blocks.
 pub trait JoinedChannel: Send + Sync {
-    /// Checks that `creator` is a valid member of the channel whose
-    /// signature over `data` verifies; the error says why not.
-    fn check_creator(
+    /// Checks that `creator` is a valid member of the channel, that its
+    /// signature over `data` verifies and that it satisfies the channel
+    /// policy at `policy` (the signature is verified once); the error says
+    /// why not.
+    fn check_signer(
         &self,
+        policy: &str,
         creator: &Bytes,
         data: &Bytes,
         signature: &Bytes,
-        now: UnixTime,
-    ) -> Result<(), String>;
-
-    /// Evaluates the channel policy at `path` against `signatures`.
-    fn check_policy(
-        &self,
-        path: &str,
-        signatures: &[SignedData],
         now: UnixTime,
     ) -> Result<(), String>;
 
@@ -175,15 +169,13 @@ impl Endorser {
         }
         let now = (self.now)();
         channel
-            .check_creator(creator, &signed.proposal_bytes, &signed.signature, now)
-            .map_err(|reason| format!("access denied: channel {channel_id}: {reason}"))?;
-        let signatures = [SignedData {
-            data: signed.proposal_bytes.clone(),
-            identity: creator.clone(),
-            signature: signed.signature.clone(),
-        }];
-        channel
-            .check_policy(PROPOSER_POLICY, &signatures, now)
+            .check_signer(
+                PROPOSER_POLICY,
+                creator,
+                &signed.proposal_bytes,
+                &signed.signature,
+                now,
+            )
             .map_err(|reason| format!("access denied: channel {channel_id}: {reason}"))?;
         let replayed = channel
             .blocks()

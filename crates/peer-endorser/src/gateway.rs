@@ -34,7 +34,6 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 use weft_ledger::BlockStore;
-use weft_policy::SignedData;
 use weft_protos::common::{BlockMetadataIndex, Envelope};
 use weft_protos::gateway::gateway_server::Gateway;
 use weft_protos::gateway::{
@@ -121,15 +120,7 @@ impl GatewayService {
     ) -> Result<(), Status> {
         let now = weft_msp::now();
         channel
-            .check_creator(identity, request, signature, now)
-            .map_err(|reason| Status::permission_denied(format!("access denied: {reason}")))?;
-        let signed = [SignedData {
-            data: request.clone(),
-            identity: identity.clone(),
-            signature: signature.clone(),
-        }];
-        channel
-            .check_policy(READERS_POLICY, &signed, now)
+            .check_signer(READERS_POLICY, identity, request, signature, now)
             .map_err(|reason| Status::permission_denied(format!("access denied: {reason}")))
     }
 }
