@@ -7,6 +7,11 @@
 //!
 //! Channels are independent: each has its own block store, world state,
 //! intake and committer thread, side by side in one process.
+//!
+//! With `committer.blockSource: peers` the process is an endorser replica:
+//! it takes blocks already validated by peers of its organisation and
+//! applies them without validating again, keeping its state current for
+//! endorsing (FastFabric's endorser/committer separation).
 
 mod config;
 
@@ -22,8 +27,8 @@ use weft_ledger::{BlockStore, StoreConfig};
 use weft_msp::Signer;
 use weft_msp::UnixTime;
 use weft_peer_committer::{
-    ChannelCommitter, ChannelHandle, Channels, CommitterMetrics, DeliverService, Intake,
-    IntakeConfig,
+    BlockSource, ChannelCommitter, ChannelHandle, Channels, CommitterMetrics, DeliverService,
+    Intake, IntakeConfig,
 };
 use weft_peer_endorser::{
     Chaincode, Endorser, EndorserMetrics, EndorserService, ExternalChaincode, ExternalConfig,
@@ -38,7 +43,7 @@ use weft_statedb::memory::{MemoryOptions, MemoryState};
 use weft_statedb::rocks::{RocksOptions, RocksState};
 
 pub use config::PeerConfig;
-use config::StateDatabase;
+use config::{BlockSourceMode, StateDatabase};
 
 use crate::ops::{self, FailedCheck};
 
@@ -97,6 +102,14 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         backoff_max: config.committer.reconnect_backoff_max.0,
         checkpoint_interval: config.ledger.checkpoint_interval.0,
         ..IntakeConfig::new(config.orderers.clone())
+    };
+    let intake_config = match config.committer.block_source {
+        BlockSourceMode::Orderers => intake_config,
+        BlockSourceMode::Peers => IntakeConfig {
+            source: BlockSource::ValidatingPeers,
+            endpoints: config.committer.validating_peers.clone(),
+            ..intake_config
+        },
     };
     let endorser_metrics = EndorserMetrics::register(&registry).context("registering metrics")?;
     let endorser =

@@ -494,6 +494,71 @@ async fn a_chaincode_written_with_fabric_shim_serves_proposals_as_a_service() {
     assert_eq!((status, payload.as_str()), (200, "third"), "{message}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endorser_replica_follows_its_validating_peer_without_validating_again() {
+    // Goal: FastFabric's endorser/committer separation. An endorser-only
+    // peer process of org1 takes its blocks from org1's validating peer,
+    // applies them with the codes that peer gave (it spends no time in
+    // validation), holds the same chain, and endorses from the same state.
+    let dir = tempfile::tempdir().unwrap();
+    let mut network = Network::create(dir.path());
+    let orderer = network.start_orderer(
+        "orderer",
+        &network.orderer_msp(),
+        "OrdererMSP",
+        &["ledger.block", "second.block"],
+    );
+    let committer = network.start_peer(&[orderer.grpc]);
+    network.replica_of = Some(committer.grpc);
+    let replica = network.start_org_peer("org1", &dir.path().join("replica"), &[orderer.grpc], &[]);
+
+    let transactions = network.workload();
+    let statuses = broadcast(orderer.grpc, &transactions).await;
+    assert!(
+        statuses.iter().all(|s| *s == Status::Success),
+        "{statuses:?}"
+    );
+    let last = transactions.len() as u64;
+    assert_eq!(
+        committed_codes(replica.grpc, &network.client, last).await,
+        expected_codes()
+    );
+    let ours = peer_blocks(replica.grpc, &network.client, last).await;
+    let theirs = peer_blocks(committer.grpc, &network.client, last).await;
+    assert_eq!(
+        ours, theirs,
+        "the replica stores its committer's blocks, codes and all"
+    );
+
+    // It endorses reads of the committed state with its own identity.
+    let proposal = network.proposal(CHANNEL, &["kv", "get", "counter"]);
+    let response = endorse_all(&[replica.grpc], &proposal.signed(&network.client).unwrap())
+        .await
+        .remove(0);
+    let answer = response.response.clone().unwrap();
+    assert_eq!(
+        (answer.status, &answer.payload[..]),
+        (200, &b"value"[..]),
+        "{answer:?}"
+    );
+    let endorser = response.endorsement.unwrap().endorser;
+    assert_eq!(endorser, network.org1_peer.serialized_identity().clone());
+
+    // The validating peer spent time validating; the replica none.
+    let validation = "weft_committer_validate_seconds_sum{channel=\"ledger\"}";
+    let committer_metrics = http_get(committer.operations.unwrap(), "/metrics").1;
+    let replica_metrics = http_get(replica.operations.unwrap(), "/metrics").1;
+    assert!(metric(&committer_metrics, validation) > 0.0);
+    assert_eq!(metric(&replica_metrics, validation), 0.0);
+    assert_eq!(
+        metric(
+            &replica_metrics,
+            "ledger_blockchain_height{channel=\"ledger\"}"
+        ),
+        (last + 1) as f64
+    );
+}
+
 #[test]
 fn a_bad_peer_config_names_the_file_and_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -551,6 +616,9 @@ struct Network {
     /// External chaincodes (name, address) the peers started from now on
     /// dial.
     external_chaincodes: Vec<(String, SocketAddr)>,
+    /// The validating peer that peers started from now on replicate, as
+    /// endorser replicas; `None`: they validate blocks from the orderers.
+    replica_of: Option<SocketAddr>,
 }
 
 impl Network {
@@ -613,6 +681,7 @@ impl Network {
             org1_peer: signer(&dir.join(peer_msp_path("org1")), "Org1MSP"),
             org2_peer: signer(&dir.join(peer_msp_path("org2")), "Org2MSP"),
             external_chaincodes: Vec::new(),
+            replica_of: None,
         }
     }
 
@@ -683,7 +752,15 @@ impl Network {
         } else {
             format!("chaincode:\n  executeTimeout: 20s\n  external:\n{external}")
         };
-        let config = self.dir.join(format!("peer-{org}.yaml"));
+        let replica = self.replica_of.map_or_else(String::new, |validating| {
+            format!("  blockSource: peers\n  validatingPeers: [\"{validating}\"]\n")
+        });
+        // Named after the data directory: two peers of one org are apart.
+        let name = format!(
+            "peer-{org}-{}",
+            data.file_name().unwrap_or_default().to_string_lossy()
+        );
+        let config = self.dir.join(format!("{name}.yaml"));
         let orderers: Vec<String> = orderers.iter().map(|a| format!("\"{a}\"")).collect();
         let msp_id = if org == "org1" { "Org1MSP" } else { "Org2MSP" };
         std::fs::write(
@@ -693,7 +770,7 @@ impl Network {
                  localMspId: {msp_id}\n  mspConfigPath: {msp}\n  fileSystemPath: {data}\n\
                  channels:\n  - genesisBlock: {genesis}\n  - genesisBlock: {second}\n\
                  orderers: [{orderers}]\n\
-                 committer:\n  reconnectBackoffMax: 200ms\n\
+                 committer:\n  reconnectBackoffMax: 200ms\n{replica}\
                  {chaincode}\
                  gateway:\n{gateway}\
                  operations:\n  listenAddress: 127.0.0.1:0\n",
@@ -705,7 +782,7 @@ impl Network {
             ),
         )
         .unwrap();
-        let mut node = Node::start("peer", &config, &self.dir.join(format!("peer-{org}.log")));
+        let mut node = Node::start("peer", &config, &self.dir.join(format!("{name}.log")));
         node.data = Some(data.to_owned());
         node
     }

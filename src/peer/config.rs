@@ -105,9 +105,21 @@ impl LedgerSection {
     }
 }
 
+/// Where a peer's blocks come from (`committer.blockSource`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BlockSourceMode {
+    /// Fetch from the orderers and validate: a full peer.
+    Orderers,
+    /// Fetch validated blocks from `validatingPeers`: an endorser replica.
+    Peers,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct CommitterSection {
+    pub block_source: BlockSourceMode,
+    pub validating_peers: Vec<String>,
     pub pipeline_depth: usize,
     /// Threads of the validation pool; 0 = one per core.
     pub validation_threads: usize,
@@ -118,6 +130,8 @@ pub struct CommitterSection {
 impl Default for CommitterSection {
     fn default() -> Self {
         Self {
+            block_source: BlockSourceMode::Orderers,
+            validating_peers: Vec::new(),
             pipeline_depth: 4,
             validation_threads: 0,
             queue_blocks: 64,
@@ -193,6 +207,14 @@ impl PeerConfig {
         let file = path.display();
         if config.orderers.is_empty() {
             bail!("{file}: orderers: name at least one orderer endpoint");
+        }
+        if config.committer.block_source == BlockSourceMode::Peers
+            && config.committer.validating_peers.is_empty()
+        {
+            bail!(
+                "{file}: committer.validatingPeers: blockSource peers needs at least one \
+                 validating peer endpoint"
+            );
         }
         if config.committer.pipeline_depth == 0 {
             bail!("{file}: committer.pipelineDepth: must be at least 1");

@@ -362,12 +362,85 @@ impl ChannelCommitter {
             &mut HashSet::new(),
         );
         validate_block(&decoded, &mut codes, self.state.as_ref())?;
-        let batch = update_batch(&decoded, &codes);
         let mvcc = mvcc_started.elapsed();
-
         set_filter(&mut block, &codes);
+        let written = self.write(&block, &decoded, &codes)?;
+        Ok(CommittedBlock {
+            number,
+            codes,
+            reconfigured: written.reconfigured,
+            timings: StageTimings {
+                validate: validate_time,
+                mvcc,
+                block_store: written.block_store,
+                state: written.state,
+            },
+        })
+    }
+
+    /// Commits a block another peer of this organisation has already
+    /// validated, with its codes in TRANSACTIONS_FILTER, without validating
+    /// it again: an endorser replica's way of keeping its state current
+    /// (FastFabric's endorser/committer separation). The chain is still
+    /// checked (number, previous hash, data hash), so a replica never
+    /// stores a block that does not extend its chain; signatures, policies
+    /// and MVCC are the validating peer's word.
+    pub fn apply_validated(&mut self, block: Block) -> Result<CommittedBlock> {
+        let started = Instant::now();
+        let decoded = decode(block.clone(), self.limits);
+        let number = decoded.header.number;
+        let refuse = |reason: String| Error::BadBlock {
+            channel: self.channel_id.clone(),
+            block: number,
+            reason,
+        };
+        if number != self.ledger.height() {
+            return Err(refuse(format!("expected block {}", self.ledger.height())));
+        }
+        if self.previous_hash().map(|hash| hash.to_vec())
+            != Some(decoded.header.previous_hash.to_vec())
+        {
+            return Err(refuse("previous hash does not match the chain".to_owned()));
+        }
+        let data_hash =
+            weft_protos::hash::data_hash_of(decoded.raw_envelopes.iter().map(|e| e.as_ref()));
+        if data_hash.as_slice() != decoded.header.data_hash.as_ref() {
+            return Err(refuse(
+                "data hash does not match the block's data".to_owned(),
+            ));
+        }
+        let codes = stored_codes(&block)
+            .filter(|codes| codes.len() == decoded.transactions.len())
+            .ok_or_else(|| {
+                refuse("no validation codes (TRANSACTIONS_FILTER) for its transactions".to_owned())
+            })?;
+        let mvcc = started.elapsed();
+        let written = self.write(&block, &decoded, &codes)?;
+        Ok(CommittedBlock {
+            number,
+            codes,
+            reconfigured: written.reconfigured,
+            timings: StageTimings {
+                validate: Duration::ZERO,
+                mvcc,
+                block_store: written.block_store,
+                state: written.state,
+            },
+        })
+    }
+
+    /// Appends a block whose codes are settled, applies its valid writes,
+    /// takes up its configuration, and only then shows it to readers.
+    fn write(
+        &mut self,
+        block: &Block,
+        decoded: &DecodedBlock,
+        codes: &[TxValidationCode],
+    ) -> Result<Written> {
+        let number = decoded.header.number;
+        let batch = update_batch(decoded, codes);
         let append_started = Instant::now();
-        self.ledger.append(&block)?;
+        self.ledger.append(block)?;
         let block_store = append_started.elapsed();
         let apply_started = Instant::now();
         self.state.apply(&batch, last_height(number, codes.len()))?;
@@ -377,7 +450,7 @@ impl ChannelCommitter {
             decoded
                 .transactions
                 .iter()
-                .zip(&codes)
+                .zip(codes)
                 .filter(|(_, code)| **code == TxValidationCode::Valid)
                 .map(|(transaction, _)| transaction),
         );
@@ -393,18 +466,19 @@ impl ChannelCommitter {
         // Only now is the block visible to readers: its transactions' writes
         // are in the state and its configuration is current.
         self.committed.send_replace(number + 1);
-        Ok(CommittedBlock {
-            number,
-            codes,
+        Ok(Written {
             reconfigured,
-            timings: StageTimings {
-                validate: validate_time,
-                mvcc,
-                block_store,
-                state,
-            },
+            block_store,
+            state,
         })
     }
+}
+
+/// What writing a block did.
+struct Written {
+    reconfigured: bool,
+    block_store: Duration,
+    state: Duration,
 }
 
 /// Makes a channel's world state durable, after its block store. Only

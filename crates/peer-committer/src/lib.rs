@@ -39,6 +39,6 @@ pub use channel::{ChannelContext, DefaultEndorsementPolicies, EndorsementPolicie
 pub use commit::{ChannelCommitter, CommittedBlock, StageTimings};
 pub use deliver::{ChannelHandle, Channels, DeliverService};
 pub use error::{Error, Result};
-pub use intake::{Intake, IntakeConfig, IntakeStatus};
+pub use intake::{BlockSource, Intake, IntakeConfig, IntakeStatus};
 pub use metrics::CommitterMetrics;
 pub use weft_protos::protos::TxValidationCode;

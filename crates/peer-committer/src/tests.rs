@@ -527,6 +527,58 @@ mod commit {
     }
 
     #[test]
+    fn a_replica_applies_validated_blocks_as_they_are_and_refuses_what_breaks_its_chain() {
+        // Goal: the endorser replica's path. Blocks a validating peer
+        // committed, codes included, applied without validation give the
+        // same chain and state; a block that does not extend the chain or
+        // carries no codes is refused and nothing is written.
+        let validating = Peer::new();
+        let (state, ledger) = validating.stores();
+        let mut committer =
+            ChannelCommitter::create(block("ch10-block-0.block"), state.clone(), ledger.clone())
+                .unwrap();
+        commit_chain(&mut committer, 1..5);
+
+        let replica_peer = Peer::new();
+        let (replica_state, replica_ledger) = replica_peer.stores();
+        let mut replica = ChannelCommitter::create(
+            ledger.block(0).unwrap().unwrap(),
+            replica_state.clone(),
+            replica_ledger.clone(),
+        )
+        .unwrap();
+        let validated = |number: u64| ledger.block(number).unwrap().unwrap();
+        let mut skipped = validated(2);
+        assert!(replica.apply_validated(skipped.clone()).is_err());
+        let mut no_codes = validated(1);
+        no_codes.metadata.as_mut().unwrap().metadata
+            [BlockMetadataIndex::TransactionsFilter as usize] = Bytes::new();
+        let error = replica.apply_validated(no_codes).unwrap_err();
+        assert!(error.to_string().contains("TRANSACTIONS_FILTER"), "{error}");
+        assert_eq!(replica_ledger.height(), 1);
+
+        for number in 1..5 {
+            let applied = replica.apply_validated(validated(number)).unwrap();
+            assert_eq!(applied.timings.validate, std::time::Duration::ZERO);
+        }
+        for number in 0..5 {
+            assert_eq!(
+                replica_ledger.block(number).unwrap(),
+                ledger.block(number).unwrap()
+            );
+        }
+        for (key, _, _) in written_keys() {
+            assert_eq!(
+                replica_state.get("kv", &key).unwrap(),
+                state.get("kv", &key).unwrap()
+            );
+        }
+        skipped.header.as_mut().unwrap().number = 5;
+        let error = replica.apply_validated(skipped).unwrap_err();
+        assert!(error.to_string().contains("previous hash"), "{error}");
+    }
+
+    #[test]
     fn the_pipeline_commits_the_chain_as_commit_does() {
         // Goal: with several blocks prepared in parallel ahead of the one
         // committing, the outcome equals committing one block at a time.
