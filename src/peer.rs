@@ -34,6 +34,7 @@ use weft_peer_endorser::{
     Chaincode, Endorser, EndorserMetrics, EndorserService, ExternalChaincode, ExternalConfig,
     GatewayConfig, GatewayService, JoinedChannel, builtin,
 };
+use weft_policy::PeerOf;
 use weft_protos::common::{Block, ChannelHeader, Payload};
 use weft_protos::gateway::gateway_server::GatewayServer;
 use weft_protos::protos::deliver_server::DeliverServer;
@@ -250,6 +251,13 @@ impl JoinedChannel for CommittedChannel {
             .policies
             .is_satisfied_by(policy, &[identity])
             .map_err(|e| e.to_string())
+    }
+
+    fn satisfies_endorsement(&self, chaincode: &str, organisations: &[String]) -> bool {
+        let context = self.0.context.read().clone();
+        let peers: Vec<PeerOf> = organisations.iter().cloned().map(PeerOf).collect();
+        let path = context.endorsement.policy_path(chaincode);
+        context.policies.is_satisfied_by(&path, &peers).is_ok()
     }
 
     fn state(&self) -> &dyn VersionedState {

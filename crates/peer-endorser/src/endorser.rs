@@ -52,6 +52,10 @@ pub trait JoinedChannel: Send + Sync {
         now: UnixTime,
     ) -> Result<(), String>;
 
+    /// Whether endorsements by one peer of each of `organisations` (MSP
+    /// IDs) would satisfy the endorsement policy of `chaincode`.
+    fn satisfies_endorsement(&self, chaincode: &str, organisations: &[String]) -> bool;
+
     /// The channel's world state, to simulate on a snapshot of it.
     fn state(&self) -> &dyn VersionedState;
 
