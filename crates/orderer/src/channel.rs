@@ -9,6 +9,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use weft_protos::block::config_of_block;
 
 use parking_lot::RwLock;
 use prost::Message;
@@ -16,7 +17,6 @@ use weft_ledger::{BlockStore, StoreConfig};
 use weft_policy::ChannelAuthority;
 use weft_protos::block::last_config_index;
 use weft_protos::common::{Block, Config};
-use weft_protos::view::{Limits, TxBody, TxEnvelope};
 
 use crate::chain::ChainHandle;
 use crate::config::ChannelOrdererConfig;
@@ -91,19 +91,6 @@ impl Channel {
     /// Makes `config` current (after its block was written).
     pub fn install(&self, config: ChannelConfig) {
         *self.config.write() = Arc::new(config);
-    }
-}
-
-/// The channel ID and configuration a config block carries in its first
-/// envelope.
-pub(crate) fn config_of_block(block: &Block) -> Option<(String, Config)> {
-    let raw = block.data.as_ref()?.data.first()?.clone();
-    let envelope = TxEnvelope::decode(raw, Limits::default()).ok()?;
-    match envelope.body {
-        TxBody::Config(config_envelope) => {
-            Some((envelope.channel_header.channel_id, config_envelope.config?))
-        }
-        _ => None,
     }
 }
 
