@@ -201,17 +201,16 @@ async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
                 "{args:?}: {response:?}"
             );
         }
-        let envelope = proposal.transaction(&responses, &network.client).unwrap();
-        assert_eq!(
-            broadcast(orderer.grpc, &[envelope]).await,
-            [Status::Success]
-        );
         height += 1;
-        // Both peers commit it before the next proposal reads its writes.
-        for peer in peers {
-            let codes = committed_codes(peer, &network.client, height).await;
-            assert_eq!(codes.last(), Some(&TxValidationCode::Valid), "{args:?}");
-        }
+        submit(
+            &network,
+            orderer.grpc,
+            &peers,
+            &proposal,
+            &responses,
+            height,
+        )
+        .await;
     }
 
     for (args, expected) in [
@@ -426,17 +425,16 @@ async fn a_chaincode_written_with_fabric_shim_serves_proposals_as_a_service() {
                 assert_eq!(event.tx_id, proposal.tx_id);
             }
         }
-        let envelope = proposal.transaction(&responses, &network.client).unwrap();
-        assert_eq!(
-            broadcast(orderer.grpc, &[envelope]).await,
-            [Status::Success]
-        );
         height += 1;
-        // Both peers commit it before the next proposal reads its writes.
-        for peer in peers {
-            let codes = committed_codes(peer, &network.client, height).await;
-            assert_eq!(codes.last(), Some(&TxValidationCode::Valid), "{args:?}");
-        }
+        submit(
+            &network,
+            orderer.grpc,
+            &peers,
+            &proposal,
+            &responses,
+            height,
+        )
+        .await;
     }
 
     let evaluate = |args: &[&str]| {
@@ -859,6 +857,30 @@ impl Network {
             .map(|endorser| endorse(&proposal, &simulation, *endorser).unwrap())
             .collect();
         proposal.transaction(&endorsements, &self.client).unwrap()
+    }
+}
+
+/// Assembles `proposal`'s transaction from `responses`, broadcasts it and
+/// waits until every one of `peers` has committed it VALID in block
+/// `height` (so that the next proposal reads its writes on any of them).
+async fn submit(
+    network: &Network,
+    orderer: SocketAddr,
+    peers: &[SocketAddr],
+    proposal: &Proposal,
+    responses: &[weft_protos::protos::ProposalResponse],
+    height: u64,
+) {
+    let envelope = proposal.transaction(responses, &network.client).unwrap();
+    assert_eq!(broadcast(orderer, &[envelope]).await, [Status::Success]);
+    for peer in peers {
+        let codes = committed_codes(*peer, &network.client, height).await;
+        assert_eq!(
+            codes.last(),
+            Some(&TxValidationCode::Valid),
+            "{}",
+            proposal.tx_id
+        );
     }
 }
 

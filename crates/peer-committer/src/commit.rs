@@ -365,17 +365,7 @@ impl ChannelCommitter {
         let mvcc = mvcc_started.elapsed();
         set_filter(&mut block, &codes);
         let written = self.write(&block, &decoded, &codes)?;
-        Ok(CommittedBlock {
-            number,
-            codes,
-            reconfigured: written.reconfigured,
-            timings: StageTimings {
-                validate: validate_time,
-                mvcc,
-                block_store: written.block_store,
-                state: written.state,
-            },
-        })
+        Ok(written.committed(number, codes, validate_time, mvcc))
     }
 
     /// Commits a block another peer of this organisation has already
@@ -416,17 +406,7 @@ impl ChannelCommitter {
             })?;
         let mvcc = started.elapsed();
         let written = self.write(&block, &decoded, &codes)?;
-        Ok(CommittedBlock {
-            number,
-            codes,
-            reconfigured: written.reconfigured,
-            timings: StageTimings {
-                validate: Duration::ZERO,
-                mvcc,
-                block_store: written.block_store,
-                state: written.state,
-            },
-        })
+        Ok(written.committed(number, codes, Duration::ZERO, mvcc))
     }
 
     /// Appends a block whose codes are settled, applies its valid writes,
@@ -479,6 +459,29 @@ struct Written {
     reconfigured: bool,
     block_store: Duration,
     state: Duration,
+}
+
+impl Written {
+    /// The whole account of block `number`, given the earlier stages' times.
+    fn committed(
+        self,
+        number: u64,
+        codes: Vec<TxValidationCode>,
+        validate: Duration,
+        mvcc: Duration,
+    ) -> CommittedBlock {
+        CommittedBlock {
+            number,
+            codes,
+            reconfigured: self.reconfigured,
+            timings: StageTimings {
+                validate,
+                mvcc,
+                block_store: self.block_store,
+                state: self.state,
+            },
+        }
+    }
 }
 
 /// Makes a channel's world state durable, after its block store. Only
