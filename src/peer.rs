@@ -256,8 +256,7 @@ impl JoinedChannel for CommittedChannel {
     fn satisfies_endorsement(&self, chaincode: &str, organisations: &[String]) -> bool {
         let context = self.0.context.read().clone();
         let peers: Vec<PeerOf> = organisations.iter().cloned().map(PeerOf).collect();
-        let path = context.endorsement.policy_path(chaincode);
-        context.policies.is_satisfied_by(&path, &peers).is_ok()
+        context.satisfies(&context.endorsement_rule(chaincode), &peers)
     }
 
     fn state(&self) -> &dyn VersionedState {

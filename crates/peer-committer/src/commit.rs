@@ -25,6 +25,7 @@ use weft_protos::view::{DecodedBlock, Limits, TxBody, TxEnvelope};
 use weft_statedb::{Height, VersionedState};
 
 use crate::checks::check_block;
+use crate::lifecycle::{ChaincodeDefinitions, LIFECYCLE_NAMESPACE};
 use crate::mvcc::{mark_duplicate_tx_ids, update_batch, validate_block};
 use crate::{ChannelContext, Error, Result, TxValidationCode};
 
@@ -177,7 +178,8 @@ impl ChannelCommitter {
             let batch = update_batch(&decoded, &codes);
             state.apply(&batch, last_height(number, codes.len()))?;
         }
-        let context = Arc::new(context);
+        let definitions = ChaincodeDefinitions::load(state.as_ref())?;
+        let context = Arc::new(context.with_definitions(Arc::new(definitions)));
         Ok(Self {
             channel_id: channel_id.to_owned(),
             published: Arc::new(RwLock::new(context.clone())),
@@ -294,9 +296,9 @@ impl ChannelCommitter {
             for result in in_order {
                 let Ok(prepared) = result.recv() else { break };
                 let outcome = self.commit_prepared(prepared, now());
-                if let Ok(committed) = &outcome
-                    && committed.reconfigured
-                {
+                // A config block or a chaincode definition changes the
+                // context blocks are prepared against.
+                if !Arc::ptr_eq(&shared_context.read(), &self.context) {
                     *shared_context.write() = self.context.clone();
                 }
                 if !sink(&outcome) {
@@ -436,11 +438,21 @@ impl ChannelCommitter {
         );
         let reconfigured = new_config.is_some();
         if let Some(config) = new_config {
-            self.context = Arc::new(ChannelContext::from_config(
-                &self.channel_id,
-                number,
-                &config,
-            )?);
+            let context = ChannelContext::from_config(&self.channel_id, number, &config)?;
+            self.context = Arc::new(context.with_definitions(self.context.definitions.clone()));
+        }
+        let redefined = decoded
+            .transactions
+            .iter()
+            .zip(codes)
+            .any(|(transaction, code)| {
+                *code == TxValidationCode::Valid && writes_definitions(transaction)
+            });
+        if redefined {
+            let definitions = ChaincodeDefinitions::load(self.state.as_ref())?;
+            self.context = Arc::new(self.context.with_definitions(Arc::new(definitions)));
+        }
+        if reconfigured || redefined {
             *self.published.write() = self.context.clone();
         }
         // Only now is the block visible to readers: its transactions' writes
@@ -651,6 +663,26 @@ fn stored_codes(block: &Block) -> Option<Vec<TxValidationCode>> {
         .iter()
         .map(|&code| TxValidationCode::try_from(i32::from(code)).ok())
         .collect()
+}
+
+/// Whether a transaction writes to `_lifecycle`'s public state: commits
+/// (or changes) a chaincode definition.
+fn writes_definitions(
+    transaction: &std::result::Result<TxEnvelope, weft_protos::DecodeError>,
+) -> bool {
+    let Ok(TxEnvelope {
+        body: TxBody::Endorser(endorser),
+        ..
+    }) = transaction
+    else {
+        return false;
+    };
+    endorser.actions.iter().any(|action| {
+        action
+            .namespaces
+            .iter()
+            .any(|ns| ns.namespace == LIFECYCLE_NAMESPACE && !ns.kv.writes.is_empty())
+    })
 }
 
 fn config_of(block: &DecodedBlock) -> Option<Config> {

@@ -452,6 +452,30 @@ mod commit {
             assert_eq!(value.value.len(), 8, "{key}");
         }
         assert!(!state.range("_lifecycle", "", "", 100).unwrap().is_empty());
+        // Block 2 committed kv's definition: its policy is the channel's
+        // Endorsement policy, by reference, as Fabric's peer defaulted it.
+        let context = committer.context();
+        assert_eq!(context.definitions.names().collect::<Vec<_>>(), ["kv"]);
+        assert!(matches!(
+            context.endorsement_rule("kv"),
+            crate::EndorsementRule::Channel(path) if path == "/Channel/Application/Endorsement"
+        ));
+        // Org1's approval (block 1) needed Org1's own Endorsement policy.
+        assert!(matches!(
+            context.collection_rule("_lifecycle", "_implicit_org_Org1MSP"),
+            crate::EndorsementRule::Channel(path) if path == "/Channel/Application/Org1MSP/Endorsement"
+        ));
+        assert!(matches!(
+            context.collection_rule("_lifecycle", "_implicit_org_Nobody"),
+            crate::EndorsementRule::Unreadable(_)
+        ));
+        // Reopened, the peer reads the definition back from its state.
+        drop(committer);
+        let reopened = ChannelCommitter::open("ch10", state, ledger).unwrap();
+        assert_eq!(
+            reopened.context().definitions.names().collect::<Vec<_>>(),
+            ["kv"]
+        );
     }
 
     #[test]
