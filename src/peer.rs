@@ -31,8 +31,8 @@ use weft_peer_committer::{
     Intake, IntakeConfig,
 };
 use weft_peer_endorser::{
-    Chaincode, Endorser, EndorserMetrics, EndorserService, ExternalChaincode, ExternalConfig,
-    GatewayConfig, GatewayService, JoinedChannel, builtin,
+    Chaincode, ChannelView, Endorser, EndorserMetrics, EndorserService, ExternalChaincode,
+    ExternalConfig, GatewayConfig, GatewayService, JoinedChannel, Lifecycle, builtin,
 };
 use weft_policy::PeerOf;
 use weft_protos::common::{Block, ChannelHeader, Payload};
@@ -79,6 +79,10 @@ fn chaincodes(config: &PeerConfig) -> Vec<(String, Arc<dyn Chaincode>)> {
         .into_iter()
         .map(|(name, chaincode)| (name.to_owned(), chaincode))
         .collect();
+    chaincodes.push((
+        weft_peer_endorser::lifecycle::LIFECYCLE.to_owned(),
+        Arc::new(Lifecycle::new(&config.peer.local_msp_id)),
+    ));
     for external in &config.chaincode.external {
         let external_config = ExternalConfig {
             execute_timeout: config.chaincode.execute_timeout.0,
@@ -229,6 +233,26 @@ async fn stopped(mut shutdown: watch::Receiver<bool>) {
 /// A channel as the endorser sees it: the committer's block store, world
 /// state and current configuration.
 struct CommittedChannel(ChannelHandle);
+
+impl ChannelView for CommittedChannel {
+    fn organisations(&self) -> Vec<String> {
+        self.0
+            .context
+            .read()
+            .application_orgs()
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    fn is_admin(&self, creator: &Bytes, msp_id: &str) -> bool {
+        let context = self.0.context.read().clone();
+        context
+            .msps
+            .deserialize(creator, weft_msp::now())
+            .is_ok_and(|identity| identity.msp_id() == msp_id && identity.is_admin())
+    }
+}
 
 impl JoinedChannel for CommittedChannel {
     fn check_signer(

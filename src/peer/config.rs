@@ -228,6 +228,11 @@ impl PeerConfig {
             if name.is_empty() {
                 bail!("{file}: chaincode.external[{index}].name: must not be empty");
             }
+            if name.starts_with('_') {
+                bail!(
+                    "{file}: chaincode.external[{index}].name: {name}: names starting with _ are system chaincodes"
+                );
+            }
             let builtins = weft_peer_endorser::builtin::builtins();
             if builtins.iter().any(|(builtin, _)| builtin == name) {
                 bail!("{file}: chaincode.external[{index}].name: {name} is a built-in chaincode");

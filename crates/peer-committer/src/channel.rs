@@ -68,6 +68,11 @@ impl ChannelContext {
         }
     }
 
+    /// The application organisations: MSP ID → config group name.
+    pub fn application_orgs(&self) -> &BTreeMap<String, String> {
+        &self.application_orgs
+    }
+
     /// The rule for writes to the public state of `namespace`.
     pub fn endorsement_rule(&self, namespace: &str) -> EndorsementRule {
         self.definitions.rule(namespace)

@@ -27,7 +27,7 @@ use weft_protos::protos::{ChaincodeId, ProposalResponse, Response, SignedProposa
 use weft_protos::tx::{ReceivedProposal, Sign, SimulationResult, endorse};
 use weft_statedb::VersionedState;
 
-use crate::chaincode::{Chaincode, Stub};
+use crate::chaincode::{Chaincode, ChannelView, Stub};
 use crate::metrics::{EndorserMetrics, ProposalTrace};
 
 /// The policy a proposer must satisfy (Fabric's default ACL for
@@ -35,10 +35,12 @@ use crate::metrics::{EndorserMetrics, ProposalTrace};
 const PROPOSER_POLICY: &str = "/Channel/Application/Writers";
 /// The chaincode version weft reports for built-ins.
 const BUILTIN_VERSION: &str = "1.0";
+/// The version Fabric reports for system chaincodes (`_lifecycle`).
+const SYSTEM_VERSION: &str = "syscc";
 
 /// What the endorser needs of a channel the peer has joined. The peer's
 /// committer provides it; the endorser never validates or commits blocks.
-pub trait JoinedChannel: Send + Sync {
+pub trait JoinedChannel: ChannelView + Send + Sync {
     /// Checks that `creator` is a valid member of the channel, that its
     /// signature over `data` verifies and that it satisfies the channel
     /// policy at `policy` (the signature is verified once); the error says
@@ -196,7 +198,7 @@ impl Endorser {
         let checked = Instant::now();
         trace.check = checked - received;
         let snapshot = channel.state().snapshot();
-        let mut stub = Stub::new(&proposal, name, snapshot.as_ref());
+        let mut stub = Stub::new(&proposal, name, snapshot.as_ref()).with_channel(channel.as_ref());
         let invoked = std::panic::catch_unwind(AssertUnwindSafe(|| chaincode.invoke(&mut stub)));
         let simulated = Instant::now();
         trace.simulate = Some(simulated - checked);
@@ -221,7 +223,12 @@ impl Endorser {
             chaincode_id: ChaincodeId {
                 path: String::new(),
                 name: name.to_owned(),
-                version: BUILTIN_VERSION.to_owned(),
+                version: if name.starts_with('_') {
+                    SYSTEM_VERSION
+                } else {
+                    BUILTIN_VERSION
+                }
+                .to_owned(),
             },
         };
         let endorsed = endorse(&proposal.proposal, &simulation, self.signer.as_ref())

@@ -22,12 +22,14 @@ pub mod chaincode;
 mod endorser;
 pub mod external;
 pub mod gateway;
+pub mod lifecycle;
 mod metrics;
 mod service;
 
-pub use chaincode::{Chaincode, StateError, Stub};
+pub use chaincode::{Chaincode, ChannelView, StateError, Stub};
 pub use endorser::{Endorser, JoinedChannel};
 pub use external::{ExternalChaincode, ExternalConfig};
 pub use gateway::{GatewayConfig, GatewayService};
+pub use lifecycle::Lifecycle;
 pub use metrics::EndorserMetrics;
 pub use service::EndorserService;

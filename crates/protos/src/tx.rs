@@ -22,7 +22,9 @@ use prost::Message;
 
 use crate::common::{ChannelHeader, Envelope, Header, HeaderType, Payload, SignatureHeader};
 use crate::hash::{compute_tx_id, sha256};
-use crate::kvrwset::{KvRead, KvWrite, KvrwSet, RangeQueryInfo, Version};
+use crate::kvrwset::{
+    HashedRwSet, KvRead, KvReadHash, KvWrite, KvWriteHash, KvrwSet, RangeQueryInfo, Version,
+};
 use crate::orderer::{SeekInfo, SeekPosition, SeekSpecified, seek_info, seek_position};
 use crate::protos::{
     ChaincodeAction, ChaincodeActionPayload, ChaincodeEndorsedAction, ChaincodeHeaderExtension,
@@ -30,7 +32,9 @@ use crate::protos::{
     Endorsement, ProposalResponse, ProposalResponsePayload, Response, SignedProposal, Transaction,
     TransactionAction,
 };
-use crate::rwset::{NsReadWriteSet, TxReadWriteSet, tx_read_write_set};
+use crate::rwset::{
+    CollectionHashedReadWriteSet, NsReadWriteSet, TxReadWriteSet, tx_read_write_set,
+};
 use crate::{DecodeError, Layer};
 
 /// Something that signs with an identity: a client, an endorser.
@@ -395,6 +399,16 @@ struct NamespaceSets {
     reads: BTreeMap<String, Option<Version>>,
     range_queries: Vec<RangeQueryInfo>,
     writes: BTreeMap<String, Option<Bytes>>,
+    /// Private data collections, by name.
+    collections: BTreeMap<String, CollectionSets>,
+}
+
+/// A collection's reads and writes in plaintext: the transaction carries
+/// only their hashes, in plaintext key order as Fabric sorts them.
+#[derive(Debug, Clone, Default)]
+struct CollectionSets {
+    reads: BTreeMap<String, Option<Version>>,
+    writes: BTreeMap<String, Option<Bytes>>,
 }
 
 impl ReadWriteSetBuilder {
@@ -435,6 +449,38 @@ impl ReadWriteSetBuilder {
         self
     }
 
+    /// Records a read of private `key` of `collection`, whose hash was
+    /// found at version `(block, tx)` (`None`: absent).
+    pub fn read_private_hash(
+        &mut self,
+        namespace: &str,
+        collection: &str,
+        key: &str,
+        version: Option<(u64, u64)>,
+    ) -> &mut Self {
+        self.collection(namespace, collection).reads.insert(
+            key.to_owned(),
+            version.map(|(block_num, tx_num)| Version { block_num, tx_num }),
+        );
+        self
+    }
+
+    /// Records a write of private `value` to `key` of `collection`: the
+    /// transaction carries the hashes of both, and the hash of the
+    /// collection's private write set.
+    pub fn write_private(
+        &mut self,
+        namespace: &str,
+        collection: &str,
+        key: &str,
+        value: Bytes,
+    ) -> &mut Self {
+        self.collection(namespace, collection)
+            .writes
+            .insert(key.to_owned(), Some(value));
+        self
+    }
+
     /// The serialized `rwset.TxReadWriteSet`.
     pub fn encode(&self) -> Bytes {
         let ns_rwset = self
@@ -465,7 +511,11 @@ impl ReadWriteSetBuilder {
                 NsReadWriteSet {
                     namespace: namespace.clone(),
                     rwset: kv.encode_to_vec().into(),
-                    collection_hashed_rwset: Vec::new(),
+                    collection_hashed_rwset: sets
+                        .collections
+                        .iter()
+                        .map(|(name, collection)| collection.hashed(name))
+                        .collect(),
                 }
             })
             .collect();
@@ -479,5 +529,63 @@ impl ReadWriteSetBuilder {
 
     fn namespace(&mut self, namespace: &str) -> &mut NamespaceSets {
         self.namespaces.entry(namespace.to_owned()).or_default()
+    }
+
+    fn collection(&mut self, namespace: &str, collection: &str) -> &mut CollectionSets {
+        self.namespace(namespace)
+            .collections
+            .entry(collection.to_owned())
+            .or_default()
+    }
+}
+
+impl CollectionSets {
+    /// The collection as a transaction carries it: hashed reads and writes,
+    /// and (when it writes) the SHA-256 of its private write set, a
+    /// `KVRWSet` of the writes alone.
+    fn hashed(&self, name: &str) -> CollectionHashedReadWriteSet {
+        let hash = |bytes: &[u8]| Bytes::copy_from_slice(&sha256(bytes));
+        let hashed = HashedRwSet {
+            hashed_reads: self
+                .reads
+                .iter()
+                .map(|(key, version)| KvReadHash {
+                    key_hash: hash(key.as_bytes()),
+                    version: *version,
+                })
+                .collect(),
+            hashed_writes: self
+                .writes
+                .iter()
+                .map(|(key, value)| KvWriteHash {
+                    key_hash: hash(key.as_bytes()),
+                    is_delete: value.is_none(),
+                    value_hash: value.as_ref().map(|v| hash(v)).unwrap_or_default(),
+                    is_purge: false,
+                })
+                .collect(),
+            metadata_writes: Vec::new(),
+        };
+        let private = KvrwSet {
+            writes: self
+                .writes
+                .iter()
+                .map(|(key, value)| KvWrite {
+                    key: key.clone(),
+                    is_delete: value.is_none(),
+                    value: value.clone().unwrap_or_default(),
+                })
+                .collect(),
+            ..KvrwSet::default()
+        };
+        CollectionHashedReadWriteSet {
+            collection_name: name.to_owned(),
+            hashed_rwset: hashed.encode_to_vec().into(),
+            pvt_rwset_hash: if self.writes.is_empty() {
+                Bytes::new()
+            } else {
+                hash(&private.encode_to_vec())
+            },
+        }
     }
 }
