@@ -32,9 +32,20 @@ enum Command {
     /// Run an orderer.
     #[command(subcommand)]
     Orderer(OrdererCommand),
+    /// Manage chaincode definitions on a channel.
+    #[command(subcommand)]
+    Chaincode(ChaincodeCommand),
     /// Measure weft: nodes as separate processes over real gRPC.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ChaincodeCommand {
+    /// Approve a chaincode definition for each organisation and commit it
+    /// on the channel (Fabric's approveformyorg + commit).
+    #[command(disable_version_flag = true)]
+    Deploy(crate::chaincode::DeployArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -143,6 +154,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Block(BlockCommand::Inspect { file }) => block::inspect(&file),
         Command::Peer(PeerCommand::Start { config }) => crate::peer::start(&config),
         Command::Orderer(OrdererCommand::Start { config }) => crate::orderer::start(&config),
+        Command::Chaincode(ChaincodeCommand::Deploy(args)) => crate::chaincode::deploy(&args),
         Command::Bench(BenchCommand::Committer(args)) => crate::bench::committer::run(&args),
         Command::Bench(BenchCommand::Orderer(args)) => crate::bench::orderer::run(&args),
         Command::Bench(BenchCommand::Endorser(args)) => crate::bench::endorser::run(&args),

@@ -557,6 +557,99 @@ async fn an_endorser_replica_follows_its_validating_peer_without_validating_agai
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weft_chaincode_deploy_agrees_a_definition_whose_policy_every_peer_enforces() {
+    // Goal: Fabric's lifecycle end to end. Each organisation's admin
+    // approves a definition of `kv` with its own endorsement policy, the
+    // definition is committed, and from then on both peers validate `kv`
+    // with that policy instead of the channel's default (a majority of
+    // the two organisations).
+    let dir = tempfile::tempdir().unwrap();
+    let network = Network::create(dir.path());
+    let orderer = network.start_orderer(
+        "orderer",
+        &network.orderer_msp(),
+        "OrdererMSP",
+        &["ledger.block", "second.block"],
+    );
+    let org1 = network.start_org_peer("org1", &dir.path().join("org1"), &[orderer.grpc], &[]);
+    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
+    let only_org1: &[&Signer] = &[&network.org1_peer];
+
+    let before = network.put("before", None, only_org1);
+    assert_eq!(broadcast(orderer.grpc, &[before]).await, [Status::Success]);
+    assert_eq!(
+        committed_codes(org2.grpc, &network.client, 1).await,
+        [TxValidationCode::EndorsementPolicyFailure]
+    );
+
+    let deploy = |sequence: &str| {
+        Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["chaincode", "deploy", "--channel", CHANNEL, "--name", "kv"])
+            .args(["--sequence", sequence, "--policy", "OR('Org1MSP.peer')"])
+            .arg("--peers")
+            .arg(format!("org1={},org2={}", org1.grpc, org2.grpc))
+            .args(["--orderer", &orderer.grpc.to_string()])
+            .arg("--crypto")
+            .arg(network.dir.join("crypto"))
+            .output()
+            .unwrap()
+    };
+    let output = deploy("1");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("org1 approved in block 2"), "{stdout}");
+    assert!(stdout.contains("org2 approved in block 3"), "{stdout}");
+    assert!(
+        stdout
+            .contains("chaincode kv version 1.0 sequence 1 committed on channel ledger in block 4"),
+        "{stdout}"
+    );
+
+    // Org1's endorsement alone now suffices, on both peers.
+    let after = network.put("after", None, only_org1);
+    assert_eq!(broadcast(orderer.grpc, &[after]).await, [Status::Success]);
+    for peer in [org1.grpc, org2.grpc] {
+        let codes = committed_codes(peer, &network.client, 5).await;
+        assert_eq!(codes[1..], [TxValidationCode::Valid; 4], "{codes:?}");
+    }
+    // The definition is there to query; the same sequence again is refused.
+    let query = weft_protos::lifecycle::QueryChaincodeDefinitionArgs {
+        name: "kv".to_owned(),
+    };
+    let proposal = network.proposal_with(
+        CHANNEL,
+        "_lifecycle",
+        vec![
+            Bytes::from_static(b"QueryChaincodeDefinition"),
+            query.encode_to_vec().into(),
+        ],
+    );
+    let response = endorse_all(&[org2.grpc], &proposal.signed(&network.client).unwrap())
+        .await
+        .remove(0)
+        .response
+        .unwrap();
+    assert_eq!(response.status, 200, "{}", response.message);
+    let definition =
+        weft_protos::lifecycle::QueryChaincodeDefinitionResult::decode(response.payload).unwrap();
+    assert_eq!(
+        (definition.sequence, definition.version.as_str()),
+        (1, "1.0")
+    );
+    let output = deploy("1");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("new definition must be sequence 2"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_bad_peer_config_names_the_file_and_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -787,13 +880,19 @@ impl Network {
 
     /// A proposal by the client to invoke `args[0]` with the rest of `args`.
     fn proposal(&self, channel: &str, args: &[&str]) -> Proposal {
+        let arguments = args[1..]
+            .iter()
+            .map(|arg| Bytes::from(arg.to_string()))
+            .collect();
+        self.proposal_with(channel, args[0], arguments)
+    }
+
+    /// A proposal by the client to invoke `chaincode` with `args`.
+    fn proposal_with(&self, channel: &str, chaincode: &str, args: Vec<Bytes>) -> Proposal {
         let invocation = Invocation {
             channel_id: channel,
-            chaincode: args[0],
-            args: args[1..]
-                .iter()
-                .map(|arg| Bytes::from(arg.to_string()))
-                .collect(),
+            chaincode,
+            args,
             nonce: self.client.new_nonce().unwrap(),
             timestamp_seconds: weft_msp::now(),
         };

@@ -41,6 +41,7 @@ use super::{
     BenchChannel, NodeProcess, TRANSFER_CHAINCODE, Transfer, WorkDir, http_get, metric_sum,
     quantile, set_endorsement, summary_line, write_json,
 };
+use crate::client::connect;
 
 const CHANNEL: &str = "bench";
 /// The name the peer knows the `--external` chaincode by.
@@ -394,13 +395,6 @@ async fn phase_seconds(operations: SocketAddr) -> Result<[f64; 3]> {
             &format!("weft_endorser_phase_seconds_total{{phase=\"{phase}\"}}"),
         )
     }))
-}
-
-async fn connect(address: SocketAddr) -> Result<tonic::transport::Channel> {
-    tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {address}"))
 }
 
 /// Writes the peer's config, listening on free ports; it dials `external`
