@@ -250,3 +250,126 @@ fn refusal(message: String) -> ProposalResponse {
         ..ProposalResponse::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use weft_ledger::StoreConfig;
+    use weft_msp::testing::TestOrg;
+    use weft_msp::{MspManager, NodeRole};
+    use weft_protos::tx::{Invocation, Proposal};
+    use weft_statedb::memory::{MemoryOptions, MemoryState};
+
+    use super::*;
+    use crate::builtin::builtins;
+    use crate::chaincode::success;
+
+    /// A channel of one organisation on a real block store and state, with
+    /// every member allowed to propose.
+    struct OneOrg {
+        msps: MspManager,
+        state: MemoryState,
+        blocks: Arc<BlockStore>,
+        committed: tokio::sync::watch::Sender<u64>,
+    }
+
+    impl ChannelView for OneOrg {
+        fn organisations(&self) -> Vec<String> {
+            self.msps.msp_ids().into_iter().map(str::to_owned).collect()
+        }
+
+        fn is_admin(&self, _creator: &Bytes, _msp_id: &str) -> bool {
+            false
+        }
+    }
+
+    impl JoinedChannel for OneOrg {
+        fn check_signer(
+            &self,
+            _policy: &str,
+            creator: &Bytes,
+            data: &Bytes,
+            signature: &Bytes,
+            now: UnixTime,
+        ) -> Result<(), String> {
+            let identity = self
+                .msps
+                .deserialize(creator, now)
+                .map_err(|e| e.to_string())?;
+            identity.verify(data, signature).map_err(|e| e.to_string())
+        }
+
+        fn satisfies_endorsement(&self, _chaincode: &str, _organisations: &[String]) -> bool {
+            true
+        }
+
+        fn state(&self) -> &dyn VersionedState {
+            &self.state
+        }
+
+        fn blocks(&self) -> &Arc<BlockStore> {
+            &self.blocks
+        }
+
+        fn committed_height(&self) -> tokio::sync::watch::Receiver<u64> {
+            self.committed.subscribe()
+        }
+    }
+
+    struct Panics;
+
+    impl Chaincode for Panics {
+        fn invoke(&self, stub: &mut Stub<'_>) -> Response {
+            if stub.function() == "panic" {
+                panic!("a bug in the chaincode");
+            }
+            success("fine")
+        }
+    }
+
+    #[test]
+    fn a_panicking_chaincode_is_an_error_response_and_the_endorser_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let org = TestOrg::new("Org1MSP");
+        let client = org.signer(NodeRole::Client);
+        let channel = OneOrg {
+            msps: MspManager::new([org.msp()]),
+            state: MemoryState::open(&dir.path().join("state"), MemoryOptions::default()).unwrap(),
+            blocks: Arc::new(
+                BlockStore::open(&StoreConfig::new(dir.path().join("blocks"))).unwrap(),
+            ),
+            committed: tokio::sync::watch::Sender::new(0),
+        };
+        let mut chaincodes: Vec<(String, Arc<dyn Chaincode>)> = builtins()
+            .into_iter()
+            .map(|(name, chaincode)| (name.to_owned(), chaincode))
+            .collect();
+        chaincodes.push(("buggy".to_owned(), Arc::new(Panics)));
+        let endorser = Endorser::new(Arc::new(org.signer(NodeRole::Peer)), chaincodes);
+        endorser.join("ch", Arc::new(channel));
+        let propose = |function: &str| {
+            let invocation = Invocation {
+                channel_id: "ch",
+                chaincode: "buggy",
+                args: vec![Bytes::from(function.to_owned())],
+                nonce: client.new_nonce().unwrap(),
+                timestamp_seconds: weft_msp::now(),
+            };
+            let proposal = Proposal::new(&invocation, client.serialized_identity().clone());
+            endorser.process_proposal(&proposal.signed(&client).unwrap())
+        };
+        let panicked = propose("panic");
+        let answer = panicked.response.unwrap();
+        assert_eq!(answer.status, 500);
+        assert!(
+            answer.message.contains("chaincode buggy panicked"),
+            "{}",
+            answer.message
+        );
+        assert!(panicked.endorsement.is_none());
+        let fine = propose("work");
+        assert_eq!(fine.response.unwrap().payload, &b"fine"[..]);
+        assert!(fine.endorsement.is_some());
+    }
+}
