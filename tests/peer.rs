@@ -451,6 +451,21 @@ async fn a_chaincode_written_with_fabric_shim_serves_proposals_as_a_service() {
             response.endorsement.is_some(),
         )
     };
+    // A proposal marked is_init reaches the chaincode's Init (INIT).
+    let invocation = Invocation {
+        channel_id: CHANNEL,
+        chaincode: "notes",
+        args: vec![Bytes::from_static(b"setup")],
+        nonce: network.client.new_nonce().unwrap(),
+        timestamp_seconds: weft_msp::now(),
+    };
+    let init = Proposal::new_init(&invocation, network.client.serialized_identity().clone());
+    let (status, payload, _, _) = answer(
+        endorse_all(&peers[..1], &init.signed(&network.client).unwrap())
+            .await
+            .remove(0),
+    );
+    assert_eq!((status, payload.as_str()), (200, "initialised by setup"));
     let (status, payload, _, endorsed) = answer(evaluate(&["notes", "get", "n2"]).await);
     assert_eq!((status, payload.as_str(), endorsed), (200, "second", true));
     let (status, payload, _, _) = answer(evaluate(&["notes", "range", "", ""]).await);

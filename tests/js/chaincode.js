@@ -13,8 +13,10 @@
 const shim = require('fabric-shim');
 
 class Notes {
-    async Init() {
-        return shim.success();
+    // Runs for a proposal marked is_init (an INIT message from the peer).
+    async Init(stub) {
+        const {fcn} = stub.getFunctionAndParameters();
+        return shim.success(Buffer.from(`initialised by ${fcn}`));
     }
 
     async Invoke(stub) {

@@ -5,8 +5,8 @@
 //! chaincode's address. The chaincode speaks first with REGISTER (naming
 //! its package ID); the peer answers REGISTERED, then READY. From then on
 //! the stream carries many transactions at once, each keyed by channel and
-//! TxID: the peer sends TRANSACTION (the invocation's `ChaincodeInput` and
-//! the signed proposal); the chaincode asks for state (GET_STATE,
+//! TxID: the peer sends TRANSACTION, or INIT for a proposal marked
+//! `is_init` (the invocation's `ChaincodeInput` and the signed proposal); the chaincode asks for state (GET_STATE,
 //! PUT_STATE, DEL_STATE, GET_STATE_BY_RANGE then QUERY_STATE_NEXT /
 //! QUERY_STATE_CLOSE), each answered with RESPONSE or ERROR; it ends with
 //! COMPLETED (a `Response`, perhaps a chaincode event) or ERROR.
@@ -162,11 +162,18 @@ impl ExternalChaincode {
             key: &key,
         };
         let proposal = stub.proposal();
+        // The shim runs the chaincode's Init for INIT, Invoke otherwise.
+        let kind = if proposal.is_init {
+            MessageType::Init
+        } else {
+            MessageType::Transaction
+        };
         connection.send(
             ChaincodeMessage {
-                r#type: MessageType::Transaction as i32,
+                r#type: kind as i32,
                 payload: ChaincodeInput {
                     args: stub.args().to_vec(),
+                    is_init: proposal.is_init,
                     ..ChaincodeInput::default()
                 }
                 .encode_to_vec()

@@ -77,6 +77,16 @@ pub struct Invocation<'a> {
 impl Proposal {
     /// A proposal by `creator` (serialized identity) for `invocation`.
     pub fn new(invocation: &Invocation<'_>, creator: Bytes) -> Self {
+        Self::build(invocation, creator, false)
+    }
+
+    /// A proposal to run the chaincode's `Init` (`ChaincodeInput.is_init`),
+    /// for a chaincode whose definition requires initialisation.
+    pub fn new_init(invocation: &Invocation<'_>, creator: Bytes) -> Self {
+        Self::build(invocation, creator, true)
+    }
+
+    fn build(invocation: &Invocation<'_>, creator: Bytes, is_init: bool) -> Self {
         let tx_id = compute_tx_id(&invocation.nonce, &creator);
         let chaincode_id = ChaincodeId {
             name: invocation.chaincode.to_owned(),
@@ -111,6 +121,7 @@ impl Proposal {
                 chaincode_id: Some(chaincode_id),
                 input: Some(ChaincodeInput {
                     args: invocation.args.clone(),
+                    is_init,
                     ..ChaincodeInput::default()
                 }),
                 timeout: 0,
@@ -232,6 +243,9 @@ pub struct ReceivedProposal {
     /// The invocation's arguments; the first is the function name by
     /// convention.
     pub args: Vec<Bytes>,
+    /// Whether the client asked for the chaincode's `Init` (a chaincode
+    /// whose definition requires initialisation).
+    pub is_init: bool,
     /// Data for the chaincode that is not recorded on the ledger.
     pub transient: BTreeMap<String, Bytes>,
     /// The creator's signature over the proposal bytes.
@@ -258,10 +272,9 @@ impl ReceivedProposal {
             .map_err(|e| DecodeError::malformed(Layer::ChaincodeProposalPayload, e))?;
         let spec = ChaincodeInvocationSpec::decode(payload.input.clone())
             .map_err(|e| DecodeError::malformed(Layer::ChaincodeInvocationSpec, e))?;
-        let args = spec
+        let input = spec
             .chaincode_spec
             .and_then(|spec| spec.input)
-            .map(|input| input.args)
             .unwrap_or_default();
         let without_transient = ChaincodeProposalPayload {
             input: payload.input,
@@ -279,7 +292,8 @@ impl ReceivedProposal {
             channel_header,
             signature_header,
             chaincode_id,
-            args,
+            args: input.args,
+            is_init: input.is_init,
             transient: payload.transient_map,
             signature: signed.signature.clone(),
         })
