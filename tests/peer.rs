@@ -168,12 +168,7 @@ async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
     // sends them: a ProposalResponse with status 500 and a message.
     let dir = tempfile::tempdir().unwrap();
     let network = Network::create(dir.path());
-    let orderer = network.start_orderer(
-        "orderer",
-        &network.orderer_msp(),
-        "OrdererMSP",
-        &["ledger.block", "second.block"],
-    );
+    let orderer = network.start_solo_orderer();
     let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
     let org1 = network.start_org_peer(
         "org1",
@@ -390,12 +385,7 @@ async fn a_chaincode_written_with_fabric_shim_serves_proposals_as_a_service() {
     let mut network = Network::create(dir.path());
     let mut chaincode = ShimChaincode::start(&network.dir);
     network.external_chaincodes = vec![("notes".to_owned(), chaincode.address)];
-    let orderer = network.start_orderer(
-        "orderer",
-        &network.orderer_msp(),
-        "OrdererMSP",
-        &["ledger.block", "second.block"],
-    );
+    let orderer = network.start_solo_orderer();
     let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
     let org1 = network.start_org_peer("org1", &dir.path().join("org1"), &[orderer.grpc], &[]);
     let peers = [org1.grpc, org2.grpc];
@@ -515,12 +505,7 @@ async fn an_endorser_replica_follows_its_validating_peer_without_validating_agai
     // validation), holds the same chain, and endorses from the same state.
     let dir = tempfile::tempdir().unwrap();
     let mut network = Network::create(dir.path());
-    let orderer = network.start_orderer(
-        "orderer",
-        &network.orderer_msp(),
-        "OrdererMSP",
-        &["ledger.block", "second.block"],
-    );
+    let orderer = network.start_solo_orderer();
     let committer = network.start_peer(&[orderer.grpc]);
     network.replica_of = Some(committer.grpc);
     let replica = network.start_org_peer("org1", &dir.path().join("replica"), &[orderer.grpc], &[]);
@@ -581,12 +566,7 @@ async fn weft_chaincode_deploy_agrees_a_definition_whose_policy_every_peer_enfor
     // the two organisations).
     let dir = tempfile::tempdir().unwrap();
     let network = Network::create(dir.path());
-    let orderer = network.start_orderer(
-        "orderer",
-        &network.orderer_msp(),
-        "OrdererMSP",
-        &["ledger.block", "second.block"],
-    );
+    let orderer = network.start_solo_orderer();
     let org1 = network.start_org_peer("org1", &dir.path().join("org1"), &[orderer.grpc], &[]);
     let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
     let only_org1: &[&Signer] = &[&network.org1_peer];
@@ -798,6 +778,16 @@ impl Network {
 
     fn peer_msp(&self, org: &str) -> PathBuf {
         self.dir.join(peer_msp_path(org))
+    }
+
+    /// The network's orderer: solo, ordering both channels.
+    fn start_solo_orderer(&self) -> Node {
+        self.start_orderer(
+            "orderer",
+            &self.orderer_msp(),
+            "OrdererMSP",
+            &["ledger.block", "second.block"],
+        )
     }
 
     fn start_orderer(&self, name: &str, msp: &Path, msp_id: &str, blocks: &[&str]) -> Node {

@@ -154,16 +154,8 @@ impl Lifecycle {
             )));
         }
         let name = check_name(&args.name)?;
-        let current = self::current_sequence(stub, name)?;
-        stub.get_state(&format!("namespaces/metadata/{name}"))?;
-        stub.get_state_of("lscc", name)?;
-        if args.sequence < 1 || (args.sequence != current + 1 && args.sequence != current) {
-            return Err(Failure::Usage(format!(
-                "requested sequence is {}, but new definition must be sequence {}",
-                args.sequence,
-                current + 1
-            )));
-        }
+        // Approving the committed sequence again is allowed, as in Fabric.
+        check_sequence(stub, name, args.sequence, true)?;
         let parameters = Parameters::new(
             &args.version,
             args.init_required,
@@ -211,16 +203,7 @@ impl Lifecycle {
         let args = CommitChaincodeDefinitionArgs::decode(argument.clone())
             .map_err(|e| Failure::Usage(format!("malformed commit arguments: {e}")))?;
         let name = check_name(&args.name)?;
-        let current = current_sequence(stub, name)?;
-        stub.get_state(&format!("namespaces/metadata/{name}"))?;
-        stub.get_state_of("lscc", name)?;
-        if args.sequence != current + 1 {
-            return Err(Failure::Usage(format!(
-                "requested sequence is {}, but new definition must be sequence {}",
-                args.sequence,
-                current + 1
-            )));
-        }
+        check_sequence(stub, name, args.sequence, false)?;
         let parameters = Parameters::new(
             &args.version,
             args.init_required,
@@ -351,6 +334,28 @@ fn approvals(
         approvals.insert(msp_id, approved);
     }
     Ok(approvals)
+}
+
+/// Checks that `requested` is the next sequence of `name` (or, when
+/// `current_allowed`, the committed one), reading what Fabric reads for
+/// it: the sequence, the definition's metadata and the legacy `lscc` entry.
+fn check_sequence(
+    stub: &mut Stub<'_>,
+    name: &str,
+    requested: i64,
+    current_allowed: bool,
+) -> Result<(), Failure> {
+    let current = current_sequence(stub, name)?;
+    stub.get_state(&format!("namespaces/metadata/{name}"))?;
+    stub.get_state_of("lscc", name)?;
+    let acceptable = requested == current + 1 || (current_allowed && requested == current);
+    if requested < 1 || !acceptable {
+        return Err(Failure::Usage(format!(
+            "requested sequence is {requested}, but new definition must be sequence {}",
+            current + 1
+        )));
+    }
+    Ok(())
 }
 
 /// The committed sequence of `name` (0: not defined), recorded as read.
