@@ -475,6 +475,14 @@ mod tests {
         )
     }
 
+    /// The world state after the genesis block: empty.
+    fn genesis_state() -> (tempfile::TempDir, MemoryState) {
+        let dir = tempfile::tempdir().unwrap();
+        let state = MemoryState::open(dir.path(), MemoryOptions::default()).unwrap();
+        state.apply(&UpdateBatch::new(), Height::new(0, 0)).unwrap();
+        (dir, state)
+    }
+
     fn run(proposal: &ReceivedProposal, state: &MemoryState) -> (Response, TxReadWriteSet) {
         let snapshot = state.snapshot();
         let mut stub = Stub::new(proposal, LIFECYCLE, snapshot.as_ref()).with_channel(&Ch10);
@@ -489,9 +497,7 @@ mod tests {
         // blocks 1 and 2), simulated by weft's _lifecycle on the state
         // Fabric's peer had, give the very read/write sets Fabric's peer
         // endorsed: hashes of the private approval, the public definition.
-        let dir = tempfile::tempdir().unwrap();
-        let state = MemoryState::open(dir.path(), MemoryOptions::default()).unwrap();
-        state.apply(&UpdateBatch::new(), Height::new(0, 0)).unwrap();
+        let (_dir, state) = genesis_state();
         let (approve, fabric_approval) = fabric_transaction(1);
         let (response, ours) = run(&approve, &state);
         assert_eq!(response.status, 200, "{}", response.message);
@@ -521,9 +527,7 @@ mod tests {
 
     #[test]
     fn a_commit_without_this_organisations_approval_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let state = MemoryState::open(dir.path(), MemoryOptions::default()).unwrap();
-        state.apply(&UpdateBatch::new(), Height::new(0, 0)).unwrap();
+        let (_dir, state) = genesis_state();
         let (commit, _) = fabric_transaction(2);
         let (response, _) = run(&commit, &state);
         assert_eq!(response.status, 500);

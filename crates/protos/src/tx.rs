@@ -511,15 +511,7 @@ impl ReadWriteSetBuilder {
                         })
                         .collect(),
                     range_queries_info: sets.range_queries.clone(),
-                    writes: sets
-                        .writes
-                        .iter()
-                        .map(|(key, value)| KvWrite {
-                            key: key.clone(),
-                            is_delete: value.is_none(),
-                            value: value.clone().unwrap_or_default(),
-                        })
-                        .collect(),
+                    writes: kv_writes(&sets.writes),
                     metadata_writes: Vec::new(),
                 };
                 NsReadWriteSet {
@@ -553,6 +545,18 @@ impl ReadWriteSetBuilder {
     }
 }
 
+/// Writes in key order as a `KVRWSet` holds them (`None`: a delete).
+fn kv_writes(writes: &BTreeMap<String, Option<Bytes>>) -> Vec<KvWrite> {
+    writes
+        .iter()
+        .map(|(key, value)| KvWrite {
+            key: key.clone(),
+            is_delete: value.is_none(),
+            value: value.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
 impl CollectionSets {
     /// The collection as a transaction carries it: hashed reads and writes,
     /// and (when it writes) the SHA-256 of its private write set, a
@@ -581,15 +585,7 @@ impl CollectionSets {
             metadata_writes: Vec::new(),
         };
         let private = KvrwSet {
-            writes: self
-                .writes
-                .iter()
-                .map(|(key, value)| KvWrite {
-                    key: key.clone(),
-                    is_delete: value.is_none(),
-                    value: value.clone().unwrap_or_default(),
-                })
-                .collect(),
+            writes: kv_writes(&self.writes),
             ..KvrwSet::default()
         };
         CollectionHashedReadWriteSet {
