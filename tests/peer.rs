@@ -678,6 +678,34 @@ fn a_bad_peer_config_names_the_file_and_key() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(expected), "{stderr}");
     }
+
+    // Environment variables override keys of the file, as Fabric's
+    // CORE_* variables do; a bad value still names the key.
+    std::fs::write(
+        &config,
+        "peer:\n  id: p\n  listenAddress: 127.0.0.1:0\n  localMspId: Org1MSP\n  \
+         mspConfigPath: msp\n  fileSystemPath: data\norderers: [\"127.0.0.1:1\"]\n\
+         committer:\n  pipelineDepth: 4\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["peer", "start", "--config", config.to_str().unwrap()])
+        .env("CORE_COMMITTER_PIPELINEDEPTH", "many")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("committer.pipelineDepth"), "{stderr}");
+    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["peer", "start", "--config", config.to_str().unwrap()])
+        .env("CORE_COMMITTER_PIPELINEDEPTH", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("committer.pipelineDepth: must be at least 1"),
+        "{stderr}"
+    );
 }
 
 /// The workload, in order, and the codes the peer must give it.

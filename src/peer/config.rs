@@ -197,7 +197,7 @@ impl PeerConfig {
     /// Reads and checks `path`; relative paths in it become relative to its
     /// directory.
     pub fn load(path: &Path) -> Result<Self> {
-        let mut config: Self = load_yaml(path)?;
+        let mut config: Self = load_yaml(path, "CORE_")?;
         let dir = path.parent().unwrap_or(Path::new("."));
         config.peer.msp_config_path = resolve(dir, &config.peer.msp_config_path);
         config.peer.file_system_path = resolve(dir, &config.peer.file_system_path);
