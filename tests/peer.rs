@@ -612,6 +612,26 @@ async fn weft_chaincode_deploy_agrees_a_definition_whose_policy_every_peer_enfor
         let codes = committed_codes(peer, &network.client, 5).await;
         assert_eq!(codes[1..], [TxValidationCode::Valid; 4], "{codes:?}");
     }
+    // A kv proposal now reads the definition's sequence, as in Fabric.
+    let proposal = network.proposal(CHANNEL, &["kv", "put", "k", "v"]);
+    let response = endorse_all(&[org1.grpc], &proposal.signed(&network.client).unwrap())
+        .await
+        .remove(0);
+    let payload =
+        weft_protos::protos::ProposalResponsePayload::decode(response.payload.clone()).unwrap();
+    let action = weft_protos::protos::ChaincodeAction::decode(payload.extension).unwrap();
+    let rwset = weft_protos::rwset::TxReadWriteSet::decode(action.results).unwrap();
+    let lifecycle = rwset
+        .ns_rwset
+        .iter()
+        .find(|ns| ns.namespace == "_lifecycle")
+        .expect("a read of _lifecycle");
+    let reads = weft_protos::kvrwset::KvrwSet::decode(lifecycle.rwset.clone())
+        .unwrap()
+        .reads;
+    assert_eq!(reads.len(), 1);
+    assert_eq!(reads[0].key, "namespaces/fields/kv/Sequence");
+    assert_eq!(reads[0].version.map(|v| v.block_num), Some(4));
     // The definition is there to query; the same sequence again is refused.
     let query = weft_protos::lifecycle::QueryChaincodeDefinitionArgs {
         name: "kv".to_owned(),

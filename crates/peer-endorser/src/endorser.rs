@@ -199,6 +199,21 @@ impl Endorser {
         trace.check = checked - received;
         let snapshot = channel.state().snapshot();
         let mut stub = Stub::new(&proposal, name, snapshot.as_ref()).with_channel(channel.as_ref());
+        // As Fabric: an invocation of a chaincode defined through
+        // `_lifecycle` reads its definition's sequence, so that a
+        // transaction simulated before a redefinition committed in the same
+        // block fails MVCC rather than run under the old definition.
+        if name != crate::lifecycle::LIFECYCLE {
+            let sequence = format!("namespaces/fields/{name}/Sequence");
+            let defined = snapshot
+                .get(crate::lifecycle::LIFECYCLE, &sequence)
+                .map_err(|e| format!("reading the chaincode definition failed: {e}"))?
+                .is_some();
+            if defined {
+                stub.get_state_of(crate::lifecycle::LIFECYCLE, &sequence)
+                    .map_err(|e| format!("reading the chaincode definition failed: {e}"))?;
+            }
+        }
         let invoked = std::panic::catch_unwind(AssertUnwindSafe(|| chaincode.invoke(&mut stub)));
         let simulated = Instant::now();
         trace.simulate = Some(simulated - checked);
