@@ -665,6 +665,117 @@ async fn weft_chaincode_deploy_agrees_a_definition_whose_policy_every_peer_enfor
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hyperledger_caliper_runs_kv_and_smallbank_rounds_with_no_failures() {
+    // Goal: the standard Fabric benchmark tool, Hyperledger Caliper 0.6
+    // with its Fabric 2.5 Gateway connector, drives weft unchanged: rounds
+    // of kv puts, smallbank account creations and smallbank operations,
+    // every transaction endorsed (through org1's Gateway, by both
+    // organisations), ordered and committed.
+    let dir = tempfile::tempdir().unwrap();
+    let network = Network::create(dir.path());
+    let orderer = network.start_solo_orderer();
+    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
+    let org1 = network.start_org_peer(
+        "org1",
+        &dir.path().join("org1"),
+        &[orderer.grpc],
+        &[("Org2MSP", org2.grpc)],
+    );
+    let users = network
+        .dir
+        .join("crypto/peerOrganizations/org1.example.com/users/User1@org1.example.com/msp");
+    let profile = dir.path().join("ccp-org1.yaml");
+    std::fs::write(
+        &profile,
+        format!(
+            "name: weft-org1\nversion: 1.0.0\nclient:\n  organization: Org1\n\
+             organizations:\n  Org1:\n    mspid: Org1MSP\n    peers: [peer0.org1.example.com]\n\
+             peers:\n  peer0.org1.example.com:\n    url: grpc://{}\n",
+            org1.grpc
+        ),
+    )
+    .unwrap();
+    let network_config = dir.path().join("networkconfig.yaml");
+    std::fs::write(
+        &network_config,
+        format!(
+            "name: weft\nversion: \"2.0.0\"\ncaliper:\n  blockchain: fabric\n  \
+             sutOptions:\n    mutualTls: false\n\
+             channels:\n  - channelName: {CHANNEL}\n    contracts:\n      - id: kv\n      - id: smallbank\n\
+             organizations:\n  - mspid: Org1MSP\n    identities:\n      certificates:\n\
+             \x20       - name: User1\n          clientPrivateKey:\n            path: {key}\n\
+             \x20         clientSignedCert:\n            path: {cert}\n\
+             \x20   connectionProfile:\n      path: {profile}\n      discover: false\n",
+            key = users.join("keystore/priv_sk").display(),
+            cert = users.join("signcerts/User1@org1.example.com-cert.pem").display(),
+            profile = profile.display(),
+        ),
+    )
+    .unwrap();
+    let rounds = [
+        ("kv-put", 60, "kv-put.js", ""),
+        ("smallbank-create", 40, "smallbank.js", ", create: true"),
+        ("smallbank-operations", 40, "smallbank.js", ""),
+    ];
+    let bench_config = dir.path().join("benchconfig.yaml");
+    let round_text: String = rounds
+        .iter()
+        .map(|(label, count, module, extra)| {
+            format!(
+                "    - label: {label}\n      txNumber: {count}\n      \
+                 rateControl: {{type: fixed-rate, opts: {{tps: 30}}}}\n      \
+                 workload: {{module: {module}, arguments: {{channel: {CHANNEL}{extra}}}}}\n"
+            )
+        })
+        .collect();
+    std::fs::write(
+        &bench_config,
+        format!("test:\n  name: weft\n  workers:\n    number: 1\n  rounds:\n{round_text}"),
+    )
+    .unwrap();
+    let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
+    let output = Command::new("node")
+        .current_dir(&js)
+        .arg("node_modules/@hyperledger/caliper-cli/caliper.js")
+        .args(["launch", "manager", "--caliper-flow-only-test"])
+        .arg("--caliper-workspace")
+        .arg(js.join("caliper"))
+        .arg("--caliper-networkconfig")
+        .arg(&network_config)
+        .arg("--caliper-benchconfig")
+        .arg(&bench_config)
+        .arg("--caliper-report-path")
+        .arg(dir.path().join("report.html"))
+        .output()
+        .expect("node runs (CI installs it)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // Caliper's report table: | Name | Succ | Fail | ...
+    let results = stdout
+        .split("### All test results ###")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no Caliper report in\n{stdout}"));
+    for (label, count, _, _) in rounds {
+        let row: Vec<&str> = results
+            .lines()
+            .find(|line| line.starts_with(&format!("| {label} ")))
+            .unwrap_or_else(|| panic!("no round {label} in\n{results}"))
+            .split('|')
+            .map(str::trim)
+            .collect();
+        assert_eq!(
+            row[2..4],
+            [count.to_string().as_str(), "0"],
+            "{label}: {results}"
+        );
+    }
+}
+
 #[test]
 fn a_bad_peer_config_names_the_file_and_key() {
     let dir = tempfile::tempdir().unwrap();
