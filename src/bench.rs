@@ -8,6 +8,7 @@
 //! p99 <c> ms`.
 
 pub mod committer;
+pub mod endorser;
 mod feeder;
 pub mod network;
 pub mod orderer;
@@ -195,7 +196,7 @@ impl Transfer<'_> {
 }
 
 /// `org1` → `Org1MSP`.
-fn org_msp_id(org: &str) -> String {
+pub(crate) fn org_msp_id(org: &str) -> String {
     let mut chars = org.chars();
     let capitalised: String = chars
         .next()
@@ -206,7 +207,8 @@ fn org_msp_id(org: &str) -> String {
     crate::cryptogen::msp_id(&capitalised)
 }
 
-fn load_signer(dir: &Path, msp_id: &str) -> Result<Signer> {
+/// The signing identity in an MSP folder.
+pub(crate) fn load_signer(dir: &Path, msp_id: &str) -> Result<Signer> {
     weft_msp::folder::load_signer(dir, msp_id)?
         .ok_or_else(|| anyhow!("{} holds no signing identity", dir.display()))
 }

@@ -32,9 +32,20 @@ enum Command {
     /// Run an orderer.
     #[command(subcommand)]
     Orderer(OrdererCommand),
+    /// Manage chaincode definitions on a channel.
+    #[command(subcommand)]
+    Chaincode(ChaincodeCommand),
     /// Measure weft: nodes as separate processes over real gRPC.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ChaincodeCommand {
+    /// Approve a chaincode definition for each organisation and commit it
+    /// on the channel (Fabric's approveformyorg + commit).
+    #[command(disable_version_flag = true)]
+    Deploy(crate::chaincode::DeployArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -45,6 +56,9 @@ enum BenchCommand {
     /// FastFabric's orderer experiment: concurrent clients broadcast
     /// pre-signed envelopes to an orderer process.
     Orderer(crate::bench::orderer::OrdererBenchArgs),
+    /// Proposals per second: concurrent clients send pre-signed proposals
+    /// to a peer process's endorser.
+    Endorser(crate::bench::endorser::EndorserBenchArgs),
     /// The transfer workload against a running network: broadcast to an
     /// orderer, commits watched on a peer.
     Network(crate::bench::network::NetworkBenchArgs),
@@ -140,8 +154,10 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Block(BlockCommand::Inspect { file }) => block::inspect(&file),
         Command::Peer(PeerCommand::Start { config }) => crate::peer::start(&config),
         Command::Orderer(OrdererCommand::Start { config }) => crate::orderer::start(&config),
+        Command::Chaincode(ChaincodeCommand::Deploy(args)) => crate::chaincode::deploy(&args),
         Command::Bench(BenchCommand::Committer(args)) => crate::bench::committer::run(&args),
         Command::Bench(BenchCommand::Orderer(args)) => crate::bench::orderer::run(&args),
+        Command::Bench(BenchCommand::Endorser(args)) => crate::bench::endorser::run(&args),
         Command::Bench(BenchCommand::Network(args)) => crate::bench::network::run(&args),
     }
 }

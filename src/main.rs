@@ -5,8 +5,10 @@
 //! line naming the file, field or position at fault, and a non-zero exit.
 
 mod bench;
+mod chaincode;
 mod channel;
 mod cli;
+mod client;
 mod cryptogen;
 mod ops;
 mod orderer;

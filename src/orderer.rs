@@ -161,7 +161,7 @@ struct Settings {
 
 impl Settings {
     fn load(path: &Path) -> Result<Self> {
-        let file: OrdererFile = load_yaml(path)?;
+        let file: OrdererFile = load_yaml(path, "ORDERER_")?;
         let base = path.parent().unwrap_or(Path::new("."));
         let at = |key: &str| format!("{}: {key}", path.display());
         let msp_dir = resolve(base, &file.orderer.msp_config_path);

@@ -7,6 +7,11 @@
 //!
 //! Channels are independent: each has its own block store, world state,
 //! intake and committer thread, side by side in one process.
+//!
+//! With `committer.blockSource: peers` the process is an endorser replica:
+//! it takes blocks already validated by peers of its organisation and
+//! applies them without validating again, keeping its state current for
+//! endorsing (FastFabric's endorser/committer separation).
 
 mod config;
 
@@ -17,18 +22,19 @@ use anyhow::{Context, Result, anyhow};
 use bytes::Bytes;
 use prost::Message;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 use weft_ledger::{BlockStore, StoreConfig};
 use weft_msp::Signer;
 use weft_msp::UnixTime;
 use weft_peer_committer::{
-    ChannelCommitter, ChannelHandle, Channels, CommitterMetrics, DeliverService, Intake,
-    IntakeConfig,
+    BlockSource, ChannelCommitter, ChannelHandle, Channels, CommitterMetrics, DeliverService,
+    Intake, IntakeConfig,
 };
 use weft_peer_endorser::{
-    Endorser, EndorserService, GatewayConfig, GatewayService, JoinedChannel, builtin,
+    Chaincode, ChannelView, Endorser, EndorserMetrics, EndorserService, ExternalChaincode,
+    ExternalConfig, GatewayConfig, GatewayService, JoinedChannel, Lifecycle, builtin,
 };
-use weft_policy::SignedData;
+use weft_policy::PeerOf;
 use weft_protos::common::{Block, ChannelHeader, Payload};
 use weft_protos::gateway::gateway_server::GatewayServer;
 use weft_protos::protos::deliver_server::DeliverServer;
@@ -38,7 +44,7 @@ use weft_statedb::memory::{MemoryOptions, MemoryState};
 use weft_statedb::rocks::{RocksOptions, RocksState};
 
 pub use config::PeerConfig;
-use config::StateDatabase;
+use config::{BlockSourceMode, StateDatabase};
 
 use crate::ops::{self, FailedCheck};
 
@@ -67,6 +73,27 @@ pub fn start(config_path: &Path) -> Result<()> {
     runtime.block_on(run(config, crate::shutdown_signal()))
 }
 
+/// The built-in chaincodes and the external ones the configuration names.
+fn chaincodes(config: &PeerConfig) -> Vec<(String, Arc<dyn Chaincode>)> {
+    let mut chaincodes: Vec<(String, Arc<dyn Chaincode>)> = builtin::builtins()
+        .into_iter()
+        .map(|(name, chaincode)| (name.to_owned(), chaincode))
+        .collect();
+    chaincodes.push((
+        weft_peer_endorser::lifecycle::LIFECYCLE.to_owned(),
+        Arc::new(Lifecycle::new(&config.peer.local_msp_id)),
+    ));
+    for external in &config.chaincode.external {
+        let external_config = ExternalConfig {
+            execute_timeout: config.chaincode.execute_timeout.0,
+            ..ExternalConfig::new(&external.name, &external.address)
+        };
+        let chaincode = ExternalChaincode::new(external_config, tokio::runtime::Handle::current());
+        chaincodes.push((external.name.clone(), Arc::new(chaincode)));
+    }
+    chaincodes
+}
+
 /// Runs a peer until `stop` completes, then stops it cleanly: the servers
 /// stop, each channel commits what it received and checkpoints its state.
 pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<()> {
@@ -81,7 +108,17 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         checkpoint_interval: config.ledger.checkpoint_interval.0,
         ..IntakeConfig::new(config.orderers.clone())
     };
-    let endorser = Arc::new(Endorser::new(signer.clone(), builtin::builtins()));
+    let intake_config = match config.committer.block_source {
+        BlockSourceMode::Orderers => intake_config,
+        BlockSourceMode::Peers => IntakeConfig {
+            source: BlockSource::ValidatingPeers,
+            endpoints: config.committer.validating_peers.clone(),
+            ..intake_config
+        },
+    };
+    let endorser_metrics = EndorserMetrics::register(&registry).context("registering metrics")?;
+    let endorser =
+        Arc::new(Endorser::new(signer.clone(), chaincodes(&config)).with_metrics(endorser_metrics));
     let mut intakes = Vec::new();
     for channel in &config.channels {
         let committer = open_channel(&config, &channel.genesis_block)?;
@@ -132,7 +169,7 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
                     .max_encoding_message_size(MESSAGE_BYTES_MAX),
             )
             .serve_with_incoming_shutdown(
-                TcpListenerStream::new(grpc_listener),
+                TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
                 stopped(shutdown_seen.clone()),
             ),
     );
@@ -197,9 +234,30 @@ async fn stopped(mut shutdown: watch::Receiver<bool>) {
 /// state and current configuration.
 struct CommittedChannel(ChannelHandle);
 
+impl ChannelView for CommittedChannel {
+    fn organisations(&self) -> Vec<String> {
+        self.0
+            .context
+            .read()
+            .application_orgs()
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    fn is_admin(&self, creator: &Bytes, msp_id: &str) -> bool {
+        let context = self.0.context.read().clone();
+        context
+            .msps
+            .deserialize(creator, weft_msp::now())
+            .is_ok_and(|identity| identity.msp_id() == msp_id && identity.is_admin())
+    }
+}
+
 impl JoinedChannel for CommittedChannel {
-    fn check_creator(
+    fn check_signer(
         &self,
+        policy: &str,
         creator: &Bytes,
         data: &Bytes,
         signature: &Bytes,
@@ -212,20 +270,17 @@ impl JoinedChannel for CommittedChannel {
             .map_err(|e| format!("the creator is not a valid member: {e}"))?;
         identity
             .verify(data, signature)
-            .map_err(|e| format!("the creator's signature does not verify: {e}"))
-    }
-
-    fn check_policy(
-        &self,
-        path: &str,
-        signatures: &[SignedData],
-        now: UnixTime,
-    ) -> std::result::Result<(), String> {
-        let context = self.0.context.read().clone();
+            .map_err(|e| format!("the creator's signature does not verify: {e}"))?;
         context
             .policies
-            .evaluate(path, signatures, &context.msps, now)
+            .is_satisfied_by(policy, &[identity])
             .map_err(|e| e.to_string())
+    }
+
+    fn satisfies_endorsement(&self, chaincode: &str, organisations: &[String]) -> bool {
+        let context = self.0.context.read().clone();
+        let peers: Vec<PeerOf> = organisations.iter().cloned().map(PeerOf).collect();
+        context.satisfies(&context.endorsement_rule(chaincode), &peers)
     }
 
     fn state(&self) -> &dyn VersionedState {

@@ -10,13 +10,21 @@ use anyhow::{Context, Result, anyhow};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 
-/// Reads `path` as YAML into `T`. An error names the file and the dotted
-/// key path (`committer.pipelineDepth: invalid type ...`).
-pub fn load_yaml<T: DeserializeOwned>(path: &Path) -> Result<T> {
+/// Reads `path` as YAML into `T`, after applying environment overrides:
+/// a variable `<prefix><KEY>_<KEY>…` (such as `CORE_PEER_LISTENADDRESS`
+/// for `peer.listenAddress`, as Fabric's `core.yaml` overrides read)
+/// replaces the value of that key; its text is read as YAML, so numbers,
+/// booleans and lists keep their types. Keys match case-insensitively and
+/// must be in the file. An error names the file (or the variable) and the
+/// dotted key path (`committer.pipelineDepth: invalid type ...`).
+pub fn load_yaml<T: DeserializeOwned>(path: &Path, env_prefix: &str) -> Result<T> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let document: serde_yaml::Value = serde_yaml::from_str(&text)
+    let mut document: serde_yaml::Value = serde_yaml::from_str(&text)
         .with_context(|| format!("{}: not valid YAML", path.display()))?;
+    let overrides = std::env::vars().filter(|(name, _)| name.starts_with(env_prefix));
+    apply_overrides(&mut document, env_prefix, overrides)
+        .with_context(|| format!("overriding {}", path.display()))?;
     serde_path_to_error::deserialize(document).map_err(|error| {
         let key = error.path().to_string();
         if key == "." {
@@ -25,6 +33,65 @@ pub fn load_yaml<T: DeserializeOwned>(path: &Path) -> Result<T> {
             anyhow!("{}: {key}: {}", path.display(), error.inner())
         }
     })
+}
+
+/// Applies `<prefix>SECTION_KEY=value` overrides to `document`. A variable
+/// naming no key of the file is logged and left alone (the prefix is
+/// shared with Fabric's, and other tools may set such variables); a value
+/// that is not YAML is an error naming the variable.
+fn apply_overrides(
+    document: &mut serde_yaml::Value,
+    prefix: &str,
+    overrides: impl Iterator<Item = (String, String)>,
+) -> Result<()> {
+    for (name, text) in overrides {
+        match override_slot(document, prefix, &name) {
+            Ok((node, dotted)) => {
+                *node = serde_yaml::from_str(&text)
+                    .with_context(|| format!("{name}: {text:?} is not a YAML value"))?;
+                tracing::info!(variable = %name, key = %dotted, "configuration overridden");
+            }
+            Err(reason) => {
+                tracing::warn!(variable = %name, %reason, "environment variable ignored");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The node of `document` the variable `name` names, and its dotted key.
+fn override_slot<'a>(
+    document: &'a mut serde_yaml::Value,
+    prefix: &str,
+    name: &str,
+) -> Result<(&'a mut serde_yaml::Value, String)> {
+    let path = name.strip_prefix(prefix).unwrap_or_default();
+    let mut node = &mut *document;
+    let mut dotted = Vec::new();
+    for segment in path.split('_') {
+        let mapping = node
+            .as_mapping_mut()
+            .ok_or_else(|| anyhow!("{name}: {} is not a section", dotted.join(".")))?;
+        let key = mapping
+            .keys()
+            .find(|key| {
+                key.as_str()
+                    .is_some_and(|k| k.eq_ignore_ascii_case(segment))
+            })
+            .cloned()
+            .ok_or_else(|| {
+                anyhow!(
+                    "{name}: no key {segment:?} under {:?} in the file (only keys the \
+                     file has can be overridden)",
+                    dotted.join(".")
+                )
+            })?;
+        dotted.push(key.as_str().unwrap_or_default().to_owned());
+        node = mapping
+            .get_mut(&key)
+            .ok_or_else(|| anyhow!("{name}: {} vanished", dotted.join(".")))?;
+    }
+    Ok((node, dotted.join(".")))
 }
 
 /// `path` as written in a config file: relative paths are relative to the
@@ -49,5 +116,59 @@ impl<'de> Deserialize<'de> for GoDuration {
         weft_protos::duration::parse_go_duration(&text)
             .map(GoDuration)
             .map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    fn document() -> serde_yaml::Value {
+        serde_yaml::from_str(
+            "peer:\n  listenAddress: 127.0.0.1:7051\nledger:\n  groupCommitBlocks: 16\norderers: [a]\n",
+        )
+        .unwrap()
+    }
+
+    fn overridden(pairs: &[(&str, &str)]) -> Result<serde_yaml::Value> {
+        let mut document = document();
+        let pairs = pairs
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()));
+        apply_overrides(&mut document, "CORE_", pairs)?;
+        Ok(document)
+    }
+
+    #[test]
+    fn environment_variables_override_keys_the_file_has() {
+        let document = overridden(&[
+            ("CORE_PEER_LISTENADDRESS", "0.0.0.0:9999"),
+            ("CORE_LEDGER_GROUPCOMMITBLOCKS", "64"),
+            ("CORE_ORDERERS", "[x, y]"),
+        ])
+        .unwrap();
+        assert_eq!(
+            document["peer"]["listenAddress"].as_str(),
+            Some("0.0.0.0:9999")
+        );
+        assert_eq!(document["ledger"]["groupCommitBlocks"].as_u64(), Some(64));
+        assert_eq!(document["orderers"][1].as_str(), Some("y"));
+    }
+
+    #[test]
+    fn variables_naming_no_key_are_left_alone_and_bad_values_are_errors() {
+        let document = overridden(&[
+            ("CORE_PEER_NOSUCH", "1"),
+            ("CORE_PEER_LISTENADDRESS_DEEPER", "1"),
+        ])
+        .unwrap();
+        assert_eq!(document, super::tests::document());
+        let error = overridden(&[("CORE_LEDGER_GROUPCOMMITBLOCKS", "[unclosed")]).unwrap_err();
+        assert!(
+            error.to_string().contains("CORE_LEDGER_GROUPCOMMITBLOCKS"),
+            "{error}"
+        );
     }
 }

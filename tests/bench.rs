@@ -144,6 +144,72 @@ fn weft_bench_orderer_runs_a_raft_cluster() {
 }
 
 #[test]
+fn weft_bench_endorser_gets_every_proposal_endorsed_native_and_through_the_shim() {
+    // Goal: the endorser bench runs each workload (built-in kv and
+    // transfer on created accounts, and kv through a chaincode written with
+    // Fabric's Node.js shim) with one and several clients; the bench fails
+    // if any proposal is not endorsed.
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let mut chaincode = Command::new("node")
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js"))
+        .args(["chaincode.js", &address, "kvshim:1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("node runs (CI installs it)");
+    let mut stdout = std::io::BufReader::new(chaincode.stdout.take().unwrap());
+    let mut line = String::new();
+    while std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0
+        && !line.contains("chaincode listening")
+    {
+        line.clear();
+    }
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let (summary, results) = bench(
+        dir.path(),
+        &[
+            "endorser",
+            "--proposals",
+            "300",
+            "--clients",
+            "1,6",
+            "--workloads",
+            "kv,transfer,shim",
+            "--external",
+            &address,
+        ],
+    );
+    let _ = chaincode.kill();
+    let _ = chaincode.wait();
+    assert!(summary.starts_with("endorsed 300 tx in "), "{summary}");
+    let runs: Vec<(String, u64)> = results
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| {
+            assert_eq!(run["proposals"], 300, "{run}");
+            assert!(run["cpu_us_per_proposal"].as_f64().unwrap() > 0.0, "{run}");
+            assert!(run["sign_us_per_proposal"].as_f64().unwrap() > 0.0, "{run}");
+            (
+                run["workload"].as_str().unwrap().to_owned(),
+                run["clients"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, u64)> = ["kv", "transfer", "shim"]
+        .iter()
+        .flat_map(|w| [(w.to_string(), 1), (w.to_string(), 6)])
+        .collect();
+    assert_eq!(runs, expected);
+}
+
+#[test]
 fn an_envelope_size_too_small_for_a_signed_transaction_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_weft"))

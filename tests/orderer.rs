@@ -1285,6 +1285,10 @@ async fn config_updates_change_the_batch_size_and_add_an_organisation() {
     .await;
     assert_eq!(responses[0].0, Status::BadRequest, "{}", responses[0].1);
 
+    // Org3's members may transact once its config block is written (a
+    // Broadcast is checked against the configuration in force, as in
+    // Fabric).
+    deliver_until(&mut client, &network.org1_peer, 1, 2).await;
     let mut txs: Vec<(Envelope, Expected)> = (0..7)
         .map(|index| {
             let (tx_id, envelope) =

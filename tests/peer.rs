@@ -168,12 +168,7 @@ async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
     // sends them: a ProposalResponse with status 500 and a message.
     let dir = tempfile::tempdir().unwrap();
     let network = Network::create(dir.path());
-    let orderer = network.start_orderer(
-        "orderer",
-        &network.orderer_msp(),
-        "OrdererMSP",
-        &["ledger.block", "second.block"],
-    );
+    let orderer = network.start_solo_orderer();
     let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
     let org1 = network.start_org_peer(
         "org1",
@@ -201,14 +196,16 @@ async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
                 "{args:?}: {response:?}"
             );
         }
-        let envelope = proposal.transaction(&responses, &network.client).unwrap();
-        assert_eq!(
-            broadcast(orderer.grpc, &[envelope]).await,
-            [Status::Success]
-        );
         height += 1;
-        let codes = committed_codes(org1.grpc, &network.client, height).await;
-        assert_eq!(codes.last(), Some(&TxValidationCode::Valid), "{args:?}");
+        submit(
+            &network,
+            orderer.grpc,
+            &peers,
+            &proposal,
+            &responses,
+            height,
+        )
+        .await;
     }
 
     for (args, expected) in [
@@ -247,7 +244,9 @@ async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
         broadcast(orderer.grpc, &[envelope]).await,
         [Status::Success]
     );
-    committed_codes(org1.grpc, &network.client, height + 1).await;
+    for peer in peers {
+        committed_codes(peer, &network.client, height + 1).await;
+    }
     for (signed, status, message) in [
         (forged, 500, "signature"),
         (
@@ -290,6 +289,25 @@ async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
         assert!(answer.message.contains(message), "{answer:?}");
         assert!(response.endorsement.is_none());
     }
+    // The operations endpoint counts them as Fabric's peer does.
+    let metrics = http_get(org1.operations.unwrap(), "/metrics").1;
+    for (name, count) in [
+        ("endorser_proposals_received", 17.0),
+        ("endorser_successful_proposals", 11.0),
+        ("endorser_proposal_validation_failures", 5.0),
+        (
+            "endorser_endorsement_failures{chaincode=\"kv\",channel=\"ledger\"}",
+            1.0,
+        ),
+    ] {
+        assert_eq!(metric(&metrics, name), count, "{name}");
+    }
+    assert!(
+        metric(
+            &metrics,
+            "weft_endorser_phase_seconds_total{phase=\"sign\"}"
+        ) > 0.0
+    );
 
     // The README's workload runs against this network: transfers endorsed
     // by both peers, broadcast to the orderer, committed VALID.
@@ -355,6 +373,409 @@ async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chaincode_written_with_fabric_shim_serves_proposals_as_a_service() {
+    // Goal: an unmodified Node.js chaincode written with Fabric's
+    // `fabric-shim`, run as chaincode-as-a-service, is dialled by both
+    // organisations' peers; its puts, gets, range queries, deletes and
+    // events go through weft's endorsers into committed blocks. When it
+    // fails or goes away, proposals get error responses and the peers keep
+    // serving; when it comes back, the peers dial it again.
+    let dir = tempfile::tempdir().unwrap();
+    let mut network = Network::create(dir.path());
+    let mut chaincode = ShimChaincode::start(&network.dir);
+    network.external_chaincodes = vec![("notes".to_owned(), chaincode.address)];
+    let orderer = network.start_solo_orderer();
+    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
+    let org1 = network.start_org_peer("org1", &dir.path().join("org1"), &[orderer.grpc], &[]);
+    let peers = [org1.grpc, org2.grpc];
+
+    let mut height = 0;
+    for args in [
+        &["notes", "put", "n1", "first"][..],
+        &["notes", "put", "n2", "second"],
+        &["notes", "put", "n3", "third"],
+        &["notes", "range", "n1", "n3"],
+        &["notes", "del", "n1"],
+    ] {
+        let proposal = network.proposal(CHANNEL, args);
+        let responses = endorse_all(&peers, &proposal.signed(&network.client).unwrap()).await;
+        for response in &responses {
+            let answer = response.response.as_ref().unwrap();
+            assert_eq!(answer.status, 200, "{args:?}: {response:?}");
+            if args[1] == "put" {
+                // The chaincode answers with its TxID and sets an event.
+                assert_eq!(answer.payload, proposal.tx_id.as_bytes(), "{args:?}");
+                let event = event_of(response).expect("a put sets an event");
+                assert_eq!(
+                    (event.chaincode_id.as_str(), event.event_name.as_str()),
+                    ("notes", "put")
+                );
+                assert_eq!(event.payload, args[2].as_bytes());
+                assert_eq!(event.tx_id, proposal.tx_id);
+            }
+        }
+        height += 1;
+        submit(
+            &network,
+            orderer.grpc,
+            &peers,
+            &proposal,
+            &responses,
+            height,
+        )
+        .await;
+    }
+
+    let evaluate = |args: &[&str]| {
+        let proposal = network.proposal(CHANNEL, args);
+        let signed = proposal.signed(&network.client).unwrap();
+        async move { endorse_all(&peers[..1], &signed).await.remove(0) }
+    };
+    let answer = |response: weft_protos::protos::ProposalResponse| {
+        let answer = response.response.clone().unwrap();
+        (
+            answer.status,
+            String::from_utf8_lossy(&answer.payload).into_owned(),
+            answer.message,
+            response.endorsement.is_some(),
+        )
+    };
+    // A proposal marked is_init reaches the chaincode's Init (INIT).
+    let invocation = Invocation {
+        channel_id: CHANNEL,
+        chaincode: "notes",
+        args: vec![Bytes::from_static(b"setup")],
+        nonce: network.client.new_nonce().unwrap(),
+        timestamp_seconds: weft_msp::now(),
+    };
+    let init = Proposal::new_init(&invocation, network.client.serialized_identity().clone());
+    let (status, payload, _, _) = answer(
+        endorse_all(&peers[..1], &init.signed(&network.client).unwrap())
+            .await
+            .remove(0),
+    );
+    assert_eq!((status, payload.as_str()), (200, "initialised by setup"));
+    let (status, payload, _, endorsed) = answer(evaluate(&["notes", "get", "n2"]).await);
+    assert_eq!((status, payload.as_str(), endorsed), (200, "second", true));
+    let (status, payload, _, _) = answer(evaluate(&["notes", "range", "", ""]).await);
+    assert_eq!(status, 200);
+    assert_eq!(
+        payload,
+        r#"[{"key":"n2","value":"second"},{"key":"n3","value":"third"}]"#
+    );
+    // The deleted note, a chaincode error and an unsupported request are
+    // error responses with the chaincode's message, not endorsed.
+    for (args, message) in [
+        (&["notes", "get", "n1"][..], "note n1 not found"),
+        (&["notes", "fail", "on purpose"], "on purpose"),
+        (
+            &["notes", "history", "n2"],
+            "history queries are not supported",
+        ),
+    ] {
+        let (status, _, got, endorsed) = answer(evaluate(args).await);
+        assert_eq!((status, endorsed), (500, false), "{args:?}: {got}");
+        assert!(got.contains(message), "{args:?}: {got}");
+    }
+
+    // The chaincode process ends in the middle of a call: an error
+    // response, and the peer still endorses with its built-ins.
+    let (status, _, message, _) = answer(evaluate(&["notes", "exit"]).await);
+    assert_eq!(status, 500, "{message}");
+    assert!(message.contains("disconnected"), "{message}");
+    chaincode.wait_exit();
+    let (status, _, message, _) = answer(evaluate(&["notes", "get", "n2"]).await);
+    assert_eq!(status, 500);
+    assert!(message.contains("unreachable"), "{message}");
+    let (status, _, _, _) = answer(evaluate(&["kv", "put", "still", "serving"]).await);
+    assert_eq!(status, 200);
+
+    // Back on its address, it is dialled again.
+    let _chaincode = ShimChaincode::start_at(&network.dir, chaincode.address);
+    let (status, payload, message, _) = answer(evaluate(&["notes", "get", "n3"]).await);
+    assert_eq!((status, payload.as_str()), (200, "third"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endorser_replica_follows_its_validating_peer_without_validating_again() {
+    // Goal: FastFabric's endorser/committer separation. An endorser-only
+    // peer process of org1 takes its blocks from org1's validating peer,
+    // applies them with the codes that peer gave (it spends no time in
+    // validation), holds the same chain, and endorses from the same state.
+    let dir = tempfile::tempdir().unwrap();
+    let mut network = Network::create(dir.path());
+    let orderer = network.start_solo_orderer();
+    let committer = network.start_peer(&[orderer.grpc]);
+    network.replica_of = Some(committer.grpc);
+    let replica = network.start_org_peer("org1", &dir.path().join("replica"), &[orderer.grpc], &[]);
+
+    let transactions = network.workload();
+    let statuses = broadcast(orderer.grpc, &transactions).await;
+    assert!(
+        statuses.iter().all(|s| *s == Status::Success),
+        "{statuses:?}"
+    );
+    let last = transactions.len() as u64;
+    assert_eq!(
+        committed_codes(replica.grpc, &network.client, last).await,
+        expected_codes()
+    );
+    let ours = peer_blocks(replica.grpc, &network.client, last).await;
+    let theirs = peer_blocks(committer.grpc, &network.client, last).await;
+    assert_eq!(
+        ours, theirs,
+        "the replica stores its committer's blocks, codes and all"
+    );
+
+    // It endorses reads of the committed state with its own identity.
+    let proposal = network.proposal(CHANNEL, &["kv", "get", "counter"]);
+    let response = endorse_all(&[replica.grpc], &proposal.signed(&network.client).unwrap())
+        .await
+        .remove(0);
+    let answer = response.response.clone().unwrap();
+    assert_eq!(
+        (answer.status, &answer.payload[..]),
+        (200, &b"value"[..]),
+        "{answer:?}"
+    );
+    let endorser = response.endorsement.unwrap().endorser;
+    assert_eq!(endorser, network.org1_peer.serialized_identity().clone());
+
+    // The validating peer spent time validating; the replica none.
+    let validation = "weft_committer_validate_seconds_sum{channel=\"ledger\"}";
+    let committer_metrics = http_get(committer.operations.unwrap(), "/metrics").1;
+    let replica_metrics = http_get(replica.operations.unwrap(), "/metrics").1;
+    assert!(metric(&committer_metrics, validation) > 0.0);
+    assert_eq!(metric(&replica_metrics, validation), 0.0);
+    assert_eq!(
+        metric(
+            &replica_metrics,
+            "ledger_blockchain_height{channel=\"ledger\"}"
+        ),
+        (last + 1) as f64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weft_chaincode_deploy_agrees_a_definition_whose_policy_every_peer_enforces() {
+    // Goal: Fabric's lifecycle end to end. Each organisation's admin
+    // approves a definition of `kv` with its own endorsement policy, the
+    // definition is committed, and from then on both peers validate `kv`
+    // with that policy instead of the channel's default (a majority of
+    // the two organisations).
+    let dir = tempfile::tempdir().unwrap();
+    let network = Network::create(dir.path());
+    let orderer = network.start_solo_orderer();
+    let org1 = network.start_org_peer("org1", &dir.path().join("org1"), &[orderer.grpc], &[]);
+    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
+    let only_org1: &[&Signer] = &[&network.org1_peer];
+
+    let before = network.put("before", None, only_org1);
+    assert_eq!(broadcast(orderer.grpc, &[before]).await, [Status::Success]);
+    assert_eq!(
+        committed_codes(org2.grpc, &network.client, 1).await,
+        [TxValidationCode::EndorsementPolicyFailure]
+    );
+
+    let deploy = |sequence: &str| {
+        Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["chaincode", "deploy", "--channel", CHANNEL, "--name", "kv"])
+            .args(["--sequence", sequence, "--policy", "OR('Org1MSP.peer')"])
+            .arg("--peers")
+            .arg(format!("org1={},org2={}", org1.grpc, org2.grpc))
+            .args(["--orderer", &orderer.grpc.to_string()])
+            .arg("--crypto")
+            .arg(network.dir.join("crypto"))
+            .output()
+            .unwrap()
+    };
+    let output = deploy("1");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("org1 approved in block 2"), "{stdout}");
+    assert!(stdout.contains("org2 approved in block 3"), "{stdout}");
+    assert!(
+        stdout
+            .contains("chaincode kv version 1.0 sequence 1 committed on channel ledger in block 4"),
+        "{stdout}"
+    );
+
+    // Org1's endorsement alone now suffices, on both peers.
+    let after = network.put("after", None, only_org1);
+    assert_eq!(broadcast(orderer.grpc, &[after]).await, [Status::Success]);
+    for peer in [org1.grpc, org2.grpc] {
+        let codes = committed_codes(peer, &network.client, 5).await;
+        assert_eq!(codes[1..], [TxValidationCode::Valid; 4], "{codes:?}");
+    }
+    // A kv proposal now reads the definition's sequence, as in Fabric.
+    let proposal = network.proposal(CHANNEL, &["kv", "put", "k", "v"]);
+    let response = endorse_all(&[org1.grpc], &proposal.signed(&network.client).unwrap())
+        .await
+        .remove(0);
+    let payload =
+        weft_protos::protos::ProposalResponsePayload::decode(response.payload.clone()).unwrap();
+    let action = weft_protos::protos::ChaincodeAction::decode(payload.extension).unwrap();
+    let rwset = weft_protos::rwset::TxReadWriteSet::decode(action.results).unwrap();
+    let lifecycle = rwset
+        .ns_rwset
+        .iter()
+        .find(|ns| ns.namespace == "_lifecycle")
+        .expect("a read of _lifecycle");
+    let reads = weft_protos::kvrwset::KvrwSet::decode(lifecycle.rwset.clone())
+        .unwrap()
+        .reads;
+    assert_eq!(reads.len(), 1);
+    assert_eq!(reads[0].key, "namespaces/fields/kv/Sequence");
+    assert_eq!(reads[0].version.map(|v| v.block_num), Some(4));
+    // The definition is there to query; the same sequence again is refused.
+    let query = weft_protos::lifecycle::QueryChaincodeDefinitionArgs {
+        name: "kv".to_owned(),
+    };
+    let proposal = network.proposal_with(
+        CHANNEL,
+        "_lifecycle",
+        vec![
+            Bytes::from_static(b"QueryChaincodeDefinition"),
+            query.encode_to_vec().into(),
+        ],
+    );
+    let response = endorse_all(&[org2.grpc], &proposal.signed(&network.client).unwrap())
+        .await
+        .remove(0)
+        .response
+        .unwrap();
+    assert_eq!(response.status, 200, "{}", response.message);
+    let definition =
+        weft_protos::lifecycle::QueryChaincodeDefinitionResult::decode(response.payload).unwrap();
+    assert_eq!(
+        (definition.sequence, definition.version.as_str()),
+        (1, "1.0")
+    );
+    let output = deploy("1");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("new definition must be sequence 2"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hyperledger_caliper_runs_kv_and_smallbank_rounds_with_no_failures() {
+    // Goal: the standard Fabric benchmark tool, Hyperledger Caliper 0.6
+    // with its Fabric 2.5 Gateway connector, drives weft unchanged: rounds
+    // of kv puts, smallbank account creations and smallbank operations,
+    // every transaction endorsed (through org1's Gateway, by both
+    // organisations), ordered and committed.
+    let dir = tempfile::tempdir().unwrap();
+    let network = Network::create(dir.path());
+    let orderer = network.start_solo_orderer();
+    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
+    let org1 = network.start_org_peer(
+        "org1",
+        &dir.path().join("org1"),
+        &[orderer.grpc],
+        &[("Org2MSP", org2.grpc)],
+    );
+    let users = network
+        .dir
+        .join("crypto/peerOrganizations/org1.example.com/users/User1@org1.example.com/msp");
+    let profile = dir.path().join("ccp-org1.yaml");
+    std::fs::write(
+        &profile,
+        format!(
+            "name: weft-org1\nversion: 1.0.0\nclient:\n  organization: Org1\n\
+             organizations:\n  Org1:\n    mspid: Org1MSP\n    peers: [peer0.org1.example.com]\n\
+             peers:\n  peer0.org1.example.com:\n    url: grpc://{}\n",
+            org1.grpc
+        ),
+    )
+    .unwrap();
+    let network_config = dir.path().join("networkconfig.yaml");
+    std::fs::write(
+        &network_config,
+        format!(
+            "name: weft\nversion: \"2.0.0\"\ncaliper:\n  blockchain: fabric\n  \
+             sutOptions:\n    mutualTls: false\n\
+             channels:\n  - channelName: {CHANNEL}\n    contracts:\n      - id: kv\n      - id: smallbank\n\
+             organizations:\n  - mspid: Org1MSP\n    identities:\n      certificates:\n\
+             \x20       - name: User1\n          clientPrivateKey:\n            path: {key}\n\
+             \x20         clientSignedCert:\n            path: {cert}\n\
+             \x20   connectionProfile:\n      path: {profile}\n      discover: false\n",
+            key = users.join("keystore/priv_sk").display(),
+            cert = users.join("signcerts/User1@org1.example.com-cert.pem").display(),
+            profile = profile.display(),
+        ),
+    )
+    .unwrap();
+    let rounds = [
+        ("kv-put", 60, "kv-put.js", ""),
+        ("smallbank-create", 40, "smallbank.js", ", create: true"),
+        ("smallbank-operations", 40, "smallbank.js", ""),
+    ];
+    let bench_config = dir.path().join("benchconfig.yaml");
+    let round_text: String = rounds
+        .iter()
+        .map(|(label, count, module, extra)| {
+            format!(
+                "    - label: {label}\n      txNumber: {count}\n      \
+                 rateControl: {{type: fixed-rate, opts: {{tps: 30}}}}\n      \
+                 workload: {{module: {module}, arguments: {{channel: {CHANNEL}{extra}}}}}\n"
+            )
+        })
+        .collect();
+    std::fs::write(
+        &bench_config,
+        format!("test:\n  name: weft\n  workers:\n    number: 1\n  rounds:\n{round_text}"),
+    )
+    .unwrap();
+    let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
+    let output = Command::new("node")
+        .current_dir(&js)
+        .arg("node_modules/@hyperledger/caliper-cli/caliper.js")
+        .args(["launch", "manager", "--caliper-flow-only-test"])
+        .arg("--caliper-workspace")
+        .arg(js.join("caliper"))
+        .arg("--caliper-networkconfig")
+        .arg(&network_config)
+        .arg("--caliper-benchconfig")
+        .arg(&bench_config)
+        .arg("--caliper-report-path")
+        .arg(dir.path().join("report.html"))
+        .output()
+        .expect("node runs (CI installs it)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // Caliper's report table: | Name | Succ | Fail | ...
+    let results = stdout
+        .split("### All test results ###")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no Caliper report in\n{stdout}"));
+    for (label, count, _, _) in rounds {
+        let row: Vec<&str> = results
+            .lines()
+            .find(|line| line.starts_with(&format!("| {label} ")))
+            .unwrap_or_else(|| panic!("no round {label} in\n{results}"))
+            .split('|')
+            .map(str::trim)
+            .collect();
+        assert_eq!(
+            row[2..4],
+            [count.to_string().as_str(), "0"],
+            "{label}: {results}"
+        );
+    }
+}
+
 #[test]
 fn a_bad_peer_config_names_the_file_and_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -366,6 +787,18 @@ fn a_bad_peer_config_names_the_file_and_key() {
              mspConfigPath: msp\n  fileSystemPath: data\norderers: []\n",
             "peer.listenAddress",
         ),
+        (
+            "peer:\n  id: p\n  listenAddress: 127.0.0.1:0\n  localMspId: Org1MSP\n  \
+             mspConfigPath: msp\n  fileSystemPath: data\norderers: [\"127.0.0.1:1\"]\n\
+             chaincode:\n  external:\n    - name: kv\n      address: 127.0.0.1:9999\n",
+            "chaincode.external[0].name: kv is a built-in chaincode",
+        ),
+        (
+            "peer:\n  id: p\n  listenAddress: 127.0.0.1:0\n  localMspId: Org1MSP\n  \
+             mspConfigPath: msp\n  fileSystemPath: data\norderers: [\"127.0.0.1:1\"]\n\
+             chaincode:\n  external:\n    - name: notes\n      address: nowhere\n",
+            "chaincode.external[0].address",
+        ),
     ] {
         std::fs::write(&config, text).unwrap();
         let output = Command::new(env!("CARGO_BIN_EXE_weft"))
@@ -376,6 +809,34 @@ fn a_bad_peer_config_names_the_file_and_key() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(expected), "{stderr}");
     }
+
+    // Environment variables override keys of the file, as Fabric's
+    // CORE_* variables do; a bad value still names the key.
+    std::fs::write(
+        &config,
+        "peer:\n  id: p\n  listenAddress: 127.0.0.1:0\n  localMspId: Org1MSP\n  \
+         mspConfigPath: msp\n  fileSystemPath: data\norderers: [\"127.0.0.1:1\"]\n\
+         committer:\n  pipelineDepth: 4\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["peer", "start", "--config", config.to_str().unwrap()])
+        .env("CORE_COMMITTER_PIPELINEDEPTH", "many")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("committer.pipelineDepth"), "{stderr}");
+    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["peer", "start", "--config", config.to_str().unwrap()])
+        .env("CORE_COMMITTER_PIPELINEDEPTH", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("committer.pipelineDepth: must be at least 1"),
+        "{stderr}"
+    );
 }
 
 /// The workload, in order, and the codes the peer must give it.
@@ -397,6 +858,12 @@ struct Network {
     client: Signer,
     org1_peer: Signer,
     org2_peer: Signer,
+    /// External chaincodes (name, address) the peers started from now on
+    /// dial.
+    external_chaincodes: Vec<(String, SocketAddr)>,
+    /// The validating peer that peers started from now on replicate, as
+    /// endorser replicas; `None`: they validate blocks from the orderers.
+    replica_of: Option<SocketAddr>,
 }
 
 impl Network {
@@ -458,6 +925,8 @@ impl Network {
             client: signer(&users.join("User1@org1.example.com/msp"), "Org1MSP"),
             org1_peer: signer(&dir.join(peer_msp_path("org1")), "Org1MSP"),
             org2_peer: signer(&dir.join(peer_msp_path("org2")), "Org2MSP"),
+            external_chaincodes: Vec::new(),
+            replica_of: None,
         }
     }
 
@@ -468,6 +937,16 @@ impl Network {
 
     fn peer_msp(&self, org: &str) -> PathBuf {
         self.dir.join(peer_msp_path(org))
+    }
+
+    /// The network's orderer: solo, ordering both channels.
+    fn start_solo_orderer(&self) -> Node {
+        self.start_orderer(
+            "orderer",
+            &self.orderer_msp(),
+            "OrdererMSP",
+            &["ledger.block", "second.block"],
+        )
     }
 
     fn start_orderer(&self, name: &str, msp: &Path, msp_id: &str, blocks: &[&str]) -> Node {
@@ -518,7 +997,25 @@ impl Network {
         } else {
             format!("  peers:\n{gateway}")
         };
-        let config = self.dir.join(format!("peer-{org}.yaml"));
+        let external: String = self
+            .external_chaincodes
+            .iter()
+            .map(|(name, address)| format!("    - name: {name}\n      address: \"{address}\"\n"))
+            .collect();
+        let chaincode = if external.is_empty() {
+            String::new()
+        } else {
+            format!("chaincode:\n  executeTimeout: 20s\n  external:\n{external}")
+        };
+        let replica = self.replica_of.map_or_else(String::new, |validating| {
+            format!("  blockSource: peers\n  validatingPeers: [\"{validating}\"]\n")
+        });
+        // Named after the data directory: two peers of one org are apart.
+        let name = format!(
+            "peer-{org}-{}",
+            data.file_name().unwrap_or_default().to_string_lossy()
+        );
+        let config = self.dir.join(format!("{name}.yaml"));
         let orderers: Vec<String> = orderers.iter().map(|a| format!("\"{a}\"")).collect();
         let msp_id = if org == "org1" { "Org1MSP" } else { "Org2MSP" };
         std::fs::write(
@@ -528,7 +1025,8 @@ impl Network {
                  localMspId: {msp_id}\n  mspConfigPath: {msp}\n  fileSystemPath: {data}\n\
                  channels:\n  - genesisBlock: {genesis}\n  - genesisBlock: {second}\n\
                  orderers: [{orderers}]\n\
-                 committer:\n  reconnectBackoffMax: 200ms\n\
+                 committer:\n  reconnectBackoffMax: 200ms\n{replica}\
+                 {chaincode}\
                  gateway:\n{gateway}\
                  operations:\n  listenAddress: 127.0.0.1:0\n",
                 msp = self.peer_msp(org).display(),
@@ -539,20 +1037,26 @@ impl Network {
             ),
         )
         .unwrap();
-        let mut node = Node::start("peer", &config, &self.dir.join(format!("peer-{org}.log")));
+        let mut node = Node::start("peer", &config, &self.dir.join(format!("{name}.log")));
         node.data = Some(data.to_owned());
         node
     }
 
     /// A proposal by the client to invoke `args[0]` with the rest of `args`.
     fn proposal(&self, channel: &str, args: &[&str]) -> Proposal {
+        let arguments = args[1..]
+            .iter()
+            .map(|arg| Bytes::from(arg.to_string()))
+            .collect();
+        self.proposal_with(channel, args[0], arguments)
+    }
+
+    /// A proposal by the client to invoke `chaincode` with `args`.
+    fn proposal_with(&self, channel: &str, chaincode: &str, args: Vec<Bytes>) -> Proposal {
         let invocation = Invocation {
             channel_id: channel,
-            chaincode: args[0],
-            args: args[1..]
-                .iter()
-                .map(|arg| Bytes::from(arg.to_string()))
-                .collect(),
+            chaincode,
+            args,
             nonce: self.client.new_nonce().unwrap(),
             timestamp_seconds: weft_msp::now(),
         };
@@ -616,6 +1120,30 @@ impl Network {
             .map(|endorser| endorse(&proposal, &simulation, *endorser).unwrap())
             .collect();
         proposal.transaction(&endorsements, &self.client).unwrap()
+    }
+}
+
+/// Assembles `proposal`'s transaction from `responses`, broadcasts it and
+/// waits until every one of `peers` has committed it VALID in block
+/// `height` (so that the next proposal reads its writes on any of them).
+async fn submit(
+    network: &Network,
+    orderer: SocketAddr,
+    peers: &[SocketAddr],
+    proposal: &Proposal,
+    responses: &[weft_protos::protos::ProposalResponse],
+    height: u64,
+) {
+    let envelope = proposal.transaction(responses, &network.client).unwrap();
+    assert_eq!(broadcast(orderer, &[envelope]).await, [Status::Success]);
+    for peer in peers {
+        let codes = committed_codes(*peer, &network.client, height).await;
+        assert_eq!(
+            codes.last(),
+            Some(&TxValidationCode::Valid),
+            "{}",
+            proposal.tx_id
+        );
     }
 }
 
@@ -726,6 +1254,78 @@ impl Node {
 }
 
 impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The chaincode event in an endorsement, if the chaincode set one.
+fn event_of(
+    response: &weft_protos::protos::ProposalResponse,
+) -> Option<weft_protos::protos::ChaincodeEvent> {
+    let payload =
+        weft_protos::protos::ProposalResponsePayload::decode(response.payload.clone()).unwrap();
+    let action = weft_protos::protos::ChaincodeAction::decode(payload.extension).unwrap();
+    (!action.events.is_empty())
+        .then(|| weft_protos::protos::ChaincodeEvent::decode(action.events).unwrap())
+}
+
+/// `tests/js/chaincode.js`: a chaincode written with Fabric's Node.js
+/// shim, serving as chaincode-as-a-service. Killed when dropped.
+struct ShimChaincode {
+    child: Child,
+    address: SocketAddr,
+}
+
+impl ShimChaincode {
+    fn start(dir: &Path) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        Self::start_at(dir, port)
+    }
+
+    /// Starts the chaincode on `address` and waits until it listens.
+    fn start_at(dir: &Path, address: SocketAddr) -> Self {
+        let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
+        let log = dir.join(format!("chaincode-{}.log", address.port()));
+        let mut child = Command::new("node")
+            .current_dir(&js)
+            .arg("chaincode.js")
+            .arg(address.to_string())
+            .arg("notes_1.0:0123abcd")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("node runs (CI installs it)");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while stdout.read_line(&mut line).unwrap() > 0 && !line.contains("chaincode listening") {
+            line.clear();
+        }
+        // The shim logs to stdout: keep draining it.
+        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the chaincode did not start: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        Self { child, address }
+    }
+
+    /// Waits for the chaincode process to end by itself.
+    fn wait_exit(&mut self) {
+        let started = Instant::now();
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(started.elapsed() < PATIENCE, "the chaincode did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ShimChaincode {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

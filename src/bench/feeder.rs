@@ -20,7 +20,8 @@ use prost::Message;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::Stream;
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 use weft_ledger::deliver::{SeekRequest, StreamEnd, stream_range};
 use weft_ledger::{BlockStore, Durability, StoreConfig, resolve_seek};
@@ -78,9 +79,12 @@ impl Feeder {
                     AtomicBroadcastServer::new(service)
                         .max_encoding_message_size(MESSAGE_BYTES_MAX),
                 )
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-                    let _ = stopped.wait_for(|stop| *stop).await;
-                }),
+                .serve_with_incoming_shutdown(
+                    TcpIncoming::from(listener).with_nodelay(Some(true)),
+                    async move {
+                        let _ = stopped.wait_for(|stop| *stop).await;
+                    },
+                ),
         );
         Ok(Self {
             store,

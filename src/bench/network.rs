@@ -22,23 +22,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use bytes::Bytes;
-use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use weft_msp::Signer;
-use weft_protos::common::{Envelope, HeaderType, Status};
+use weft_protos::common::{Envelope, Status};
 use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
-use weft_protos::orderer::seek_info::SeekBehavior;
-use weft_protos::orderer::seek_position::Type as SeekType;
-use weft_protos::orderer::{SeekInfo, SeekNewest, SeekPosition, SeekSpecified};
-use weft_protos::protos::deliver_client::DeliverClient;
-use weft_protos::protos::deliver_response::Type as PeerResponse;
 use weft_protos::protos::endorser_client::EndorserClient;
 use weft_protos::protos::{FilteredBlock, TxValidationCode};
 use weft_protos::tx::{Invocation, Proposal};
 
 use super::{TRANSFER_CHAINCODE, load_signer, org_msp_id, summary_line};
+use crate::client::{connect, next_block, subscribe};
 
 /// How long the bench waits for any progress before giving up.
 const IDLE_MAX: Duration = Duration::from_secs(60);
@@ -106,13 +101,6 @@ pub fn run(args: &NetworkBenchArgs) -> Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(drive(args, Arc::new(client)))
-}
-
-async fn connect(address: SocketAddr) -> Result<Channel> {
-    tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {address}"))
 }
 
 async fn drive(args: &NetworkBenchArgs, client: Arc<Signer>) -> Result<()> {
@@ -357,49 +345,4 @@ async fn endorse(
     }
     .await;
     (tx_id, outcome)
-}
-
-/// The peer's filtered blocks from the newest on.
-async fn subscribe(
-    peer: SocketAddr,
-    channel: &str,
-    client: &Signer,
-) -> Result<tonic::Streaming<weft_protos::protos::DeliverResponse>> {
-    let seek = SeekInfo {
-        start: Some(SeekPosition {
-            r#type: Some(SeekType::Newest(SeekNewest {})),
-        }),
-        stop: Some(SeekPosition {
-            r#type: Some(SeekType::Specified(SeekSpecified { number: u64::MAX })),
-        }),
-        behavior: SeekBehavior::BlockUntilReady as i32,
-        ..SeekInfo::default()
-    };
-    let request = weft_protos::tx::signed_envelope(
-        HeaderType::DeliverSeekInfo,
-        channel,
-        seek.encode_to_vec().into(),
-        client,
-        client.new_nonce()?,
-        weft_msp::now(),
-    )?;
-    Ok(DeliverClient::new(connect(peer).await?)
-        .deliver_filtered(tokio_stream::iter([request]))
-        .await
-        .context("the peer refused the DeliverFiltered request")?
-        .into_inner())
-}
-
-async fn next_block(
-    commits: &mut tonic::Streaming<weft_protos::protos::DeliverResponse>,
-) -> Result<FilteredBlock> {
-    let response = commits
-        .message()
-        .await
-        .context("a peer's event stream failed")?
-        .ok_or_else(|| anyhow!("a peer ended its event stream"))?;
-    match response.r#type {
-        Some(PeerResponse::FilteredBlock(block)) => Ok(block),
-        other => bail!("a peer answered {other:?} where a block was due"),
-    }
 }

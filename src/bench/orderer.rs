@@ -248,7 +248,7 @@ fn run_point(
     let mut orderers = Vec::new();
     match cluster {
         None => {
-            let config = write_orderer_config(channel, &args.durability, dir, 0, None)?;
+            let config = write_orderer_config(channel, &args.durability, dir)?;
             orderers.push(NodeProcess::start(
                 "orderer",
                 &config,
@@ -257,8 +257,7 @@ fn run_point(
         }
         Some(ports) => {
             for (index, port) in ports.iter().enumerate() {
-                let config =
-                    write_orderer_config(channel, &args.durability, dir, index, Some(*port))?;
+                let config = write_raft_config(channel, &args.durability, dir, index, *port)?;
                 orderers.push(NodeProcess::start(
                     "orderer",
                     &config,
@@ -557,30 +556,52 @@ fn tx_id_of(raw: Bytes) -> Result<String> {
     Ok(ChannelHeader::decode(header.channel_header)?.tx_id)
 }
 
-/// Writes the config of orderer `index`, listening on a free port; with
-/// a `cluster_port`, a Raft node serving cluster traffic there.
-fn write_orderer_config(
+/// Writes the solo orderer's config, listening on a free port.
+pub(super) fn write_orderer_config(
+    channel: &BenchChannel,
+    durability: &str,
+    dir: &Path,
+) -> Result<PathBuf> {
+    write_node_config(channel, durability, dir, None)
+}
+
+/// Writes the config of a Raft node: orderer `index` of the channel's
+/// consenters, serving cluster traffic on `cluster_port`.
+fn write_raft_config(
     channel: &BenchChannel,
     durability: &str,
     dir: &Path,
     index: usize,
-    cluster_port: Option<u16>,
+    cluster_port: u16,
 ) -> Result<PathBuf> {
-    let path = dir.join(format!("orderer{index}.yaml"));
-    let consensus = match cluster_port {
-        None => "consensus:\n  type: solo\n".to_owned(),
-        Some(port) => {
-            format!("consensus:\n  type: channel\ncluster:\n  listenAddress: 127.0.0.1:{port}\n")
-        }
+    write_node_config(channel, durability, dir, Some((index, cluster_port)))
+}
+
+/// An orderer's config, listening on a free port: solo, or Raft node
+/// `index` with its cluster port.
+fn write_node_config(
+    channel: &BenchChannel,
+    durability: &str,
+    dir: &Path,
+    raft: Option<(usize, u16)>,
+) -> Result<PathBuf> {
+    let (name, consensus) = match raft {
+        None => (String::new(), "consensus:\n  type: solo\n".to_owned()),
+        Some((index, port)) => (
+            index.to_string(),
+            format!("consensus:\n  type: channel\ncluster:\n  listenAddress: 127.0.0.1:{port}\n"),
+        ),
     };
+    let index = raft.map_or(0, |(index, _)| index);
+    let path = dir.join(format!("orderer{name}.yaml"));
     let text = format!(
-        "orderer:\n  id: bench-orderer{index}\n  listenAddress: 127.0.0.1:0\n  localMspId: OrdererMSP\n  \
+        "orderer:\n  id: bench-orderer{name}\n  listenAddress: 127.0.0.1:0\n  localMspId: OrdererMSP\n  \
          mspConfigPath: {msp}\n  fileSystemPath: {data}\n\
          channels:\n  - genesisBlock: {genesis}\n\
          ledger:\n  durability: {durability}\n\
          {consensus}",
         msp = channel.orderer_msp(index).display(),
-        data = dir.join(format!("data{index}")).display(),
+        data = dir.join(format!("data{name}")).display(),
         genesis = channel.genesis_path.display(),
     );
     std::fs::write(&path, text)?;

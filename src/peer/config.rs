@@ -27,6 +27,8 @@ pub struct PeerConfig {
     #[serde(default)]
     pub committer: CommitterSection,
     #[serde(default)]
+    pub chaincode: ChaincodeSection,
+    #[serde(default)]
     pub gateway: GatewaySection,
     #[serde(default)]
     pub operations: OperationsSection,
@@ -103,9 +105,21 @@ impl LedgerSection {
     }
 }
 
+/// Where a peer's blocks come from (`committer.blockSource`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BlockSourceMode {
+    /// Fetch from the orderers and validate: a full peer.
+    Orderers,
+    /// Fetch validated blocks from `validatingPeers`: an endorser replica.
+    Peers,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct CommitterSection {
+    pub block_source: BlockSourceMode,
+    pub validating_peers: Vec<String>,
     pub pipeline_depth: usize,
     /// Threads of the validation pool; 0 = one per core.
     pub validation_threads: usize,
@@ -116,12 +130,39 @@ pub struct CommitterSection {
 impl Default for CommitterSection {
     fn default() -> Self {
         Self {
+            block_source: BlockSourceMode::Orderers,
+            validating_peers: Vec::new(),
             pipeline_depth: 4,
             validation_threads: 0,
             queue_blocks: 64,
             reconnect_backoff_max: GoDuration(std::time::Duration::from_secs(10)),
         }
     }
+}
+
+/// Chaincodes beyond the built-ins, and how long an invocation may take.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct ChaincodeSection {
+    pub execute_timeout: GoDuration,
+    pub external: Vec<ExternalChaincodeEntry>,
+}
+
+impl Default for ChaincodeSection {
+    fn default() -> Self {
+        Self {
+            execute_timeout: GoDuration(std::time::Duration::from_secs(30)),
+            external: Vec::new(),
+        }
+    }
+}
+
+/// A chaincode server (chaincode as a service) the peer dials.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ExternalChaincodeEntry {
+    pub name: String,
+    pub address: String,
 }
 
 /// The peers of other organisations the Gateway asks for endorsements.
@@ -156,7 +197,7 @@ impl PeerConfig {
     /// Reads and checks `path`; relative paths in it become relative to its
     /// directory.
     pub fn load(path: &Path) -> Result<Self> {
-        let mut config: Self = load_yaml(path)?;
+        let mut config: Self = load_yaml(path, "CORE_")?;
         let dir = path.parent().unwrap_or(Path::new("."));
         config.peer.msp_config_path = resolve(dir, &config.peer.msp_config_path);
         config.peer.file_system_path = resolve(dir, &config.peer.file_system_path);
@@ -167,11 +208,49 @@ impl PeerConfig {
         if config.orderers.is_empty() {
             bail!("{file}: orderers: name at least one orderer endpoint");
         }
+        if config.committer.block_source == BlockSourceMode::Peers
+            && config.committer.validating_peers.is_empty()
+        {
+            bail!(
+                "{file}: committer.validatingPeers: blockSource peers needs at least one \
+                 validating peer endpoint"
+            );
+        }
         if config.committer.pipeline_depth == 0 {
             bail!("{file}: committer.pipelineDepth: must be at least 1");
         }
         if config.committer.queue_blocks == 0 {
             bail!("{file}: committer.queueBlocks: must be at least 1");
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (index, external) in config.chaincode.external.iter().enumerate() {
+            let name = &external.name;
+            if name.is_empty() {
+                bail!("{file}: chaincode.external[{index}].name: must not be empty");
+            }
+            if name.starts_with('_') {
+                bail!(
+                    "{file}: chaincode.external[{index}].name: {name}: names starting with _ are system chaincodes"
+                );
+            }
+            let builtins = weft_peer_endorser::builtin::builtins();
+            if builtins.iter().any(|(builtin, _)| builtin == name) {
+                bail!("{file}: chaincode.external[{index}].name: {name} is a built-in chaincode");
+            }
+            if !names.insert(name) {
+                bail!("{file}: chaincode.external[{index}].name: {name} is named twice");
+            }
+            if external.address.parse::<SocketAddr>().is_err()
+                && external.address.rsplit_once(':').is_none()
+            {
+                bail!(
+                    "{file}: chaincode.external[{index}].address: {:?} is not host:port",
+                    external.address
+                );
+            }
+        }
+        if config.chaincode.execute_timeout.0.is_zero() {
+            bail!("{file}: chaincode.executeTimeout: must be more than zero");
         }
         if config.ledger.durability == DurabilityMode::GroupCommit
             && config.ledger.group_commit_blocks == 0

@@ -35,6 +35,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use weft_protos::tx::Sign;
 
+use weft_protos::block::config_of_envelope;
 use weft_protos::common::Status;
 
 use crate::broadcast::Refusal;
@@ -43,7 +44,6 @@ use crate::cutter::{Batch, BlockCutter, CutReason};
 use crate::error::{Error, Result};
 use crate::raft::{Leader, Route};
 use crate::writer::{BlockContent, BlockWriter};
-use weft_protos::block::config_of_block;
 
 /// Accepted envelopes a channel's mailbox holds before Broadcast waits.
 const MAILBOX_CAPACITY: usize = 4096;
@@ -390,23 +390,22 @@ impl Solo {
                 self.channel
                     .metrics
                     .block_cut(&self.channel.id, CutReason::Config);
-                let block = self.write(BlockContent::Config(envelope)).await?;
-                let number = block.header.as_ref().map_or(0, |header| header.number);
-                let (_, config) = config_of_block(&block).ok_or_else(|| Error::BadChain {
-                    channel: self.channel.id.clone(),
-                    block: number,
-                    reason: "the config block written holds no config".to_owned(),
-                })?;
+                let number = self.writer.lock().next_number();
+                let (_, config) =
+                    config_of_envelope(envelope.clone()).ok_or_else(|| Error::BadChain {
+                        channel: self.channel.id.clone(),
+                        block: number,
+                        reason: "a CONFIG envelope to order holds no config".to_owned(),
+                    })?;
                 let config = ChannelConfig::new(&self.channel.id, number, config)?;
                 self.cutter
                     .reconfigure(config.orderer.batch_size, config.orderer.batch_timeout);
-                tracing::info!(
-                    channel = %self.channel.id,
-                    block = number,
-                    sequence = config.sequence(),
-                    "channel reconfigured"
-                );
+                // In force before its block is visible, so that a client who
+                // sees the block can transact under it; anything checked
+                // under it is ordered after the block anyway.
                 self.channel.install(config);
+                self.write(BlockContent::Config(envelope)).await?;
+                tracing::info!(channel = %self.channel.id, block = number, "channel reconfigured");
                 Ok(())
             }
         }

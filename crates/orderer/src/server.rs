@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 use weft_ledger::{BlockStore, Durability, StoreConfig};
 use weft_protos::common::{Block, Envelope};
@@ -265,7 +265,7 @@ impl Orderer {
                                 .max_encoding_message_size(config.message_bytes_max),
                         )
                         .serve_with_incoming_shutdown(
-                            TcpListenerStream::new(cluster.listener),
+                            TcpIncoming::from(cluster.listener).with_nodelay(Some(true)),
                             async move {
                                 let _ = stop.wait_for(|stop| *stop).await;
                             },
@@ -319,9 +319,12 @@ impl Orderer {
                         .max_decoding_message_size(config.message_bytes_max)
                         .max_encoding_message_size(config.message_bytes_max),
                 )
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-                    let _ = stop.wait_for(|stop| *stop).await;
-                }),
+                .serve_with_incoming_shutdown(
+                    TcpIncoming::from(listener).with_nodelay(Some(true)),
+                    async move {
+                        let _ = stop.wait_for(|stop| *stop).await;
+                    },
+                ),
         );
         tracing::info!(%address, "orderer serving AtomicBroadcast");
         Ok(Self {

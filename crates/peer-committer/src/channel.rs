@@ -1,47 +1,28 @@
 //! What validation needs to know about a channel, built from its config.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use weft_msp::MspManager;
-use weft_policy::{ChannelAuthority, PolicyTree};
+use weft_policy::{ChannelAuthority, PolicyTree, Signatory, SignaturePolicy};
 use weft_protos::common::Config;
 
+use crate::lifecycle::{
+    ChaincodeDefinitions, EndorsementRule, IMPLICIT_COLLECTION_PREFIX, LIFECYCLE_NAMESPACE,
+};
 use crate::{Error, Result};
 
-/// Where the endorsement policy of a namespace (a chaincode) is found.
-///
-/// Chaincode definitions agreed on the channel name their policies; until
-/// a namespace has one, Fabric's defaults apply: `_lifecycle` needs
-/// `/Channel/Application/LifecycleEndorsement` and every chaincode needs
-/// `/Channel/Application/Endorsement`.
-pub trait EndorsementPolicies: Send + Sync {
-    /// The channel-config path of the policy that endorsements of writes to
-    /// `namespace` must satisfy.
-    fn policy_path(&self, namespace: &str) -> String;
-}
-
-/// Fabric's default endorsement policies (see [`EndorsementPolicies`]).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct DefaultEndorsementPolicies;
-
-impl EndorsementPolicies for DefaultEndorsementPolicies {
-    fn policy_path(&self, namespace: &str) -> String {
-        if namespace == "_lifecycle" {
-            "/Channel/Application/LifecycleEndorsement".to_owned()
-        } else {
-            "/Channel/Application/Endorsement".to_owned()
-        }
-    }
-}
-
-/// A channel's identity and policy context at one configuration: its MSPs
-/// (with their identity cache) and its policy tree. Immutable; a config
-/// block produces a new context, and with it a fresh identity cache.
+/// A channel's identity and policy context: its MSPs (with their identity
+/// cache), its policy tree, and the chaincode definitions committed on it.
+/// Immutable; a config block produces a new context with a fresh identity
+/// cache, a committed chaincode definition a new context sharing the MSPs.
 pub struct ChannelContext {
     pub channel_id: String,
-    pub msps: MspManager,
-    pub policies: PolicyTree,
-    pub endorsement: Arc<dyn EndorsementPolicies>,
+    pub msps: Arc<MspManager>,
+    pub policies: Arc<PolicyTree>,
+    pub definitions: Arc<ChaincodeDefinitions>,
+    /// Application organisations: MSP ID → config group name.
+    application_orgs: Arc<BTreeMap<String, String>>,
 }
 
 impl std::fmt::Debug for ChannelContext {
@@ -54,19 +35,89 @@ impl std::fmt::Debug for ChannelContext {
 }
 
 impl ChannelContext {
-    /// Builds the context of `config`, found in block `block` of `channel_id`.
+    /// Builds the context of `config`, found in block `block` of
+    /// `channel_id`, with no chaincode definitions yet.
     pub fn from_config(channel_id: &str, block: u64, config: &Config) -> Result<Self> {
-        let ChannelAuthority { msps, policies } =
-            ChannelAuthority::from_config(config).map_err(|e| Error::BadConfig {
-                channel: channel_id.to_owned(),
-                block,
-                reason: e.0,
-            })?;
-        Ok(Self {
-            channel_id: channel_id.to_owned(),
+        let ChannelAuthority {
             msps,
             policies,
-            endorsement: Arc::new(DefaultEndorsementPolicies),
+            application_orgs,
+        } = ChannelAuthority::from_config(config).map_err(|e| Error::BadConfig {
+            channel: channel_id.to_owned(),
+            block,
+            reason: e.0,
+        })?;
+        Ok(Self {
+            channel_id: channel_id.to_owned(),
+            msps: Arc::new(msps),
+            policies: Arc::new(policies),
+            definitions: Arc::new(ChaincodeDefinitions::default()),
+            application_orgs: Arc::new(application_orgs),
         })
+    }
+
+    /// This context with `definitions` in force; the MSPs and their cache
+    /// are shared.
+    pub fn with_definitions(&self, definitions: Arc<ChaincodeDefinitions>) -> Self {
+        Self {
+            channel_id: self.channel_id.clone(),
+            msps: self.msps.clone(),
+            policies: self.policies.clone(),
+            definitions,
+            application_orgs: self.application_orgs.clone(),
+        }
+    }
+
+    /// The application organisations: MSP ID → config group name.
+    pub fn application_orgs(&self) -> &BTreeMap<String, String> {
+        &self.application_orgs
+    }
+
+    /// The rule for writes to the public state of `namespace`.
+    pub fn endorsement_rule(&self, namespace: &str) -> EndorsementRule {
+        self.definitions.rule(namespace)
+    }
+
+    /// The rule for writes to the private collection `collection` of
+    /// `namespace`. An organisation's approval of a chaincode definition
+    /// (a write to `_implicit_org_<MSP ID>` of `_lifecycle`) needs that
+    /// organisation's `Endorsement` policy, else any member of it, as
+    /// Fabric's validator rules; other collections follow their
+    /// chaincode's rule.
+    pub fn collection_rule(&self, namespace: &str, collection: &str) -> EndorsementRule {
+        let implicit = collection.strip_prefix(IMPLICIT_COLLECTION_PREFIX);
+        match implicit {
+            Some(msp_id) if namespace == LIFECYCLE_NAMESPACE => {
+                let Some(group) = self.application_orgs.get(msp_id) else {
+                    return EndorsementRule::Unreadable(format!(
+                        "{msp_id} is not an organisation of the channel"
+                    ));
+                };
+                let path = format!("/Channel/Application/{group}/Endorsement");
+                if self.policies.get(&path).is_some() {
+                    return EndorsementRule::Channel(path);
+                }
+                let member = format!("OR('{msp_id}.member')");
+                let compiled = weft_policy::dsl::parse(&member)
+                    .map_err(|e| e.to_string())
+                    .and_then(|envelope| {
+                        SignaturePolicy::compile(&member, &envelope).map_err(|e| e.to_string())
+                    });
+                match compiled {
+                    Ok(policy) => EndorsementRule::Signature(Arc::new(policy)),
+                    Err(reason) => EndorsementRule::Unreadable(reason),
+                }
+            }
+            _ => self.endorsement_rule(namespace),
+        }
+    }
+
+    /// Whether `signers` satisfy `rule`.
+    pub fn satisfies<S: Signatory>(&self, rule: &EndorsementRule, signers: &[S]) -> bool {
+        match rule {
+            EndorsementRule::Channel(path) => self.policies.is_satisfied_by(path, signers).is_ok(),
+            EndorsementRule::Signature(policy) => policy.is_satisfied_by(signers),
+            EndorsementRule::Unreadable(_) => false,
+        }
     }
 }

@@ -114,6 +114,10 @@ fn check_endorser_transaction(
         return TxValidationCode::BadHeaderExtension;
     };
     let endorsers = verified_endorsers(action, context, now);
+    // As Fabric's validator: the invoked chaincode and every namespace
+    // written are checked; a namespace's public writes need its rule, each
+    // private collection written needs the collection's rule, and a
+    // namespace with neither (a read-only invocation) its own rule.
     let mut namespaces: BTreeSet<&str> = action
         .namespaces
         .iter()
@@ -129,8 +133,25 @@ fn check_endorser_transaction(
         .collect();
     namespaces.insert(chaincode.name.as_str());
     for namespace in namespaces {
-        let path = context.endorsement.policy_path(namespace);
-        if context.policies.is_satisfied_by(&path, &endorsers).is_err() {
+        let mut rules = Vec::new();
+        if let Some(written) = action
+            .namespaces
+            .iter()
+            .find(|ns| ns.namespace == namespace)
+        {
+            if !written.kv.writes.is_empty() || !written.kv.metadata_writes.is_empty() {
+                rules.push(context.endorsement_rule(namespace));
+            }
+            for collection in &written.collection_hashed {
+                if !collection.rwset.hashed_writes.is_empty() {
+                    rules.push(context.collection_rule(namespace, &collection.collection));
+                }
+            }
+        }
+        if rules.is_empty() {
+            rules.push(context.endorsement_rule(namespace));
+        }
+        if !rules.iter().all(|rule| context.satisfies(rule, &endorsers)) {
             return TxValidationCode::EndorsementPolicyFailure;
         }
     }

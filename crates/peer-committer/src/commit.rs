@@ -25,6 +25,7 @@ use weft_protos::view::{DecodedBlock, Limits, TxBody, TxEnvelope};
 use weft_statedb::{Height, VersionedState};
 
 use crate::checks::check_block;
+use crate::lifecycle::{ChaincodeDefinitions, LIFECYCLE_NAMESPACE};
 use crate::mvcc::{mark_duplicate_tx_ids, update_batch, validate_block};
 use crate::{ChannelContext, Error, Result, TxValidationCode};
 
@@ -177,7 +178,8 @@ impl ChannelCommitter {
             let batch = update_batch(&decoded, &codes);
             state.apply(&batch, last_height(number, codes.len()))?;
         }
-        let context = Arc::new(context);
+        let definitions = ChaincodeDefinitions::load(state.as_ref())?;
+        let context = Arc::new(context.with_definitions(Arc::new(definitions)));
         Ok(Self {
             channel_id: channel_id.to_owned(),
             published: Arc::new(RwLock::new(context.clone())),
@@ -294,9 +296,9 @@ impl ChannelCommitter {
             for result in in_order {
                 let Ok(prepared) = result.recv() else { break };
                 let outcome = self.commit_prepared(prepared, now());
-                if let Ok(committed) = &outcome
-                    && committed.reconfigured
-                {
+                // A config block or a chaincode definition changes the
+                // context blocks are prepared against.
+                if !Arc::ptr_eq(&shared_context.read(), &self.context) {
                     *shared_context.write() = self.context.clone();
                 }
                 if !sink(&outcome) {
@@ -362,12 +364,65 @@ impl ChannelCommitter {
             &mut HashSet::new(),
         );
         validate_block(&decoded, &mut codes, self.state.as_ref())?;
-        let batch = update_batch(&decoded, &codes);
         let mvcc = mvcc_started.elapsed();
-
         set_filter(&mut block, &codes);
+        let written = self.write(&block, &decoded, &codes)?;
+        Ok(written.committed(number, codes, validate_time, mvcc))
+    }
+
+    /// Commits a block another peer of this organisation has already
+    /// validated, with its codes in TRANSACTIONS_FILTER, without validating
+    /// it again: an endorser replica's way of keeping its state current
+    /// (FastFabric's endorser/committer separation). The chain is still
+    /// checked (number, previous hash, data hash), so a replica never
+    /// stores a block that does not extend its chain; signatures, policies
+    /// and MVCC are the validating peer's word.
+    pub fn apply_validated(&mut self, block: Block) -> Result<CommittedBlock> {
+        let started = Instant::now();
+        let decoded = decode(block.clone(), self.limits);
+        let number = decoded.header.number;
+        let refuse = |reason: String| Error::BadBlock {
+            channel: self.channel_id.clone(),
+            block: number,
+            reason,
+        };
+        if number != self.ledger.height() {
+            return Err(refuse(format!("expected block {}", self.ledger.height())));
+        }
+        if self.previous_hash().map(|hash| hash.to_vec())
+            != Some(decoded.header.previous_hash.to_vec())
+        {
+            return Err(refuse("previous hash does not match the chain".to_owned()));
+        }
+        let data_hash =
+            weft_protos::hash::data_hash_of(decoded.raw_envelopes.iter().map(|e| e.as_ref()));
+        if data_hash.as_slice() != decoded.header.data_hash.as_ref() {
+            return Err(refuse(
+                "data hash does not match the block's data".to_owned(),
+            ));
+        }
+        let codes = stored_codes(&block)
+            .filter(|codes| codes.len() == decoded.transactions.len())
+            .ok_or_else(|| {
+                refuse("no validation codes (TRANSACTIONS_FILTER) for its transactions".to_owned())
+            })?;
+        let mvcc = started.elapsed();
+        let written = self.write(&block, &decoded, &codes)?;
+        Ok(written.committed(number, codes, Duration::ZERO, mvcc))
+    }
+
+    /// Appends a block whose codes are settled, applies its valid writes,
+    /// takes up its configuration, and only then shows it to readers.
+    fn write(
+        &mut self,
+        block: &Block,
+        decoded: &DecodedBlock,
+        codes: &[TxValidationCode],
+    ) -> Result<Written> {
+        let number = decoded.header.number;
+        let batch = update_batch(decoded, codes);
         let append_started = Instant::now();
-        self.ledger.append(&block)?;
+        self.ledger.append(block)?;
         let block_store = append_started.elapsed();
         let apply_started = Instant::now();
         self.state.apply(&batch, last_height(number, codes.len()))?;
@@ -377,33 +432,67 @@ impl ChannelCommitter {
             decoded
                 .transactions
                 .iter()
-                .zip(&codes)
+                .zip(codes)
                 .filter(|(_, code)| **code == TxValidationCode::Valid)
                 .map(|(transaction, _)| transaction),
         );
         let reconfigured = new_config.is_some();
         if let Some(config) = new_config {
-            self.context = Arc::new(ChannelContext::from_config(
-                &self.channel_id,
-                number,
-                &config,
-            )?);
+            let context = ChannelContext::from_config(&self.channel_id, number, &config)?;
+            self.context = Arc::new(context.with_definitions(self.context.definitions.clone()));
+        }
+        let redefined = decoded
+            .transactions
+            .iter()
+            .zip(codes)
+            .any(|(transaction, code)| {
+                *code == TxValidationCode::Valid && writes_definitions(transaction)
+            });
+        if redefined {
+            let definitions = ChaincodeDefinitions::load(self.state.as_ref())?;
+            self.context = Arc::new(self.context.with_definitions(Arc::new(definitions)));
+        }
+        if reconfigured || redefined {
             *self.published.write() = self.context.clone();
         }
         // Only now is the block visible to readers: its transactions' writes
         // are in the state and its configuration is current.
         self.committed.send_replace(number + 1);
-        Ok(CommittedBlock {
+        Ok(Written {
+            reconfigured,
+            block_store,
+            state,
+        })
+    }
+}
+
+/// What writing a block did.
+struct Written {
+    reconfigured: bool,
+    block_store: Duration,
+    state: Duration,
+}
+
+impl Written {
+    /// The whole account of block `number`, given the earlier stages' times.
+    fn committed(
+        self,
+        number: u64,
+        codes: Vec<TxValidationCode>,
+        validate: Duration,
+        mvcc: Duration,
+    ) -> CommittedBlock {
+        CommittedBlock {
             number,
             codes,
-            reconfigured,
+            reconfigured: self.reconfigured,
             timings: StageTimings {
-                validate: validate_time,
+                validate,
                 mvcc,
-                block_store,
-                state,
+                block_store: self.block_store,
+                state: self.state,
             },
-        })
+        }
     }
 }
 
@@ -574,6 +663,26 @@ fn stored_codes(block: &Block) -> Option<Vec<TxValidationCode>> {
         .iter()
         .map(|&code| TxValidationCode::try_from(i32::from(code)).ok())
         .collect()
+}
+
+/// Whether a transaction writes to `_lifecycle`'s public state: commits
+/// (or changes) a chaincode definition.
+fn writes_definitions(
+    transaction: &std::result::Result<TxEnvelope, weft_protos::DecodeError>,
+) -> bool {
+    let Ok(TxEnvelope {
+        body: TxBody::Endorser(endorser),
+        ..
+    }) = transaction
+    else {
+        return false;
+    };
+    endorser.actions.iter().any(|action| {
+        action
+            .namespaces
+            .iter()
+            .any(|ns| ns.namespace == LIFECYCLE_NAMESPACE && !ns.kv.writes.is_empty())
+    })
 }
 
 fn config_of(block: &DecodedBlock) -> Option<Config> {

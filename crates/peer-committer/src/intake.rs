@@ -1,6 +1,11 @@
 //! Block intake: keeps one channel's committer fed with blocks from the
 //! ordering service, as a Fabric peer's deliver client does.
 //!
+//! An endorser replica (FastFabric's endorser/committer separation) takes
+//! its blocks instead from validating peers of its organisation, over
+//! `protos.Deliver/Deliver`, and applies them with the codes they carry
+//! ([`ChannelCommitter::apply_validated`]) rather than validating again.
+//!
 //! A fetch task asks an orderer's `AtomicBroadcast/Deliver`, with a seek
 //! request signed by the peer, for every block from the next one the peer
 //! needs, and queues what arrives; a committer thread runs the pipelined
@@ -29,12 +34,19 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use prost::Message;
 use tokio::sync::{Notify, mpsc, watch};
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use weft_ledger::BlockStore;
 use weft_msp::Signer;
 use weft_protos::common::{Block, HeaderType};
 use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
 use weft_protos::orderer::deliver_response::Type as Response;
+use weft_protos::protos::deliver_client::DeliverClient;
+use weft_protos::protos::deliver_response::Type as PeerResponse;
+
+/// Blocks from a Deliver stream, or why it stopped.
+type BlockStream =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<Block, String>> + Send>>;
 
 use crate::metrics::CommitterMetrics;
 use crate::{ChannelCommitter, Error};
@@ -43,11 +55,34 @@ use crate::{ChannelCommitter, Error};
 /// message limit).
 const BLOCK_BYTES_MAX: usize = 100 * 1024 * 1024;
 
+/// Where a channel's blocks come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BlockSource {
+    /// Orderers (`orderer.AtomicBroadcast/Deliver`); every block is
+    /// validated here.
+    #[default]
+    Orderers,
+    /// Peers that validate (`protos.Deliver/Deliver`); their blocks carry
+    /// validation codes, which are applied as they are.
+    ValidatingPeers,
+}
+
+impl BlockSource {
+    fn noun(self) -> &'static str {
+        match self {
+            Self::Orderers => "orderer",
+            Self::ValidatingPeers => "validating peer",
+        }
+    }
+}
+
 /// How a channel's intake reaches the ordering service.
 #[derive(Debug, Clone)]
 pub struct IntakeConfig {
-    /// Orderer endpoints (`host:port`), tried in turn.
-    pub orderers: Vec<String>,
+    /// Where blocks come from.
+    pub source: BlockSource,
+    /// Endpoints (`host:port`) of the source, tried in turn.
+    pub endpoints: Vec<String>,
     /// Blocks prepared (decoded, checked) ahead of the one committing.
     pub pipeline_depth: usize,
     /// Blocks received and waiting for the committer.
@@ -64,11 +99,13 @@ pub struct IntakeConfig {
 }
 
 impl IntakeConfig {
-    /// Defaults for `orderers`: depth 4, 64 queued blocks, backoff 100 ms
-    /// up to 10 s, connect timeout 5 s, a state checkpoint every second.
+    /// Defaults for fetching from `orderers`: depth 4, 64 queued blocks,
+    /// backoff 100 ms up to 10 s, connect timeout 5 s, a state checkpoint
+    /// every second.
     pub fn new(orderers: Vec<String>) -> Self {
         Self {
-            orderers,
+            source: BlockSource::Orderers,
+            endpoints: orderers,
             pipeline_depth: 4,
             queue_blocks: 64,
             backoff_initial: Duration::from_millis(100),
@@ -159,6 +196,7 @@ impl Intake {
             let shared = shared.clone();
             let metrics = metrics.clone();
             let depth = config.pipeline_depth;
+            let source = config.source;
             let checkpoint_interval = config.checkpoint_interval;
             std::thread::Builder::new()
                 .name(format!("commit-{channel_id}"))
@@ -167,6 +205,7 @@ impl Intake {
                         committer,
                         feed,
                         CommitOptions {
+                            source,
                             depth,
                             checkpoint_interval,
                         },
@@ -240,6 +279,7 @@ impl Iterator for Feed {
 }
 
 struct CommitOptions {
+    source: BlockSource,
     depth: usize,
     checkpoint_interval: Duration,
 }
@@ -256,52 +296,60 @@ fn run_committer(
     let handle = committer.handle();
     let checkpointer = committer.checkpointer();
     let mut last_checkpoint = Instant::now();
-    committer.commit_stream(
-        feed,
-        options.depth,
-        weft_msp::now,
-        |outcome| match outcome {
-            Ok(block) => {
-                tracing::debug!(%channel, block = block.number, "committed");
-                if let Some(metrics) = &metrics {
-                    metrics.block_committed(&channel, block);
-                    metrics.identity_cache(&channel, handle.context.read().msps.cache_stats());
-                }
-                if last_checkpoint.elapsed() < options.checkpoint_interval {
-                    return true;
-                }
-                last_checkpoint = Instant::now();
-                match checkpointer.checkpoint() {
-                    Ok(_) => true,
-                    Err(error) => {
-                        tracing::error!(%channel, %error, "checkpointing the world state failed");
-                        *status.fatal.lock() = Some(error.to_string());
-                        false
-                    }
+    let source = options.source.noun();
+    let mut sink = |outcome: &crate::Result<crate::CommittedBlock>| match outcome {
+        Ok(block) => {
+            tracing::debug!(%channel, block = block.number, "committed");
+            if let Some(metrics) = &metrics {
+                metrics.block_committed(&channel, block);
+                metrics.identity_cache(&channel, handle.context.read().msps.cache_stats());
+            }
+            if last_checkpoint.elapsed() < options.checkpoint_interval {
+                return true;
+            }
+            last_checkpoint = Instant::now();
+            match checkpointer.checkpoint() {
+                Ok(_) => true,
+                Err(error) => {
+                    tracing::error!(%channel, %error, "checkpointing the world state failed");
+                    *status.fatal.lock() = Some(error.to_string());
+                    false
                 }
             }
-            Err(Error::BadBlock { block, reason, .. }) if *block == handle.ledger.height() => {
-                tracing::warn!(%channel, block, %reason, "refused a block from the orderer");
-                status.refused_blocks.fetch_add(1, Ordering::Relaxed);
-                if let Some(metrics) = &metrics {
-                    metrics.block_refused(&channel);
+        }
+        Err(Error::BadBlock { block, reason, .. }) if *block == handle.ledger.height() => {
+            tracing::warn!(%channel, block, %reason, source, "refused a block");
+            status.refused_blocks.fetch_add(1, Ordering::Relaxed);
+            if let Some(metrics) = &metrics {
+                metrics.block_refused(&channel);
+            }
+            shared.generation.fetch_add(1, Ordering::AcqRel);
+            shared.refused.notify_one();
+            true
+        }
+        Err(Error::BadBlock { block, .. }) => {
+            // Queued behind a refused block; it will be fetched again.
+            tracing::debug!(%channel, block, "dropped a block queued behind a refused one");
+            true
+        }
+        Err(error) => {
+            tracing::error!(%channel, %error, "the channel stopped committing");
+            *status.fatal.lock() = Some(error.to_string());
+            false
+        }
+    };
+    match options.source {
+        BlockSource::Orderers => {
+            committer.commit_stream(feed, options.depth, weft_msp::now, sink);
+        }
+        BlockSource::ValidatingPeers => {
+            for block in feed {
+                if !sink(&committer.apply_validated(block)) {
+                    break;
                 }
-                shared.generation.fetch_add(1, Ordering::AcqRel);
-                shared.refused.notify_one();
-                true
             }
-            Err(Error::BadBlock { block, .. }) => {
-                // Queued behind a refused block; it will be fetched again.
-                tracing::debug!(%channel, block, "dropped a block queued behind a refused one");
-                true
-            }
-            Err(error) => {
-                tracing::error!(%channel, %error, "the channel stopped committing");
-                *status.fatal.lock() = Some(error.to_string());
-                false
-            }
-        },
-    );
+        }
+    }
     if status.fatal_error().is_none()
         && let Err(error) = committer.checkpoint()
     {
@@ -335,8 +383,8 @@ struct Fetcher {
 
 impl Fetcher {
     async fn run(self, mut shutdown: watch::Receiver<bool>) {
-        if self.config.orderers.is_empty() {
-            tracing::error!(channel = %self.channel_id, "intake: no orderer endpoints configured");
+        if self.config.endpoints.is_empty() {
+            tracing::error!(channel = %self.channel_id, "intake: no endpoints configured");
             return;
         }
         let mut next = self.ledger.height();
@@ -345,7 +393,7 @@ impl Fetcher {
         // wait before the next round.
         let mut failed_in_round = 0;
         for attempt in 0.. {
-            let endpoint = &self.config.orderers[attempt % self.config.orderers.len()];
+            let endpoint = &self.config.endpoints[attempt % self.config.endpoints.len()];
             let end = tokio::select! {
                 end = self.session(endpoint, &mut next) => end,
                 _ = self.shared.refused.notified() => SessionEnd::Refused,
@@ -377,7 +425,7 @@ impl Fetcher {
                     );
                 }
             }
-            if failed_in_round < self.config.orderers.len() {
+            if failed_in_round < self.config.endpoints.len() {
                 continue;
             }
             failed_in_round = 0;
@@ -410,8 +458,6 @@ impl Fetcher {
             Ok(connection) => connection,
             Err(error) => return failed(format!("connect: {}", error_chain(&error))),
         };
-        let mut client =
-            AtomicBroadcastClient::new(connection).max_decoding_message_size(BLOCK_BYTES_MAX);
         let request = match self.seek_request(*next) {
             Ok(request) => request,
             Err(reason) => return failed(reason),
@@ -422,27 +468,23 @@ impl Fetcher {
         if requests.send(request).await.is_err() {
             return failed("request stream closed".to_owned());
         }
-        let mut responses = match client.deliver(ReceiverStream::new(request_stream)).await {
-            Ok(response) => response.into_inner(),
-            Err(status) => return failed(format!("deliver: {}", status.message())),
+        let mut blocks = match self.deliver(connection, request_stream).await {
+            Ok(blocks) => blocks,
+            Err(reason) => return failed(reason),
         };
         *self.status.orderer.lock() = Some(endpoint.to_owned());
-        tracing::info!(channel = %self.channel_id, orderer = %endpoint, from = *next, "fetching blocks");
+        let source = self.config.source.noun();
+        tracing::info!(channel = %self.channel_id, %endpoint, source, from = *next, "fetching blocks");
         let mut delivered = false;
         let reason = loop {
-            let response = match responses.message().await {
-                Ok(Some(response)) => response.r#type,
-                Ok(None) => break "the orderer closed the stream".to_owned(),
-                Err(status) => break format!("deliver: {}", status.message()),
-            };
-            let block = match response {
-                Some(Response::Block(block)) => block,
-                Some(Response::Status(status)) => break format!("the orderer answered {status}"),
-                None => break "an empty response".to_owned(),
+            let block = match blocks.next().await {
+                Some(Ok(block)) => block,
+                Some(Err(reason)) => break reason,
+                None => break format!("the {source} closed the stream"),
             };
             let number = block.header.as_ref().map(|header| header.number);
             if number != Some(*next) {
-                break format!("the orderer sent block {number:?} where {next} was due");
+                break format!("the {source} sent block {number:?} where {next} was due");
             }
             if self.queue.send(Queued { generation, block }).await.is_err() {
                 return SessionEnd::CommitterGone;
@@ -455,6 +497,61 @@ impl Fetcher {
         };
         drop(requests);
         SessionEnd::Failed { reason, delivered }
+    }
+
+    /// Opens the source's Deliver stream with `requests`; the blocks it
+    /// sends, or why it stopped.
+    async fn deliver(
+        &self,
+        connection: tonic::transport::Channel,
+        requests: mpsc::Receiver<weft_protos::common::Envelope>,
+    ) -> Result<BlockStream, String> {
+        let requests = ReceiverStream::new(requests);
+        let source = self.config.source.noun();
+        Ok(match self.config.source {
+            BlockSource::Orderers => {
+                let mut client = AtomicBroadcastClient::new(connection)
+                    .max_decoding_message_size(BLOCK_BYTES_MAX);
+                let responses = client
+                    .deliver(requests)
+                    .await
+                    .map_err(|status| format!("deliver: {}", status.message()))?
+                    .into_inner();
+                Box::pin(responses.map(move |response| {
+                    match response
+                        .map_err(|status| format!("deliver: {}", status.message()))?
+                        .r#type
+                    {
+                        Some(Response::Block(block)) => Ok(block),
+                        Some(Response::Status(status)) => {
+                            Err(format!("the {source} answered {status}"))
+                        }
+                        None => Err("an empty response".to_owned()),
+                    }
+                }))
+            }
+            BlockSource::ValidatingPeers => {
+                let mut client =
+                    DeliverClient::new(connection).max_decoding_message_size(BLOCK_BYTES_MAX);
+                let responses = client
+                    .deliver(requests)
+                    .await
+                    .map_err(|status| format!("deliver: {}", status.message()))?
+                    .into_inner();
+                Box::pin(responses.map(move |response| {
+                    match response
+                        .map_err(|status| format!("deliver: {}", status.message()))?
+                        .r#type
+                    {
+                        Some(PeerResponse::Block(block)) => Ok(block),
+                        Some(PeerResponse::Status(status)) => {
+                            Err(format!("the {source} answered {status}"))
+                        }
+                        _ => Err("a response that is not a block".to_owned()),
+                    }
+                }))
+            }
+        })
     }
 
     /// A Deliver request for blocks `start..` forever, signed by the peer.

@@ -30,15 +30,17 @@ mod commit;
 pub mod deliver;
 mod error;
 pub mod intake;
+pub mod lifecycle;
 pub mod metrics;
 pub mod mvcc;
 #[cfg(test)]
 mod tests;
 
-pub use channel::{ChannelContext, DefaultEndorsementPolicies, EndorsementPolicies};
+pub use channel::ChannelContext;
 pub use commit::{ChannelCommitter, CommittedBlock, StageTimings};
 pub use deliver::{ChannelHandle, Channels, DeliverService};
 pub use error::{Error, Result};
-pub use intake::{Intake, IntakeConfig, IntakeStatus};
+pub use intake::{BlockSource, Intake, IntakeConfig, IntakeStatus};
+pub use lifecycle::{ChaincodeDefinitions, EndorsementRule};
 pub use metrics::CommitterMetrics;
 pub use weft_protos::protos::TxValidationCode;

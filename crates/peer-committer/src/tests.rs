@@ -452,6 +452,30 @@ mod commit {
             assert_eq!(value.value.len(), 8, "{key}");
         }
         assert!(!state.range("_lifecycle", "", "", 100).unwrap().is_empty());
+        // Block 2 committed kv's definition: its policy is the channel's
+        // Endorsement policy, by reference, as Fabric's peer defaulted it.
+        let context = committer.context();
+        assert_eq!(context.definitions.names().collect::<Vec<_>>(), ["kv"]);
+        assert!(matches!(
+            context.endorsement_rule("kv"),
+            crate::EndorsementRule::Channel(path) if path == "/Channel/Application/Endorsement"
+        ));
+        // Org1's approval (block 1) needed Org1's own Endorsement policy.
+        assert!(matches!(
+            context.collection_rule("_lifecycle", "_implicit_org_Org1MSP"),
+            crate::EndorsementRule::Channel(path) if path == "/Channel/Application/Org1MSP/Endorsement"
+        ));
+        assert!(matches!(
+            context.collection_rule("_lifecycle", "_implicit_org_Nobody"),
+            crate::EndorsementRule::Unreadable(_)
+        ));
+        // Reopened, the peer reads the definition back from its state.
+        drop(committer);
+        let reopened = ChannelCommitter::open("ch10", state, ledger).unwrap();
+        assert_eq!(
+            reopened.context().definitions.names().collect::<Vec<_>>(),
+            ["kv"]
+        );
     }
 
     #[test]
@@ -524,6 +548,58 @@ mod commit {
         assert_eq!(ledger.height(), 3);
         assert_eq!(state.height().map(|h| h.block_num), Some(2));
         commit_chain(&mut committer, 3..5);
+    }
+
+    #[test]
+    fn a_replica_applies_validated_blocks_as_they_are_and_refuses_what_breaks_its_chain() {
+        // Goal: the endorser replica's path. Blocks a validating peer
+        // committed, codes included, applied without validation give the
+        // same chain and state; a block that does not extend the chain or
+        // carries no codes is refused and nothing is written.
+        let validating = Peer::new();
+        let (state, ledger) = validating.stores();
+        let mut committer =
+            ChannelCommitter::create(block("ch10-block-0.block"), state.clone(), ledger.clone())
+                .unwrap();
+        commit_chain(&mut committer, 1..5);
+
+        let replica_peer = Peer::new();
+        let (replica_state, replica_ledger) = replica_peer.stores();
+        let mut replica = ChannelCommitter::create(
+            ledger.block(0).unwrap().unwrap(),
+            replica_state.clone(),
+            replica_ledger.clone(),
+        )
+        .unwrap();
+        let validated = |number: u64| ledger.block(number).unwrap().unwrap();
+        let mut skipped = validated(2);
+        assert!(replica.apply_validated(skipped.clone()).is_err());
+        let mut no_codes = validated(1);
+        no_codes.metadata.as_mut().unwrap().metadata
+            [BlockMetadataIndex::TransactionsFilter as usize] = Bytes::new();
+        let error = replica.apply_validated(no_codes).unwrap_err();
+        assert!(error.to_string().contains("TRANSACTIONS_FILTER"), "{error}");
+        assert_eq!(replica_ledger.height(), 1);
+
+        for number in 1..5 {
+            let applied = replica.apply_validated(validated(number)).unwrap();
+            assert_eq!(applied.timings.validate, std::time::Duration::ZERO);
+        }
+        for number in 0..5 {
+            assert_eq!(
+                replica_ledger.block(number).unwrap(),
+                ledger.block(number).unwrap()
+            );
+        }
+        for (key, _, _) in written_keys() {
+            assert_eq!(
+                replica_state.get("kv", &key).unwrap(),
+                state.get("kv", &key).unwrap()
+            );
+        }
+        skipped.header.as_mut().unwrap().number = 5;
+        let error = replica.apply_validated(skipped).unwrap_err();
+        assert!(error.to_string().contains("previous hash"), "{error}");
     }
 
     #[test]

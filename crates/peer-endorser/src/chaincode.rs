@@ -65,11 +65,23 @@ pub enum StateError {
     Storage(String),
 }
 
+/// What a system chaincode (`_lifecycle`) needs to know of its channel
+/// beyond the world state.
+pub trait ChannelView {
+    /// The MSP IDs of the channel's application organisations.
+    fn organisations(&self) -> Vec<String>;
+
+    /// Whether `creator` (a serialized identity) is a valid admin of the
+    /// organisation `msp_id`.
+    fn is_admin(&self, creator: &Bytes, msp_id: &str) -> bool;
+}
+
 /// What a chaincode sees of one proposal and of the world state.
 pub struct Stub<'a> {
     proposal: &'a ReceivedProposal,
     namespace: &'a str,
     state: &'a dyn StateReader,
+    channel: Option<&'a dyn ChannelView>,
     rwset: ReadWriteSetBuilder,
     event: Option<ChaincodeEvent>,
 }
@@ -95,9 +107,31 @@ impl<'a> Stub<'a> {
             proposal,
             namespace,
             state,
+            channel: None,
             rwset: ReadWriteSetBuilder::new(),
             event: None,
         }
+    }
+
+    /// This stub with what system chaincodes see of the channel.
+    pub fn with_channel(mut self, channel: &'a dyn ChannelView) -> Self {
+        self.channel = Some(channel);
+        self
+    }
+
+    /// The channel, for system chaincodes; `None` when not given.
+    pub fn channel(&self) -> Option<&'a dyn ChannelView> {
+        self.channel
+    }
+
+    /// The proposal being simulated.
+    pub fn proposal(&self) -> &ReceivedProposal {
+        self.proposal
+    }
+
+    /// The chaincode invoked: the namespace its state lives in.
+    pub fn namespace(&self) -> &str {
+        self.namespace
     }
 
     /// The invocation's arguments, function name first.
@@ -147,6 +181,60 @@ impl<'a> Stub<'a> {
             .as_ref()
             .map(|value| (value.version.block_num, value.version.tx_num));
         self.rwset.read(self.namespace, key, version);
+        Ok(current.map(|value| value.value))
+    }
+
+    /// The hash of private `key` of `collection` (what every peer holds of
+    /// a collection), recorded as a hashed read at its version.
+    pub fn get_private_data_hash(
+        &mut self,
+        collection: &str,
+        key: &str,
+    ) -> Result<Option<Bytes>, StateError> {
+        check_key(key)?;
+        let hashed_namespace = format!("{}$$h{collection}", self.namespace);
+        let key_hash = hex::encode(weft_protos::hash::sha256(key.as_bytes()));
+        let current = self
+            .state
+            .get(&hashed_namespace, &key_hash)
+            .map_err(|e| StateError::Storage(e.to_string()))?;
+        let version = current
+            .as_ref()
+            .map(|value| (value.version.block_num, value.version.tx_num));
+        self.rwset
+            .read_private_hash(self.namespace, collection, key, version);
+        Ok(current.map(|value| value.value))
+    }
+
+    /// Writes private `value` to `key` of `collection`: the transaction
+    /// carries only the hashes (weft keeps no private values).
+    pub fn put_private_data(
+        &mut self,
+        collection: &str,
+        key: &str,
+        value: impl Into<Bytes>,
+    ) -> Result<(), StateError> {
+        check_key(key)?;
+        self.rwset
+            .write_private(self.namespace, collection, key, value.into());
+        Ok(())
+    }
+
+    /// Records a read of `key` in another namespace (as Fabric's
+    /// `_lifecycle` reads the legacy `lscc`), returning its value.
+    pub fn get_state_of(
+        &mut self,
+        namespace: &str,
+        key: &str,
+    ) -> Result<Option<Bytes>, StateError> {
+        let current = self
+            .state
+            .get(namespace, key)
+            .map_err(|e| StateError::Storage(e.to_string()))?;
+        let version = current
+            .as_ref()
+            .map(|value| (value.version.block_num, value.version.tx_num));
+        self.rwset.read(namespace, key, version);
         Ok(current.map(|value| value.value))
     }
 
@@ -258,7 +346,7 @@ fn check_key(key: &str) -> Result<(), StateError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use weft_protos::kvrwset::KvrwSet;
@@ -271,7 +359,7 @@ mod tests {
 
     /// A state with `count` keys `k000`.. in namespace `cc`, key n at
     /// version (1, n).
-    fn state(count: u64) -> (tempfile::TempDir, MemoryState) {
+    pub(crate) fn state(count: u64) -> (tempfile::TempDir, MemoryState) {
         let dir = tempfile::tempdir().unwrap();
         let state = MemoryState::open(dir.path(), MemoryOptions::default()).unwrap();
         let mut batch = UpdateBatch::new();
@@ -287,7 +375,7 @@ mod tests {
         (dir, state)
     }
 
-    fn proposal() -> ReceivedProposal {
+    pub(crate) fn proposal() -> ReceivedProposal {
         let client = weft_msp::testing::TestOrg::new("Org1MSP").signer(weft_msp::NodeRole::Client);
         let invocation = Invocation {
             channel_id: "ch",
@@ -300,7 +388,7 @@ mod tests {
         ReceivedProposal::decode(&proposal.signed(&client).unwrap()).unwrap()
     }
 
-    fn kv_of(stub: &Stub<'_>) -> KvrwSet {
+    pub(crate) fn kv_of(stub: &Stub<'_>) -> KvrwSet {
         let (results, _) = stub.results();
         let rwset = TxReadWriteSet::decode(results).unwrap();
         assert_eq!(rwset.ns_rwset.len(), 1);
@@ -418,7 +506,7 @@ mod tests {
         assert!(kv_of_empty(&stub));
     }
 
-    fn kv_of_empty(stub: &Stub<'_>) -> bool {
+    pub(crate) fn kv_of_empty(stub: &Stub<'_>) -> bool {
         let (results, _) = stub.results();
         TxReadWriteSet::decode(results).unwrap().ns_rwset.is_empty()
     }

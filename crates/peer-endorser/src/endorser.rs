@@ -15,46 +15,48 @@
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use parking_lot::RwLock;
 use weft_ledger::BlockStore;
 use weft_msp::UnixTime;
-use weft_policy::SignedData;
 use weft_protos::common::HeaderType;
 use weft_protos::hash::compute_tx_id;
 use weft_protos::protos::{ChaincodeId, ProposalResponse, Response, SignedProposal};
 use weft_protos::tx::{ReceivedProposal, Sign, SimulationResult, endorse};
 use weft_statedb::VersionedState;
 
-use crate::chaincode::{Chaincode, Stub};
+use crate::chaincode::{Chaincode, ChannelView, Stub};
+use crate::metrics::{EndorserMetrics, ProposalTrace};
 
 /// The policy a proposer must satisfy (Fabric's default ACL for
 /// `peer/Propose`).
 const PROPOSER_POLICY: &str = "/Channel/Application/Writers";
 /// The chaincode version weft reports for built-ins.
 const BUILTIN_VERSION: &str = "1.0";
+/// The version Fabric reports for system chaincodes (`_lifecycle`).
+const SYSTEM_VERSION: &str = "syscc";
 
 /// What the endorser needs of a channel the peer has joined. The peer's
 /// committer provides it; the endorser never validates or commits blocks.
-pub trait JoinedChannel: Send + Sync {
-    /// Checks that `creator` is a valid member of the channel whose
-    /// signature over `data` verifies; the error says why not.
-    fn check_creator(
+pub trait JoinedChannel: ChannelView + Send + Sync {
+    /// Checks that `creator` is a valid member of the channel, that its
+    /// signature over `data` verifies and that it satisfies the channel
+    /// policy at `policy` (the signature is verified once); the error says
+    /// why not.
+    fn check_signer(
         &self,
+        policy: &str,
         creator: &Bytes,
         data: &Bytes,
         signature: &Bytes,
         now: UnixTime,
     ) -> Result<(), String>;
 
-    /// Evaluates the channel policy at `path` against `signatures`.
-    fn check_policy(
-        &self,
-        path: &str,
-        signatures: &[SignedData],
-        now: UnixTime,
-    ) -> Result<(), String>;
+    /// Whether endorsements by one peer of each of `organisations` (MSP
+    /// IDs) would satisfy the endorsement policy of `chaincode`.
+    fn satisfies_endorsement(&self, chaincode: &str, organisations: &[String]) -> bool;
 
     /// The channel's world state, to simulate on a snapshot of it.
     fn state(&self) -> &dyn VersionedState;
@@ -74,6 +76,7 @@ pub struct Endorser {
     chaincodes: HashMap<String, Arc<dyn Chaincode>>,
     signer: Arc<dyn Sign + Send + Sync>,
     now: fn() -> UnixTime,
+    metrics: Option<EndorserMetrics>,
 }
 
 impl std::fmt::Debug for Endorser {
@@ -88,19 +91,26 @@ impl std::fmt::Debug for Endorser {
 impl Endorser {
     /// An endorser signing with `signer`, running `chaincodes` (by name)
     /// on every channel.
-    pub fn new(
+    pub fn new<Name: Into<String>>(
         signer: Arc<dyn Sign + Send + Sync>,
-        chaincodes: impl IntoIterator<Item = (&'static str, Arc<dyn Chaincode>)>,
+        chaincodes: impl IntoIterator<Item = (Name, Arc<dyn Chaincode>)>,
     ) -> Self {
         Self {
             channels: RwLock::new(HashMap::new()),
             chaincodes: chaincodes
                 .into_iter()
-                .map(|(name, chaincode)| (name.to_owned(), chaincode))
+                .map(|(name, chaincode)| (name.into(), chaincode))
                 .collect(),
             signer,
             now: weft_msp::now,
+            metrics: None,
         }
+    }
+
+    /// Reports every answered proposal to `metrics`.
+    pub fn with_metrics(mut self, metrics: EndorserMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Endorses proposals on `channel_id` from now on.
@@ -115,16 +125,28 @@ impl Endorser {
 
     /// Answers one signed proposal, as `protos.Endorser/ProcessProposal`.
     pub fn process_proposal(&self, signed: &SignedProposal) -> ProposalResponse {
-        match self.endorse(signed) {
+        let received = Instant::now();
+        let mut trace = ProposalTrace::default();
+        let response = match self.endorse(signed, &mut trace, received) {
             Ok(response) => response,
             Err(message) => {
                 tracing::info!(%message, "proposal refused");
                 refusal(message)
             }
+        };
+        if let Some(metrics) = &self.metrics {
+            let endorsed = response.endorsement.is_some();
+            metrics.proposal_answered(&trace, endorsed, received.elapsed());
         }
+        response
     }
 
-    fn endorse(&self, signed: &SignedProposal) -> Result<ProposalResponse, String> {
+    fn endorse(
+        &self,
+        signed: &SignedProposal,
+        trace: &mut ProposalTrace,
+        received: Instant,
+    ) -> Result<ProposalResponse, String> {
         let proposal =
             ReceivedProposal::decode(signed).map_err(|e| format!("malformed proposal: {e}"))?;
         let header = &proposal.channel_header;
@@ -135,6 +157,8 @@ impl Endorser {
             ));
         }
         let channel_id = header.channel_id.as_str();
+        trace.channel = channel_id.to_owned();
+        trace.chaincode = proposal.chaincode_id.name.clone();
         let channel = self
             .channels
             .read()
@@ -151,15 +175,13 @@ impl Endorser {
         }
         let now = (self.now)();
         channel
-            .check_creator(creator, &signed.proposal_bytes, &signed.signature, now)
-            .map_err(|reason| format!("access denied: channel {channel_id}: {reason}"))?;
-        let signatures = [SignedData {
-            data: signed.proposal_bytes.clone(),
-            identity: creator.clone(),
-            signature: signed.signature.clone(),
-        }];
-        channel
-            .check_policy(PROPOSER_POLICY, &signatures, now)
+            .check_signer(
+                PROPOSER_POLICY,
+                creator,
+                &signed.proposal_bytes,
+                &signed.signature,
+                now,
+            )
             .map_err(|reason| format!("access denied: channel {channel_id}: {reason}"))?;
         let replayed = channel
             .blocks()
@@ -173,10 +195,29 @@ impl Endorser {
             format!("chaincode definition for {name:?} not found on channel {channel_id}")
         })?;
 
+        let checked = Instant::now();
+        trace.check = checked - received;
         let snapshot = channel.state().snapshot();
-        let mut stub = Stub::new(&proposal, name, snapshot.as_ref());
-        let response = std::panic::catch_unwind(AssertUnwindSafe(|| chaincode.invoke(&mut stub)))
-            .map_err(|_| format!("chaincode {name} panicked"))?;
+        let mut stub = Stub::new(&proposal, name, snapshot.as_ref()).with_channel(channel.as_ref());
+        // As Fabric: an invocation of a chaincode defined through
+        // `_lifecycle` reads its definition's sequence, so that a
+        // transaction simulated before a redefinition committed in the same
+        // block fails MVCC rather than run under the old definition.
+        if name != crate::lifecycle::LIFECYCLE {
+            let sequence = format!("namespaces/fields/{name}/Sequence");
+            let defined = snapshot
+                .get(crate::lifecycle::LIFECYCLE, &sequence)
+                .map_err(|e| format!("reading the chaincode definition failed: {e}"))?
+                .is_some();
+            if defined {
+                stub.get_state_of(crate::lifecycle::LIFECYCLE, &sequence)
+                    .map_err(|e| format!("reading the chaincode definition failed: {e}"))?;
+            }
+        }
+        let invoked = std::panic::catch_unwind(AssertUnwindSafe(|| chaincode.invoke(&mut stub)));
+        let simulated = Instant::now();
+        trace.simulate = Some(simulated - checked);
+        let response = invoked.map_err(|_| format!("chaincode {name} panicked"))?;
         if response.status >= 400 {
             tracing::debug!(chaincode = name, status = response.status, message = %response.message, "chaincode refused");
             return Ok(ProposalResponse {
@@ -197,11 +238,18 @@ impl Endorser {
             chaincode_id: ChaincodeId {
                 path: String::new(),
                 name: name.to_owned(),
-                version: BUILTIN_VERSION.to_owned(),
+                version: if name.starts_with('_') {
+                    SYSTEM_VERSION
+                } else {
+                    BUILTIN_VERSION
+                }
+                .to_owned(),
             },
         };
-        endorse(&proposal.proposal, &simulation, self.signer.as_ref())
-            .map_err(|e| format!("signing the endorsement failed: {e}"))
+        let endorsed = endorse(&proposal.proposal, &simulation, self.signer.as_ref())
+            .map_err(|e| format!("signing the endorsement failed: {e}"));
+        trace.sign = Some(simulated.elapsed());
+        endorsed
     }
 }
 
@@ -215,5 +263,128 @@ fn refusal(message: String) -> ProposalResponse {
             payload: Bytes::new(),
         }),
         ..ProposalResponse::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use weft_ledger::StoreConfig;
+    use weft_msp::testing::TestOrg;
+    use weft_msp::{MspManager, NodeRole};
+    use weft_protos::tx::{Invocation, Proposal};
+    use weft_statedb::memory::{MemoryOptions, MemoryState};
+
+    use super::*;
+    use crate::builtin::builtins;
+    use crate::chaincode::success;
+
+    /// A channel of one organisation on a real block store and state, with
+    /// every member allowed to propose.
+    struct OneOrg {
+        msps: MspManager,
+        state: MemoryState,
+        blocks: Arc<BlockStore>,
+        committed: tokio::sync::watch::Sender<u64>,
+    }
+
+    impl ChannelView for OneOrg {
+        fn organisations(&self) -> Vec<String> {
+            self.msps.msp_ids().into_iter().map(str::to_owned).collect()
+        }
+
+        fn is_admin(&self, _creator: &Bytes, _msp_id: &str) -> bool {
+            false
+        }
+    }
+
+    impl JoinedChannel for OneOrg {
+        fn check_signer(
+            &self,
+            _policy: &str,
+            creator: &Bytes,
+            data: &Bytes,
+            signature: &Bytes,
+            now: UnixTime,
+        ) -> Result<(), String> {
+            let identity = self
+                .msps
+                .deserialize(creator, now)
+                .map_err(|e| e.to_string())?;
+            identity.verify(data, signature).map_err(|e| e.to_string())
+        }
+
+        fn satisfies_endorsement(&self, _chaincode: &str, _organisations: &[String]) -> bool {
+            true
+        }
+
+        fn state(&self) -> &dyn VersionedState {
+            &self.state
+        }
+
+        fn blocks(&self) -> &Arc<BlockStore> {
+            &self.blocks
+        }
+
+        fn committed_height(&self) -> tokio::sync::watch::Receiver<u64> {
+            self.committed.subscribe()
+        }
+    }
+
+    struct Panics;
+
+    impl Chaincode for Panics {
+        fn invoke(&self, stub: &mut Stub<'_>) -> Response {
+            if stub.function() == "panic" {
+                panic!("a bug in the chaincode");
+            }
+            success("fine")
+        }
+    }
+
+    #[test]
+    fn a_panicking_chaincode_is_an_error_response_and_the_endorser_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let org = TestOrg::new("Org1MSP");
+        let client = org.signer(NodeRole::Client);
+        let channel = OneOrg {
+            msps: MspManager::new([org.msp()]),
+            state: MemoryState::open(&dir.path().join("state"), MemoryOptions::default()).unwrap(),
+            blocks: Arc::new(
+                BlockStore::open(&StoreConfig::new(dir.path().join("blocks"))).unwrap(),
+            ),
+            committed: tokio::sync::watch::Sender::new(0),
+        };
+        let mut chaincodes: Vec<(String, Arc<dyn Chaincode>)> = builtins()
+            .into_iter()
+            .map(|(name, chaincode)| (name.to_owned(), chaincode))
+            .collect();
+        chaincodes.push(("buggy".to_owned(), Arc::new(Panics)));
+        let endorser = Endorser::new(Arc::new(org.signer(NodeRole::Peer)), chaincodes);
+        endorser.join("ch", Arc::new(channel));
+        let propose = |function: &str| {
+            let invocation = Invocation {
+                channel_id: "ch",
+                chaincode: "buggy",
+                args: vec![Bytes::from(function.to_owned())],
+                nonce: client.new_nonce().unwrap(),
+                timestamp_seconds: weft_msp::now(),
+            };
+            let proposal = Proposal::new(&invocation, client.serialized_identity().clone());
+            endorser.process_proposal(&proposal.signed(&client).unwrap())
+        };
+        let panicked = propose("panic");
+        let answer = panicked.response.unwrap();
+        assert_eq!(answer.status, 500);
+        assert!(
+            answer.message.contains("chaincode buggy panicked"),
+            "{}",
+            answer.message
+        );
+        assert!(panicked.endorsement.is_none());
+        let fine = propose("work");
+        assert_eq!(fine.response.unwrap().payload, &b"fine"[..]);
+        assert!(fine.endorsement.is_some());
     }
 }

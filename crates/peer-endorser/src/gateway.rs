@@ -34,7 +34,6 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 use weft_ledger::BlockStore;
-use weft_policy::SignedData;
 use weft_protos::common::{BlockMetadataIndex, Envelope};
 use weft_protos::gateway::gateway_server::Gateway;
 use weft_protos::gateway::{
@@ -97,19 +96,35 @@ impl GatewayService {
             .map_err(|e| Status::internal(format!("the endorsement task failed: {e}")))
     }
 
-    /// The organisations to endorse with: those the client named, or every
-    /// organisation this gateway knows.
-    fn endorsing_organisations(&self, named: &[String]) -> Vec<String> {
+    /// The organisations to endorse with: those the client named, or the
+    /// fewest of those this gateway knows whose peers satisfy the
+    /// chaincode's endorsement policy (this peer's own first), as Fabric's
+    /// gateway plans with its discovery service.
+    fn endorsing_organisations(
+        &self,
+        channel: &dyn JoinedChannel,
+        chaincode: &str,
+        named: &[String],
+    ) -> Result<Vec<String>, Status> {
         if !named.is_empty() {
-            return named.to_vec();
+            return Ok(named.to_vec());
         }
-        let mut organisations = vec![self.config.local_msp_id.clone()];
+        let mut known = vec![self.config.local_msp_id.clone()];
         for (msp_id, _) in &self.config.peers {
-            if !organisations.contains(msp_id) {
-                organisations.push(msp_id.clone());
+            if !known.contains(msp_id) {
+                known.push(msp_id.clone());
             }
         }
-        organisations
+        smallest_satisfying(&known, |organisations| {
+            channel.satisfies_endorsement(chaincode, organisations)
+        })
+        .ok_or_else(|| {
+            Status::failed_precondition(format!(
+                "no combination of the peers of {} satisfies the endorsement policy of \
+                 chaincode {chaincode}",
+                known.join(", ")
+            ))
+        })
     }
 
     /// Checks that `identity` signed `request` and may read the channel.
@@ -121,17 +136,43 @@ impl GatewayService {
     ) -> Result<(), Status> {
         let now = weft_msp::now();
         channel
-            .check_creator(identity, request, signature, now)
-            .map_err(|reason| Status::permission_denied(format!("access denied: {reason}")))?;
-        let signed = [SignedData {
-            data: request.clone(),
-            identity: identity.clone(),
-            signature: signature.clone(),
-        }];
-        channel
-            .check_policy(READERS_POLICY, &signed, now)
+            .check_signer(READERS_POLICY, identity, request, signature, now)
             .map_err(|reason| Status::permission_denied(format!("access denied: {reason}")))
     }
+}
+
+/// Organisations most subsets of which can be searched for a plan.
+const PLAN_ORGANISATIONS_MAX: usize = 16;
+
+/// The smallest subset of `candidates` that `satisfied` accepts; among
+/// subsets of one size, the earliest in `candidates` order (so the first
+/// candidate is preferred). `None` if no subset is accepted.
+fn smallest_satisfying(
+    candidates: &[String],
+    satisfied: impl Fn(&[String]) -> bool,
+) -> Option<Vec<String>> {
+    let candidates = &candidates[..candidates.len().min(PLAN_ORGANISATIONS_MAX)];
+    for size in 1..=candidates.len() {
+        // Index combinations of `size` in lexicographic order.
+        let mut indices: Vec<usize> = (0..size).collect();
+        loop {
+            let subset: Vec<String> = indices.iter().map(|&i| candidates[i].clone()).collect();
+            if satisfied(&subset) {
+                return Some(subset);
+            }
+            let Some(position) = (0..size)
+                .rev()
+                .find(|&p| indices[p] < candidates.len() - size + p)
+            else {
+                break;
+            };
+            indices[position] += 1;
+            for next in position + 1..size {
+                indices[next] = indices[next - 1] + 1;
+            }
+        }
+    }
+    None
 }
 
 async fn connect(address: &str) -> Result<Channel, Status> {
@@ -170,10 +211,15 @@ impl Gateway for GatewayService {
             .ok_or_else(|| Status::invalid_argument("a proposed transaction is required"))?;
         let proposal = ReceivedProposal::decode(&signed)
             .map_err(|e| Status::invalid_argument(format!("malformed proposal: {e}")))?;
-        self.channel(&proposal.channel_header.channel_id)?;
+        let channel = self.channel(&proposal.channel_header.channel_id)?;
+        let organisations = self.endorsing_organisations(
+            channel.as_ref(),
+            &proposal.chaincode_id.name,
+            &request.endorsing_organizations,
+        )?;
         let mut responses = Vec::new();
         let mut failures = Vec::new();
-        for msp_id in self.endorsing_organisations(&request.endorsing_organizations) {
+        for msp_id in organisations {
             let response = if msp_id == self.config.local_msp_id {
                 self.endorse_locally(signed.clone()).await?
             } else {
@@ -467,4 +513,37 @@ fn chaincode_events(
         }
     }
     found.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(ids: &[&str]) -> Vec<String> {
+        ids.iter().map(|id| (*id).to_owned()).collect()
+    }
+
+    #[test]
+    fn plans_take_the_fewest_organisations_preferring_the_first() {
+        let known = names(&["A", "B", "C", "D"]);
+        let contains = |needed: &'static [&'static str]| {
+            move |subset: &[String]| needed.iter().all(|n| subset.iter().any(|s| s == n))
+        };
+        assert_eq!(smallest_satisfying(&known, |_| true), Some(names(&["A"])));
+        assert_eq!(
+            smallest_satisfying(&known, contains(&["C"])),
+            Some(names(&["C"]))
+        );
+        assert_eq!(
+            smallest_satisfying(&known, contains(&["B", "D"])),
+            Some(names(&["B", "D"]))
+        );
+        // Two of four: the earliest pair.
+        assert_eq!(
+            smallest_satisfying(&known, |subset| subset.len() >= 2),
+            Some(names(&["A", "B"]))
+        );
+        assert_eq!(smallest_satisfying(&known, contains(&["E"])), None);
+        assert_eq!(smallest_satisfying(&[], |_| true), None);
+    }
 }

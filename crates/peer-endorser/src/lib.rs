@@ -13,16 +13,23 @@
 //! endorser/committer separation).
 //!
 //! Chaincodes: [`builtin`] holds the native `kv`, `transfer` and
-//! `smallbank`. [`gateway`] serves Fabric's Gateway (endorse, submit,
+//! `smallbank`; [`external`] reaches chaincode servers written with
+//! Fabric's shims (chaincode as a service). [`gateway`] serves Fabric's Gateway (endorse, submit,
 //! commit status, evaluate, chaincode events) on top of the endorser.
 
 pub mod builtin;
 pub mod chaincode;
 mod endorser;
+pub mod external;
 pub mod gateway;
+pub mod lifecycle;
+mod metrics;
 mod service;
 
-pub use chaincode::{Chaincode, StateError, Stub};
+pub use chaincode::{Chaincode, ChannelView, StateError, Stub};
 pub use endorser::{Endorser, JoinedChannel};
+pub use external::{ExternalChaincode, ExternalConfig};
 pub use gateway::{GatewayConfig, GatewayService};
+pub use lifecycle::Lifecycle;
+pub use metrics::EndorserMetrics;
 pub use service::EndorserService;

@@ -5,6 +5,8 @@
 //! (endorsement, Deliver, block signatures) both ask the same questions of
 //! the same config, so both build this one value from it.
 
+use std::collections::BTreeMap;
+
 use prost::Message;
 use weft_msp::{Msp, MspManager, UnixTime};
 use weft_protos::common::{Config, ConfigGroup};
@@ -13,7 +15,8 @@ use weft_protos::msp::{FabricMspConfig, MspConfig};
 use crate::{PolicyError, PolicyTree, SignedData};
 
 /// The config groups whose organisations contribute MSPs.
-const ORG_SECTIONS: [&str; 2] = ["Orderer", "Application"];
+const ORG_SECTIONS: [&str; 2] = ["Orderer", APPLICATION];
+const APPLICATION: &str = "Application";
 
 /// A channel configuration that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -26,6 +29,9 @@ pub struct ConfigError(pub String);
 pub struct ChannelAuthority {
     pub msps: MspManager,
     pub policies: PolicyTree,
+    /// The application organisations: MSP ID → name of its config group
+    /// (under `/Channel/Application`).
+    pub application_orgs: BTreeMap<String, String>,
 }
 
 impl ChannelAuthority {
@@ -41,21 +47,25 @@ impl ChannelAuthority {
     /// Builds the authority of a channel's root config group.
     pub fn from_channel_group(root: &ConfigGroup) -> Result<Self, ConfigError> {
         let mut msps = Vec::new();
+        let mut application_orgs = BTreeMap::new();
         for section in ORG_SECTIONS {
             let Some(group) = root.groups.get(section) else {
                 continue;
             };
             for (name, org) in &group.groups {
-                msps.push(
-                    org_msp(org)
-                        .map_err(|reason| ConfigError(format!("{section}/{name}: {reason}")))?,
-                );
+                let msp = org_msp(org)
+                    .map_err(|reason| ConfigError(format!("{section}/{name}: {reason}")))?;
+                if section == APPLICATION {
+                    application_orgs.insert(msp.id().to_owned(), name.clone());
+                }
+                msps.push(msp);
             }
         }
         let policies = PolicyTree::from_config(root).map_err(|e| ConfigError(e.to_string()))?;
         Ok(Self {
             msps: MspManager::new(msps),
             policies,
+            application_orgs,
         })
     }
 

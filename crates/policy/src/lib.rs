@@ -31,5 +31,5 @@ mod tree;
 
 pub use channel::{ChannelAuthority, ConfigError};
 pub use error::{ParseError, PolicyError};
-pub use signature::{Principal, SignaturePolicy, SignedData, valid_identities};
+pub use signature::{PeerOf, Principal, Signatory, SignaturePolicy, SignedData, valid_identities};
 pub use tree::{Policy, PolicyTree};

@@ -134,8 +134,9 @@ impl SignaturePolicy {
     }
 
     /// Evaluates the rule against identities whose signatures were already
-    /// verified (see [`valid_identities`]).
-    pub fn is_satisfied_by(&self, identities: &[Arc<Identity>]) -> bool {
+    /// verified (see [`valid_identities`]), or against hypothetical
+    /// signers such as [`PeerOf`].
+    pub fn is_satisfied_by<S: Signatory>(&self, identities: &[S]) -> bool {
         let mut used = vec![false; identities.len()];
         self.evaluate_rule(&self.rule, identities, &mut used)
     }
@@ -145,17 +146,17 @@ impl SignaturePolicy {
     /// sub-rule on a scratch copy of the used set and keeps the copy when
     /// the sub-rule is satisfied. An identity thus satisfies at most one
     /// principal.
-    fn evaluate_rule(
+    fn evaluate_rule<S: Signatory>(
         &self,
         rule: &CompiledRule,
-        identities: &[Arc<Identity>],
+        identities: &[S],
         used: &mut [bool],
     ) -> bool {
         match rule {
             CompiledRule::SignedBy(index) => {
                 let principal = &self.principals[*index];
                 for (slot, identity) in identities.iter().enumerate() {
-                    if !used[slot] && satisfies(identity, principal) {
+                    if !used[slot] && identity.satisfies(principal) {
                         used[slot] = true;
                         return true;
                     }
@@ -294,7 +295,43 @@ fn decode_principal(principal: &MspPrincipal, depth: usize) -> Principal {
 
 /// Whether a validated identity satisfies a principal, as Fabric's X.509
 /// MSP decides it.
-fn satisfies(identity: &Identity, principal: &Principal) -> bool {
+/// Who may stand behind a signature when a policy is evaluated.
+pub trait Signatory {
+    /// Whether this signer satisfies `principal`.
+    fn satisfies(&self, principal: &Principal) -> bool;
+}
+
+impl Signatory for Arc<Identity> {
+    fn satisfies(&self, principal: &Principal) -> bool {
+        identity_satisfies(self, principal)
+    }
+}
+
+/// A peer of an organisation, known by its MSP ID only: what a gateway
+/// knows of the peers it may ask to endorse, when it plans which
+/// organisations' endorsements a policy needs (as Fabric's discovery
+/// does). It satisfies an MSP's member and peer roles; principals that
+/// need more than the MSP ID (admin or client roles, OUs, a certificate)
+/// it does not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerOf(pub String);
+
+impl Signatory for PeerOf {
+    fn satisfies(&self, principal: &Principal) -> bool {
+        match principal {
+            Principal::Role { msp_id, role } => {
+                *msp_id == self.0 && matches!(role, MspRoleType::Member | MspRoleType::Peer)
+            }
+            Principal::Anonymity { anonymous } => !anonymous,
+            Principal::Combined(principals) => principals.iter().all(|p| self.satisfies(p)),
+            Principal::OrganizationUnit { .. }
+            | Principal::Identity { .. }
+            | Principal::Unsatisfiable(_) => false,
+        }
+    }
+}
+
+fn identity_satisfies(identity: &Identity, principal: &Principal) -> bool {
     match principal {
         Principal::Role { msp_id, role } => {
             identity.msp_id() == msp_id
@@ -322,7 +359,9 @@ fn satisfies(identity: &Identity, principal: &Principal) -> bool {
                 && identity.certificate().der() == certificate_der.as_slice()
         }
         Principal::Anonymity { anonymous } => !anonymous,
-        Principal::Combined(principals) => principals.iter().all(|p| satisfies(identity, p)),
+        Principal::Combined(principals) => {
+            principals.iter().all(|p| identity_satisfies(identity, p))
+        }
         Principal::Unsatisfiable(_) => false,
     }
 }

@@ -10,7 +10,7 @@ use weft_protos::common::implicit_meta_policy::Rule as MetaRule;
 use weft_protos::common::policy::PolicyType;
 use weft_protos::common::{ConfigGroup, ConfigPolicy, ImplicitMetaPolicy};
 
-use crate::{PolicyError, PolicyTree, SignaturePolicy, SignedData, dsl};
+use crate::{PeerOf, PolicyError, PolicyTree, SignaturePolicy, SignedData, dsl};
 
 const DATA: &[u8] = b"proposal response payload";
 
@@ -433,4 +433,41 @@ fn organization_unit_principals_need_the_ou_and_its_certifiers() {
         principal("Org1MSP", "peer", &certifiers),
         &network.signer(1, NodeRole::Peer)
     ));
+}
+
+#[test]
+fn peers_known_by_msp_id_satisfy_what_their_organisations_can_endorse() {
+    // Goal: a gateway plans endorsements from a policy knowing only the
+    // organisations' MSP IDs: a peer of an organisation stands for its
+    // member and peer roles, and nothing that needs an admin, a client or
+    // a particular certificate.
+    let peers =
+        |ids: &[&str]| -> Vec<PeerOf> { ids.iter().map(|id| PeerOf((*id).to_owned())).collect() };
+    let either = policy("OR('Org1MSP.peer', 'Org2MSP.member')");
+    assert!(either.is_satisfied_by(&peers(&["Org2MSP"])));
+    assert!(!either.is_satisfied_by(&peers(&["Org3MSP"])));
+    let both = policy("AND('Org1MSP.member', 'Org2MSP.peer')");
+    assert!(!both.is_satisfied_by(&peers(&["Org1MSP"])));
+    assert!(both.is_satisfied_by(&peers(&["Org2MSP", "Org1MSP"])));
+    assert!(!policy("OR('Org1MSP.admin', 'Org1MSP.client')").is_satisfied_by(&peers(&["Org1MSP"])));
+    // One peer counts once: two principals of one organisation need two.
+    assert!(!policy("AND('Org1MSP.peer', 'Org1MSP.member')").is_satisfied_by(&peers(&["Org1MSP"])));
+
+    // Through implicit-meta policies of a channel: MAJORITY Admins is out
+    // of a peer's reach, ALL Readers needs a peer of every organisation.
+    let network = Network::new(3);
+    let tree = PolicyTree::from_config(&channel_group(&network.orgs)).unwrap();
+    let all = peers(&["Org1MSP", "Org2MSP", "Org3MSP"]);
+    assert!(
+        tree.is_satisfied_by("/Channel/Application/Everyone", &all)
+            .is_ok()
+    );
+    assert!(
+        tree.is_satisfied_by("/Channel/Application/Everyone", &all[..2])
+            .is_err()
+    );
+    assert!(
+        tree.is_satisfied_by("/Channel/Application/Admins", &all)
+            .is_err()
+    );
 }

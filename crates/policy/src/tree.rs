@@ -8,16 +8,15 @@
 //! organisation's `Writers` policy is.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use prost::Message;
-use weft_msp::{Identity, MspManager, UnixTime};
+use weft_msp::{MspManager, UnixTime};
 use weft_protos::common::implicit_meta_policy::Rule as MetaRule;
 use weft_protos::common::policy::PolicyType;
 use weft_protos::common::{ConfigGroup, ImplicitMetaPolicy};
 
 use crate::signature::valid_identities;
-use crate::{PolicyError, SignaturePolicy, SignedData};
+use crate::{PolicyError, Signatory, SignaturePolicy, SignedData};
 
 /// The name of the root group of a channel configuration.
 pub const ROOT_GROUP: &str = "Channel";
@@ -82,10 +81,10 @@ impl PolicyTree {
     /// were already verified (see [`crate::valid_identities`]), so that a
     /// caller checking several policies over one signature set verifies each
     /// signature once.
-    pub fn is_satisfied_by(
+    pub fn is_satisfied_by<S: Signatory>(
         &self,
         path: &str,
-        identities: &[Arc<Identity>],
+        identities: &[S],
     ) -> Result<(), PolicyError> {
         let (group_path, name) = path
             .rsplit_once('/')
@@ -111,7 +110,7 @@ impl PolicyTree {
 }
 
 impl Group {
-    fn is_satisfied(&self, name: &str, identities: &[Arc<Identity>]) -> bool {
+    fn is_satisfied<S: Signatory>(&self, name: &str, identities: &[S]) -> bool {
         match self.policies.get(name) {
             Some(Policy::Signature(policy)) => policy.is_satisfied_by(identities),
             Some(Policy::ImplicitMeta { sub_policy, rule }) => {

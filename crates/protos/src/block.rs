@@ -143,7 +143,12 @@ pub fn consenter_metadata(block: &Block) -> Option<Bytes> {
 /// The channel ID and configuration a config block carries in its first
 /// envelope; `None` when the block is not a config block.
 pub fn config_of_block(block: &Block) -> Option<(String, Config)> {
-    let raw = block.data.as_ref()?.data.first()?.clone();
+    config_of_envelope(block.data.as_ref()?.data.first()?.clone())
+}
+
+/// The channel ID and configuration a CONFIG envelope carries; `None` when
+/// it is not one.
+pub fn config_of_envelope(raw: Bytes) -> Option<(String, Config)> {
     let envelope = TxEnvelope::decode(raw, Limits::default()).ok()?;
     match envelope.body {
         TxBody::Config(config_envelope) => {

@@ -22,7 +22,9 @@ use prost::Message;
 
 use crate::common::{ChannelHeader, Envelope, Header, HeaderType, Payload, SignatureHeader};
 use crate::hash::{compute_tx_id, sha256};
-use crate::kvrwset::{KvRead, KvWrite, KvrwSet, RangeQueryInfo, Version};
+use crate::kvrwset::{
+    HashedRwSet, KvRead, KvReadHash, KvWrite, KvWriteHash, KvrwSet, RangeQueryInfo, Version,
+};
 use crate::orderer::{SeekInfo, SeekPosition, SeekSpecified, seek_info, seek_position};
 use crate::protos::{
     ChaincodeAction, ChaincodeActionPayload, ChaincodeEndorsedAction, ChaincodeHeaderExtension,
@@ -30,7 +32,9 @@ use crate::protos::{
     Endorsement, ProposalResponse, ProposalResponsePayload, Response, SignedProposal, Transaction,
     TransactionAction,
 };
-use crate::rwset::{NsReadWriteSet, TxReadWriteSet, tx_read_write_set};
+use crate::rwset::{
+    CollectionHashedReadWriteSet, NsReadWriteSet, TxReadWriteSet, tx_read_write_set,
+};
 use crate::{DecodeError, Layer};
 
 /// Something that signs with an identity: a client, an endorser.
@@ -73,6 +77,16 @@ pub struct Invocation<'a> {
 impl Proposal {
     /// A proposal by `creator` (serialized identity) for `invocation`.
     pub fn new(invocation: &Invocation<'_>, creator: Bytes) -> Self {
+        Self::build(invocation, creator, false)
+    }
+
+    /// A proposal to run the chaincode's `Init` (`ChaincodeInput.is_init`),
+    /// for a chaincode whose definition requires initialisation.
+    pub fn new_init(invocation: &Invocation<'_>, creator: Bytes) -> Self {
+        Self::build(invocation, creator, true)
+    }
+
+    fn build(invocation: &Invocation<'_>, creator: Bytes, is_init: bool) -> Self {
         let tx_id = compute_tx_id(&invocation.nonce, &creator);
         let chaincode_id = ChaincodeId {
             name: invocation.chaincode.to_owned(),
@@ -107,6 +121,7 @@ impl Proposal {
                 chaincode_id: Some(chaincode_id),
                 input: Some(ChaincodeInput {
                     args: invocation.args.clone(),
+                    is_init,
                     ..ChaincodeInput::default()
                 }),
                 timeout: 0,
@@ -228,6 +243,9 @@ pub struct ReceivedProposal {
     /// The invocation's arguments; the first is the function name by
     /// convention.
     pub args: Vec<Bytes>,
+    /// Whether the client asked for the chaincode's `Init` (a chaincode
+    /// whose definition requires initialisation).
+    pub is_init: bool,
     /// Data for the chaincode that is not recorded on the ledger.
     pub transient: BTreeMap<String, Bytes>,
     /// The creator's signature over the proposal bytes.
@@ -254,10 +272,9 @@ impl ReceivedProposal {
             .map_err(|e| DecodeError::malformed(Layer::ChaincodeProposalPayload, e))?;
         let spec = ChaincodeInvocationSpec::decode(payload.input.clone())
             .map_err(|e| DecodeError::malformed(Layer::ChaincodeInvocationSpec, e))?;
-        let args = spec
+        let input = spec
             .chaincode_spec
             .and_then(|spec| spec.input)
-            .map(|input| input.args)
             .unwrap_or_default();
         let without_transient = ChaincodeProposalPayload {
             input: payload.input,
@@ -275,7 +292,8 @@ impl ReceivedProposal {
             channel_header,
             signature_header,
             chaincode_id,
-            args,
+            args: input.args,
+            is_init: input.is_init,
             transient: payload.transient_map,
             signature: signed.signature.clone(),
         })
@@ -395,6 +413,16 @@ struct NamespaceSets {
     reads: BTreeMap<String, Option<Version>>,
     range_queries: Vec<RangeQueryInfo>,
     writes: BTreeMap<String, Option<Bytes>>,
+    /// Private data collections, by name.
+    collections: BTreeMap<String, CollectionSets>,
+}
+
+/// A collection's reads and writes in plaintext: the transaction carries
+/// only their hashes, in plaintext key order as Fabric sorts them.
+#[derive(Debug, Clone, Default)]
+struct CollectionSets {
+    reads: BTreeMap<String, Option<Version>>,
+    writes: BTreeMap<String, Option<Bytes>>,
 }
 
 impl ReadWriteSetBuilder {
@@ -435,6 +463,38 @@ impl ReadWriteSetBuilder {
         self
     }
 
+    /// Records a read of private `key` of `collection`, whose hash was
+    /// found at version `(block, tx)` (`None`: absent).
+    pub fn read_private_hash(
+        &mut self,
+        namespace: &str,
+        collection: &str,
+        key: &str,
+        version: Option<(u64, u64)>,
+    ) -> &mut Self {
+        self.collection(namespace, collection).reads.insert(
+            key.to_owned(),
+            version.map(|(block_num, tx_num)| Version { block_num, tx_num }),
+        );
+        self
+    }
+
+    /// Records a write of private `value` to `key` of `collection`: the
+    /// transaction carries the hashes of both, and the hash of the
+    /// collection's private write set.
+    pub fn write_private(
+        &mut self,
+        namespace: &str,
+        collection: &str,
+        key: &str,
+        value: Bytes,
+    ) -> &mut Self {
+        self.collection(namespace, collection)
+            .writes
+            .insert(key.to_owned(), Some(value));
+        self
+    }
+
     /// The serialized `rwset.TxReadWriteSet`.
     pub fn encode(&self) -> Bytes {
         let ns_rwset = self
@@ -451,21 +511,17 @@ impl ReadWriteSetBuilder {
                         })
                         .collect(),
                     range_queries_info: sets.range_queries.clone(),
-                    writes: sets
-                        .writes
-                        .iter()
-                        .map(|(key, value)| KvWrite {
-                            key: key.clone(),
-                            is_delete: value.is_none(),
-                            value: value.clone().unwrap_or_default(),
-                        })
-                        .collect(),
+                    writes: kv_writes(&sets.writes),
                     metadata_writes: Vec::new(),
                 };
                 NsReadWriteSet {
                     namespace: namespace.clone(),
                     rwset: kv.encode_to_vec().into(),
-                    collection_hashed_rwset: Vec::new(),
+                    collection_hashed_rwset: sets
+                        .collections
+                        .iter()
+                        .map(|(name, collection)| collection.hashed(name))
+                        .collect(),
                 }
             })
             .collect();
@@ -479,5 +535,67 @@ impl ReadWriteSetBuilder {
 
     fn namespace(&mut self, namespace: &str) -> &mut NamespaceSets {
         self.namespaces.entry(namespace.to_owned()).or_default()
+    }
+
+    fn collection(&mut self, namespace: &str, collection: &str) -> &mut CollectionSets {
+        self.namespace(namespace)
+            .collections
+            .entry(collection.to_owned())
+            .or_default()
+    }
+}
+
+/// Writes in key order as a `KVRWSet` holds them (`None`: a delete).
+fn kv_writes(writes: &BTreeMap<String, Option<Bytes>>) -> Vec<KvWrite> {
+    writes
+        .iter()
+        .map(|(key, value)| KvWrite {
+            key: key.clone(),
+            is_delete: value.is_none(),
+            value: value.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
+impl CollectionSets {
+    /// The collection as a transaction carries it: hashed reads and writes,
+    /// and (when it writes) the SHA-256 of its private write set, a
+    /// `KVRWSet` of the writes alone.
+    fn hashed(&self, name: &str) -> CollectionHashedReadWriteSet {
+        let hash = |bytes: &[u8]| Bytes::copy_from_slice(&sha256(bytes));
+        let hashed = HashedRwSet {
+            hashed_reads: self
+                .reads
+                .iter()
+                .map(|(key, version)| KvReadHash {
+                    key_hash: hash(key.as_bytes()),
+                    version: *version,
+                })
+                .collect(),
+            hashed_writes: self
+                .writes
+                .iter()
+                .map(|(key, value)| KvWriteHash {
+                    key_hash: hash(key.as_bytes()),
+                    is_delete: value.is_none(),
+                    value_hash: value.as_ref().map(|v| hash(v)).unwrap_or_default(),
+                    is_purge: false,
+                })
+                .collect(),
+            metadata_writes: Vec::new(),
+        };
+        let private = KvrwSet {
+            writes: kv_writes(&self.writes),
+            ..KvrwSet::default()
+        };
+        CollectionHashedReadWriteSet {
+            collection_name: name.to_owned(),
+            hashed_rwset: hashed.encode_to_vec().into(),
+            pvt_rwset_hash: if self.writes.is_empty() {
+                Bytes::new()
+            } else {
+                hash(&private.encode_to_vec())
+            },
+        }
     }
 }

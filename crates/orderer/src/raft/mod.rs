@@ -71,7 +71,7 @@ use crate::cutter::{Batch, BlockCutter, CutReason};
 use crate::error::{Error, Result};
 use crate::metrics::RaftGauges;
 use crate::writer::{BlockContent, BlockWriter};
-use weft_protos::block::config_of_block;
+use weft_protos::block::{config_of_block, config_of_envelope};
 
 pub(crate) use storage::LogStore;
 use transport::Transport;
@@ -918,6 +918,29 @@ impl Core {
             Some(log_entry::Content::Config(envelope)) => BlockContent::Config(envelope),
             None => return Err(bad("holds nothing".to_owned())),
         };
+        if let BlockContent::Config(envelope) = &content {
+            let number = self.writer.next_number();
+            let (_, config) =
+                config_of_envelope(envelope.clone()).ok_or_else(|| Error::BadChain {
+                    channel: self.channel.id.clone(),
+                    block: number,
+                    reason: "a decided CONFIG envelope holds no config".to_owned(),
+                })?;
+            let config = ChannelConfig::new(&self.channel.id, number, config)?;
+            self.cutter
+                .reconfigure(config.orderer.batch_size, config.orderer.batch_timeout);
+            tracing::info!(
+                channel = %self.channel.id,
+                block = number,
+                sequence = config.sequence(),
+                "channel reconfigured"
+            );
+            // In force before its block is visible (as solo does), so that
+            // a client who sees the block can transact under it; the leader
+            // takes nothing new while a config entry is in flight, so what
+            // is checked under it is ordered after it.
+            self.channel.install(config);
+        }
         let metadata = etcdraft::BlockMetadata {
             consenter_ids: self.consenter_ids.clone(),
             next_consenter_id: self.consenter_ids.len() as u64 + 1,
@@ -944,23 +967,6 @@ impl Core {
             transactions = block.data.as_ref().map_or(0, |data| data.data.len()),
             "block written"
         );
-        if let BlockContent::Config(_) = content {
-            let (_, config) = config_of_block(&block).ok_or_else(|| Error::BadChain {
-                channel: self.channel.id.clone(),
-                block: number,
-                reason: "the config block written holds no config".to_owned(),
-            })?;
-            let config = ChannelConfig::new(&self.channel.id, number, config)?;
-            self.cutter
-                .reconfigure(config.orderer.batch_size, config.orderer.batch_timeout);
-            tracing::info!(
-                channel = %self.channel.id,
-                block = number,
-                sequence = config.sequence(),
-                "channel reconfigured"
-            );
-            self.channel.install(config);
-        }
         Ok(())
     }
 

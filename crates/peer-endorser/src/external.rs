@@ -1,0 +1,772 @@
+//! External chaincode: a chaincode server written with one of Fabric's
+//! shims (Go, Node.js, Java) and run as a service, which the peer dials.
+//!
+//! **The conversation.** The peer opens `protos.Chaincode/Connect` to the
+//! chaincode's address. The chaincode speaks first with REGISTER (naming
+//! its package ID); the peer answers REGISTERED, then READY. From then on
+//! the stream carries many transactions at once, each keyed by channel and
+//! TxID: the peer sends TRANSACTION, or INIT for a proposal marked
+//! `is_init` (the invocation's `ChaincodeInput` and the signed proposal); the chaincode asks for state (GET_STATE,
+//! PUT_STATE, DEL_STATE, GET_STATE_BY_RANGE then QUERY_STATE_NEXT /
+//! QUERY_STATE_CLOSE), each answered with RESPONSE or ERROR; it ends with
+//! COMPLETED (a `Response`, perhaps a chaincode event) or ERROR.
+//!
+//! **Where the answers come from.** Every state request is served by the
+//! proposal's [`Stub`], so reads come from the same snapshot and the
+//! read/write set is recorded exactly as for a native chaincode. A range
+//! query is read whole when asked (and recorded as exhausted) and handed
+//! to the chaincode a page at a time.
+//!
+//! **Threads.** [`Chaincode::invoke`] runs on the endorser's blocking
+//! pool: it sends TRANSACTION and then waits on its own queue for the
+//! chaincode's requests, which a task reading the stream routes by TxID.
+//! One stream thus serves as many concurrent proposals as there are
+//! blocking threads.
+//!
+//! **Failures.** An unreachable chaincode, one that disconnects or errors
+//! mid-transaction, or one that takes longer than the execute timeout
+//! gives an error response, never a panic; the next proposal dials again.
+//! What weft does not serve (history, rich queries, private data, key
+//! metadata, chaincode-to-chaincode calls, paged range queries) is
+//! answered with an ERROR naming it, which the shim raises in the
+//! chaincode.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use prost::Message;
+use tokio::runtime::Handle;
+use tokio::sync::mpsc as async_mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use weft_protos::protos::chaincode_client::ChaincodeClient;
+use weft_protos::protos::chaincode_message::Type as MessageType;
+use weft_protos::protos::{
+    ChaincodeId, ChaincodeInput, ChaincodeMessage, DelState, GetState, GetStateByRange, PutState,
+    QueryResponse, QueryResultBytes, QueryStateClose, QueryStateNext, Response, SignedProposal,
+};
+use weft_protos::queryresult::Kv;
+
+use crate::chaincode::{Chaincode, Stub, error};
+
+/// Results handed to the chaincode per RESPONSE to a range query (Fabric's
+/// `internalQueryLimit`).
+pub const QUERY_PAGE_RESULTS: usize = 1000;
+/// The largest message exchanged with a chaincode (Fabric's default).
+const MESSAGE_BYTES_MAX: usize = 100 * 1024 * 1024;
+
+/// How the peer reaches an external chaincode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalConfig {
+    /// The chaincode's name on the channel (what proposals invoke).
+    pub name: String,
+    /// The chaincode server's `host:port`.
+    pub address: String,
+    /// How long connecting and the REGISTER handshake may take.
+    pub dial_timeout: Duration,
+    /// How long one invocation may take (Fabric's
+    /// `chaincode.executetimeout`, default 30 s).
+    pub execute_timeout: Duration,
+}
+
+impl ExternalConfig {
+    /// `name` served at `address`, with Fabric's default timeouts.
+    pub fn new(name: impl Into<String>, address: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            address: address.into(),
+            dial_timeout: Duration::from_secs(10),
+            execute_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why an invocation of an external chaincode failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExternalError {
+    #[error("chaincode {name} at {address} is unreachable: {reason}")]
+    Unreachable {
+        name: String,
+        address: String,
+        reason: String,
+    },
+    #[error("chaincode {name} broke the shim protocol: {reason}")]
+    Protocol { name: String, reason: String },
+    #[error("chaincode {name} disconnected during the transaction")]
+    Disconnected { name: String },
+    #[error("chaincode {name} did not complete within {timeout:?}")]
+    Timeout { name: String, timeout: Duration },
+    #[error("transaction {tx_id} is already executing on chaincode {name}")]
+    AlreadyExecuting { name: String, tx_id: String },
+    #[error("transaction returned with failure: {message}")]
+    Failed { message: String },
+}
+
+/// A chaincode served by a separate process, reached over Fabric's
+/// chaincode shim protocol.
+pub struct ExternalChaincode {
+    config: ExternalConfig,
+    runtime: Handle,
+    connection: Mutex<Option<Arc<Connection>>>,
+}
+
+impl std::fmt::Debug for ExternalChaincode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExternalChaincode")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExternalChaincode {
+    /// An external chaincode dialled through `runtime` when first invoked.
+    pub fn new(config: ExternalConfig, runtime: Handle) -> Self {
+        Self {
+            config,
+            runtime,
+            connection: Mutex::new(None),
+        }
+    }
+
+    /// The open stream to the chaincode, dialled anew if there is none or
+    /// the last one broke.
+    fn connection(&self) -> Result<Arc<Connection>, ExternalError> {
+        let mut slot = self.connection.lock();
+        if let Some(connection) = slot.as_ref().filter(|c| c.is_open()) {
+            return Ok(connection.clone());
+        }
+        let connection = self.runtime.block_on(Connection::open(&self.config))?;
+        *slot = Some(connection.clone());
+        Ok(connection)
+    }
+
+    fn execute(&self, stub: &mut Stub<'_>) -> Result<Response, ExternalError> {
+        let name = &self.config.name;
+        let connection = self.connection()?;
+        let key = TxKey {
+            channel_id: stub.channel_id().to_owned(),
+            tx_id: stub.tx_id().to_owned(),
+        };
+        let requests = connection
+            .begin(&key)
+            .ok_or_else(|| ExternalError::AlreadyExecuting {
+                name: name.clone(),
+                tx_id: key.tx_id.clone(),
+            })?;
+        let _executing = Executing {
+            connection: &connection,
+            key: &key,
+        };
+        let proposal = stub.proposal();
+        // The shim runs the chaincode's Init for INIT, Invoke otherwise.
+        let kind = if proposal.is_init {
+            MessageType::Init
+        } else {
+            MessageType::Transaction
+        };
+        connection.send(
+            ChaincodeMessage {
+                r#type: kind as i32,
+                payload: ChaincodeInput {
+                    args: stub.args().to_vec(),
+                    is_init: proposal.is_init,
+                    ..ChaincodeInput::default()
+                }
+                .encode_to_vec()
+                .into(),
+                proposal: Some(SignedProposal {
+                    proposal_bytes: proposal.proposal.bytes.clone(),
+                    signature: proposal.signature.clone(),
+                }),
+                ..reply_to(&key)
+            },
+            name,
+        )?;
+        let deadline = Instant::now() + self.config.execute_timeout;
+        let mut session = Session::default();
+        loop {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            let message = requests.recv_timeout(wait).map_err(|e| match e {
+                RecvTimeoutError::Timeout => ExternalError::Timeout {
+                    name: name.clone(),
+                    timeout: self.config.execute_timeout,
+                },
+                RecvTimeoutError::Disconnected => {
+                    ExternalError::Disconnected { name: name.clone() }
+                }
+            })?;
+            match MessageType::try_from(message.r#type) {
+                Ok(MessageType::Completed) => return completed(stub, message, name),
+                Ok(MessageType::Error) => {
+                    return Err(ExternalError::Failed {
+                        message: String::from_utf8_lossy(&message.payload).into_owned(),
+                    });
+                }
+                _ => {
+                    let answer = session.answer(stub, &message);
+                    connection.send(answer, name)?;
+                }
+            }
+        }
+    }
+}
+
+impl Chaincode for ExternalChaincode {
+    fn invoke(&self, stub: &mut Stub<'_>) -> Response {
+        self.execute(stub).unwrap_or_else(|failure| {
+            tracing::warn!(chaincode = %self.config.name, tx_id = stub.tx_id(), %failure, "external chaincode failed");
+            error(failure.to_string())
+        })
+    }
+}
+
+/// The COMPLETED message's response, its event recorded in the stub.
+fn completed(
+    stub: &mut Stub<'_>,
+    message: ChaincodeMessage,
+    name: &str,
+) -> Result<Response, ExternalError> {
+    let response = Response::decode(message.payload).map_err(|e| ExternalError::Protocol {
+        name: name.to_owned(),
+        reason: format!("COMPLETED does not carry a Response: {e}"),
+    })?;
+    if let Some(event) = message.chaincode_event.filter(|e| !e.event_name.is_empty()) {
+        stub.set_event(&event.event_name, event.payload);
+    }
+    Ok(response)
+}
+
+/// A transaction on a chaincode stream: Fabric keys them by channel and
+/// TxID.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct TxKey {
+    channel_id: String,
+    tx_id: String,
+}
+
+/// A message for the transaction `key`, to fill in.
+fn reply_to(key: &TxKey) -> ChaincodeMessage {
+    ChaincodeMessage {
+        txid: key.tx_id.clone(),
+        channel_id: key.channel_id.clone(),
+        ..ChaincodeMessage::default()
+    }
+}
+
+/// One registered stream to a chaincode server.
+struct Connection {
+    outgoing: async_mpsc::UnboundedSender<ChaincodeMessage>,
+    /// Where the chaincode's messages for each executing transaction go.
+    executing: Mutex<HashMap<TxKey, mpsc::Sender<ChaincodeMessage>>>,
+    open: AtomicBool,
+}
+
+impl Connection {
+    /// Dials the chaincode, takes its REGISTER, answers REGISTERED and
+    /// READY, and starts routing what it sends.
+    async fn open(config: &ExternalConfig) -> Result<Arc<Self>, ExternalError> {
+        let unreachable = |reason: String| ExternalError::Unreachable {
+            name: config.name.clone(),
+            address: config.address.clone(),
+            reason,
+        };
+        let endpoint =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", config.address))
+                .map_err(|e| unreachable(format!("bad address: {e}")))?
+                .connect_timeout(config.dial_timeout);
+        let channel = tokio::time::timeout(config.dial_timeout, endpoint.connect())
+            .await
+            .map_err(|_| unreachable("timed out connecting".to_owned()))?
+            .map_err(|e| unreachable(e.to_string()))?;
+        let mut client = ChaincodeClient::new(channel)
+            .max_decoding_message_size(MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(MESSAGE_BYTES_MAX);
+        let (outgoing, to_send) = async_mpsc::unbounded_channel();
+        let handshake = async {
+            let mut incoming = client
+                .connect(UnboundedReceiverStream::new(to_send))
+                .await
+                .map_err(|status| unreachable(status.message().to_owned()))?
+                .into_inner();
+            let register = incoming
+                .message()
+                .await
+                .map_err(|status| unreachable(status.message().to_owned()))?
+                .ok_or_else(|| unreachable("the stream closed before REGISTER".to_owned()))?;
+            Ok::<_, ExternalError>((incoming, register))
+        };
+        let (incoming, register) = tokio::time::timeout(config.dial_timeout, handshake)
+            .await
+            .map_err(|_| unreachable("no REGISTER within the dial timeout".to_owned()))??;
+        if register.r#type != MessageType::Register as i32 {
+            return Err(ExternalError::Protocol {
+                name: config.name.clone(),
+                reason: format!(
+                    "the first message is of type {}, not REGISTER",
+                    register.r#type
+                ),
+            });
+        }
+        let package_id = ChaincodeId::decode(register.payload)
+            .map(|id| id.name)
+            .unwrap_or_default();
+        tracing::info!(chaincode = %config.name, address = %config.address, %package_id, "external chaincode registered");
+        for handshake in [MessageType::Registered, MessageType::Ready] {
+            let _ = outgoing.send(ChaincodeMessage {
+                r#type: handshake as i32,
+                ..ChaincodeMessage::default()
+            });
+        }
+        let connection = Arc::new(Self {
+            outgoing,
+            executing: Mutex::new(HashMap::new()),
+            open: AtomicBool::new(true),
+        });
+        tokio::spawn(connection.clone().route(incoming, config.name.clone()));
+        Ok(connection)
+    }
+
+    /// Hands every message to the transaction it belongs to, until the
+    /// stream ends; then every executing transaction learns of it.
+    async fn route(
+        self: Arc<Self>,
+        mut incoming: tonic::codec::Streaming<ChaincodeMessage>,
+        name: String,
+    ) {
+        loop {
+            let message = match incoming.message().await {
+                Ok(Some(message)) => message,
+                Ok(None) => break,
+                Err(status) => {
+                    tracing::warn!(chaincode = %name, error = %status.message(), "chaincode stream failed");
+                    break;
+                }
+            };
+            if message.r#type == MessageType::Keepalive as i32 {
+                continue;
+            }
+            let key = TxKey {
+                channel_id: message.channel_id.clone(),
+                tx_id: message.txid.clone(),
+            };
+            let delivered = self
+                .executing
+                .lock()
+                .get(&key)
+                .is_some_and(|requests| requests.send(message).is_ok());
+            if !delivered {
+                tracing::warn!(chaincode = %name, tx_id = %key.tx_id, "message for a transaction that is not executing, dropped");
+            }
+        }
+        self.open.store(false, Ordering::Release);
+        self.executing.lock().clear();
+        tracing::info!(chaincode = %name, "chaincode stream closed");
+    }
+
+    fn is_open(&self) -> bool {
+        self.open.load(Ordering::Acquire) && !self.outgoing.is_closed()
+    }
+
+    /// Registers `key` as executing; `None` if it already is. On a stream
+    /// that has closed, the receiver reports the disconnection at once.
+    fn begin(&self, key: &TxKey) -> Option<mpsc::Receiver<ChaincodeMessage>> {
+        let mut executing = self.executing.lock();
+        if executing.contains_key(key) {
+            return None;
+        }
+        let (sender, receiver) = mpsc::channel();
+        if self.is_open() {
+            executing.insert(key.clone(), sender);
+        }
+        Some(receiver)
+    }
+
+    fn send(&self, message: ChaincodeMessage, name: &str) -> Result<(), ExternalError> {
+        self.outgoing
+            .send(message)
+            .map_err(|_| ExternalError::Disconnected {
+                name: name.to_owned(),
+            })
+    }
+}
+
+/// Removes a transaction from the stream's routing when it ends, however
+/// it ends.
+struct Executing<'a> {
+    connection: &'a Connection,
+    key: &'a TxKey,
+}
+
+impl Drop for Executing<'_> {
+    fn drop(&mut self) {
+        self.connection.executing.lock().remove(self.key);
+    }
+}
+
+/// The state requests of one transaction: its open range queries.
+#[derive(Default)]
+struct Session {
+    queries: HashMap<String, VecDeque<(String, Bytes)>>,
+    next_query_id: u64,
+}
+
+impl Session {
+    /// The RESPONSE or ERROR answering one request of the chaincode.
+    fn answer(&mut self, stub: &mut Stub<'_>, request: &ChaincodeMessage) -> ChaincodeMessage {
+        let key = TxKey {
+            channel_id: request.channel_id.clone(),
+            tx_id: request.txid.clone(),
+        };
+        let (r#type, payload) = match self.serve(stub, request) {
+            Ok(payload) => (MessageType::Response, payload),
+            Err(reason) => (MessageType::Error, Bytes::from(reason)),
+        };
+        ChaincodeMessage {
+            r#type: r#type as i32,
+            payload,
+            ..reply_to(&key)
+        }
+    }
+
+    fn serve(&mut self, stub: &mut Stub<'_>, request: &ChaincodeMessage) -> Result<Bytes, String> {
+        let payload = request.payload.clone();
+        let kind = MessageType::try_from(request.r#type)
+            .map_err(|_| format!("unknown message type {}", request.r#type))?;
+        let malformed =
+            |e: prost::DecodeError| format!("malformed {} payload: {e}", kind.as_str_name());
+        match kind {
+            MessageType::GetState => {
+                let request = GetState::decode(payload).map_err(malformed)?;
+                public_only(&request.collection)?;
+                let value = stub.get_state(&request.key).map_err(|e| e.to_string())?;
+                Ok(value.unwrap_or_default())
+            }
+            MessageType::PutState => {
+                let request = PutState::decode(payload).map_err(malformed)?;
+                public_only(&request.collection)?;
+                stub.put_state(&request.key, request.value)
+                    .map_err(|e| e.to_string())?;
+                Ok(Bytes::new())
+            }
+            MessageType::DelState => {
+                let request = DelState::decode(payload).map_err(malformed)?;
+                public_only(&request.collection)?;
+                stub.del_state(&request.key).map_err(|e| e.to_string())?;
+                Ok(Bytes::new())
+            }
+            MessageType::GetStateByRange => {
+                let request = GetStateByRange::decode(payload).map_err(malformed)?;
+                public_only(&request.collection)?;
+                if !request.metadata.is_empty() {
+                    return Err("paged range queries are not supported by weft".to_owned());
+                }
+                let results = stub
+                    .get_state_by_range(&request.start_key, &request.end_key)
+                    .map_err(|e| e.to_string())?;
+                self.next_query_id += 1;
+                let id = self.next_query_id.to_string();
+                self.queries.insert(id.clone(), results.into());
+                Ok(self.page(stub, id))
+            }
+            MessageType::QueryStateNext => {
+                let request = QueryStateNext::decode(payload).map_err(malformed)?;
+                if !self.queries.contains_key(&request.id) {
+                    return Err(format!("query {:?} is not open", request.id));
+                }
+                Ok(self.page(stub, request.id))
+            }
+            MessageType::QueryStateClose => {
+                let request = QueryStateClose::decode(payload).map_err(malformed)?;
+                self.queries.remove(&request.id);
+                Ok(QueryResponse {
+                    id: request.id,
+                    ..QueryResponse::default()
+                }
+                .encode_to_vec()
+                .into())
+            }
+            MessageType::GetHistoryForKey => {
+                Err("history queries are not supported by weft (no history database)".to_owned())
+            }
+            MessageType::GetQueryResult => {
+                Err("rich queries need CouchDB, which weft does not have".to_owned())
+            }
+            MessageType::InvokeChaincode => {
+                Err("chaincode-to-chaincode invocation is not supported by weft".to_owned())
+            }
+            MessageType::GetStateMetadata | MessageType::PutStateMetadata => {
+                Err("key-level endorsement metadata is not supported by weft".to_owned())
+            }
+            MessageType::GetPrivateDataHash | MessageType::PurgePrivateData => {
+                Err("private data is not supported by weft".to_owned())
+            }
+            other => Err(format!(
+                "a chaincode does not send {} during a transaction",
+                other.as_str_name()
+            )),
+        }
+    }
+
+    /// The next page of query `id`, closed once it is drained.
+    fn page(&mut self, stub: &Stub<'_>, id: String) -> Bytes {
+        let Some(remaining) = self.queries.get_mut(&id) else {
+            return Bytes::new();
+        };
+        let take = remaining.len().min(QUERY_PAGE_RESULTS);
+        let results = remaining
+            .drain(..take)
+            .map(|(key, value)| QueryResultBytes {
+                result_bytes: Kv {
+                    namespace: stub.namespace().to_owned(),
+                    key,
+                    value,
+                }
+                .encode_to_vec()
+                .into(),
+            })
+            .collect();
+        let has_more = !remaining.is_empty();
+        if !has_more {
+            self.queries.remove(&id);
+        }
+        QueryResponse {
+            results,
+            has_more,
+            id,
+            metadata: Bytes::new(),
+        }
+        .encode_to_vec()
+        .into()
+    }
+}
+
+/// Private data collections are not served.
+fn public_only(collection: &str) -> Result<(), String> {
+    if collection.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "private data collection {collection:?}: private data is not supported by weft"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use weft_statedb::VersionedState;
+
+    use super::*;
+    use crate::chaincode::tests::{kv_of, kv_of_empty, proposal, state};
+
+    fn request(kind: MessageType, payload: impl Message) -> ChaincodeMessage {
+        ChaincodeMessage {
+            r#type: kind as i32,
+            payload: payload.encode_to_vec().into(),
+            txid: "tx1".to_owned(),
+            channel_id: "ch".to_owned(),
+            ..ChaincodeMessage::default()
+        }
+    }
+
+    /// The answer's type and payload; the answer names the request's
+    /// transaction.
+    fn answer(
+        session: &mut Session,
+        stub: &mut Stub<'_>,
+        request: &ChaincodeMessage,
+    ) -> (MessageType, Bytes) {
+        let answer = session.answer(stub, request);
+        assert_eq!(
+            (answer.txid.as_str(), answer.channel_id.as_str()),
+            ("tx1", "ch")
+        );
+        (
+            MessageType::try_from(answer.r#type).unwrap(),
+            answer.payload,
+        )
+    }
+
+    #[test]
+    fn state_requests_are_served_by_the_stub_and_recorded() {
+        let (_dir, state) = state(3);
+        let proposal = proposal();
+        let snapshot = state.snapshot();
+        let mut stub = Stub::new(&proposal, "cc", snapshot.as_ref());
+        let mut session = Session::default();
+        let get = |key: &str| {
+            request(
+                MessageType::GetState,
+                GetState {
+                    key: key.to_owned(),
+                    collection: String::new(),
+                },
+            )
+        };
+        assert_eq!(
+            answer(&mut session, &mut stub, &get("k001")),
+            (MessageType::Response, Bytes::from_static(b"v1"))
+        );
+        // An absent key is an empty value, as Fabric's peer answers.
+        assert_eq!(
+            answer(&mut session, &mut stub, &get("absent")),
+            (MessageType::Response, Bytes::new())
+        );
+        let put = request(
+            MessageType::PutState,
+            PutState {
+                key: "k002".to_owned(),
+                value: Bytes::from_static(b"new"),
+                collection: String::new(),
+            },
+        );
+        assert_eq!(
+            answer(&mut session, &mut stub, &put).0,
+            MessageType::Response
+        );
+        let del = request(
+            MessageType::DelState,
+            DelState {
+                key: "k000".to_owned(),
+                collection: String::new(),
+            },
+        );
+        assert_eq!(
+            answer(&mut session, &mut stub, &del).0,
+            MessageType::Response
+        );
+        let kv = kv_of(&stub);
+        assert_eq!(
+            kv.reads.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(),
+            ["absent", "k001"]
+        );
+        assert_eq!(
+            kv.writes
+                .iter()
+                .map(|w| (w.key.as_str(), w.is_delete))
+                .collect::<Vec<_>>(),
+            [("k000", true), ("k002", false)]
+        );
+    }
+
+    #[test]
+    fn range_results_come_in_pages_until_drained_or_closed() {
+        let (_dir, state) = state(1500);
+        let proposal = proposal();
+        let snapshot = state.snapshot();
+        let mut stub = Stub::new(&proposal, "cc", snapshot.as_ref());
+        let mut session = Session::default();
+        let range = request(
+            MessageType::GetStateByRange,
+            GetStateByRange {
+                start_key: "k".to_owned(),
+                end_key: String::new(),
+                ..GetStateByRange::default()
+            },
+        );
+        let (kind, payload) = answer(&mut session, &mut stub, &range);
+        assert_eq!(kind, MessageType::Response);
+        let first = QueryResponse::decode(payload).unwrap();
+        assert_eq!(
+            (first.results.len(), first.has_more),
+            (QUERY_PAGE_RESULTS, true)
+        );
+        let record = Kv::decode(first.results[0].result_bytes.clone()).unwrap();
+        assert_eq!(
+            (
+                record.namespace.as_str(),
+                record.key.as_str(),
+                &record.value[..]
+            ),
+            ("cc", "k000", &b"v0"[..])
+        );
+        let next = request(
+            MessageType::QueryStateNext,
+            QueryStateNext {
+                id: first.id.clone(),
+            },
+        );
+        let (_, payload) = answer(&mut session, &mut stub, &next);
+        let second = QueryResponse::decode(payload).unwrap();
+        assert_eq!((second.results.len(), second.has_more), (500, false));
+        // Drained, the query is closed: asking for more is an error.
+        assert_eq!(answer(&mut session, &mut stub, &next).0, MessageType::Error);
+
+        // A query closed early is forgotten.
+        let (_, payload) = answer(&mut session, &mut stub, &range);
+        let id = QueryResponse::decode(payload).unwrap().id;
+        assert_ne!(id, first.id);
+        let close = request(
+            MessageType::QueryStateClose,
+            QueryStateClose { id: id.clone() },
+        );
+        assert_eq!(
+            answer(&mut session, &mut stub, &close).0,
+            MessageType::Response
+        );
+        let next = request(MessageType::QueryStateNext, QueryStateNext { id });
+        assert_eq!(answer(&mut session, &mut stub, &next).0, MessageType::Error);
+        // Both range queries were recorded for the committer's phantom check.
+        assert_eq!(kv_of(&stub).range_queries_info.len(), 2);
+    }
+
+    #[test]
+    fn what_weft_does_not_serve_is_an_error_naming_it() {
+        let (_dir, state) = state(1);
+        let proposal = proposal();
+        let snapshot = state.snapshot();
+        let mut stub = Stub::new(&proposal, "cc", snapshot.as_ref());
+        let mut session = Session::default();
+        let private = request(
+            MessageType::GetState,
+            GetState {
+                key: "k000".to_owned(),
+                collection: "secrets".to_owned(),
+            },
+        );
+        let garbage = ChaincodeMessage {
+            payload: Bytes::from_static(b"\xff\xff\xff"),
+            ..request(MessageType::PutState, PutState::default())
+        };
+        let bad_key = request(
+            MessageType::PutState,
+            PutState {
+                key: String::new(),
+                ..PutState::default()
+            },
+        );
+        for (request, expected) in [
+            (private, "private data"),
+            (garbage, "malformed PUT_STATE payload"),
+            (bad_key, "must not be empty"),
+            (
+                request(MessageType::GetHistoryForKey, GetState::default()),
+                "history",
+            ),
+            (
+                request(MessageType::GetQueryResult, GetState::default()),
+                "CouchDB",
+            ),
+            (
+                request(MessageType::InvokeChaincode, GetState::default()),
+                "chaincode-to-chaincode",
+            ),
+            (
+                request(MessageType::Register, GetState::default()),
+                "does not send REGISTER",
+            ),
+        ] {
+            let (kind, payload) = answer(&mut session, &mut stub, &request);
+            assert_eq!(kind, MessageType::Error);
+            let message = String::from_utf8(payload.to_vec()).unwrap();
+            assert!(message.contains(expected), "{message}");
+        }
+        // Nothing was read or written.
+        assert!(kv_of_empty(&stub));
+    }
+}

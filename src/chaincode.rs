@@ -1,0 +1,247 @@
+//! `weft chaincode deploy`: agree a chaincode definition on a channel
+//! through `_lifecycle`, as Fabric's `peer lifecycle chaincode
+//! approveformyorg` and `commit` do, against running peers and an orderer.
+//!
+//! Each organisation's admin (from the cryptogen folder) proposes
+//! `ApproveChaincodeDefinitionForMyOrg` to its organisation's peer, and
+//! the approval is ordered and committed; then the first organisation's
+//! admin proposes `CommitChaincodeDefinition` to every listed peer, and the
+//! definition is ordered and committed. The command returns once every
+//! listed peer has committed the definition, so the next transaction is
+//! validated with its policy.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use bytes::Bytes;
+use prost::Message;
+use weft_msp::Signer;
+use weft_protos::common::{Envelope, Status};
+use weft_protos::lifecycle::{
+    ApproveChaincodeDefinitionForMyOrgArgs, CommitChaincodeDefinitionArgs,
+};
+use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
+use weft_protos::protos::application_policy::Type as PolicyType;
+use weft_protos::protos::endorser_client::EndorserClient;
+use weft_protos::protos::{ApplicationPolicy, ProposalResponse, TxValidationCode};
+use weft_protos::tx::{Invocation, Proposal};
+
+use crate::client::{connect, next_block, subscribe};
+
+/// How long a peer may take to commit a lifecycle transaction.
+const COMMIT_WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// Options of `weft chaincode deploy`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DeployArgs {
+    /// The channel to define the chaincode on.
+    #[arg(long)]
+    channel: String,
+    /// The chaincode's name (what proposals invoke).
+    #[arg(long)]
+    name: String,
+    /// The chaincode's version label.
+    #[arg(long, default_value = "1.0")]
+    version: String,
+    /// The definition's sequence: 1 for a first definition, one more than
+    /// the committed one for a change.
+    #[arg(long, default_value_t = 1)]
+    sequence: i64,
+    /// The endorsement policy, in Fabric's policy language (such as
+    /// "OR('Org1MSP.peer','Org2MSP.peer')"). Default: the channel's
+    /// /Channel/Application/Endorsement policy.
+    #[arg(long)]
+    policy: Option<String>,
+    /// One peer per organisation that approves, as org=host:port
+    /// (comma-separated, such as org1=127.0.0.1:7051,org2=127.0.0.1:9051).
+    #[arg(long, value_delimiter = ',', required = true)]
+    peers: Vec<String>,
+    /// The orderer to submit to.
+    #[arg(long)]
+    orderer: SocketAddr,
+    /// The network's crypto folder (the output of `weft crypto generate`):
+    /// each organisation's Admin signs its approval.
+    #[arg(long)]
+    crypto: PathBuf,
+}
+
+/// One approving organisation.
+struct Organisation {
+    name: String,
+    admin: Signer,
+    peer: SocketAddr,
+}
+
+/// Runs the deployment and prints where the definition was committed.
+pub fn deploy(args: &DeployArgs) -> Result<()> {
+    let validation_parameter = match &args.policy {
+        Some(expression) => {
+            let envelope =
+                weft_policy::dsl::parse(expression).map_err(|e| anyhow!("--policy: {e}"))?;
+            ApplicationPolicy {
+                r#type: Some(PolicyType::SignaturePolicy(envelope)),
+            }
+            .encode_to_vec()
+            .into()
+        }
+        None => Bytes::new(),
+    };
+    let organisations = args
+        .peers
+        .iter()
+        .map(|entry| {
+            let (org, address) = entry
+                .split_once('=')
+                .ok_or_else(|| anyhow!("--peers: {entry:?} is not org=host:port"))?;
+            let peer = address
+                .parse()
+                .with_context(|| format!("--peers: {address:?} is not host:port"))?;
+            let msp_id = crate::bench::org_msp_id(org);
+            let admin_msp = args.crypto.join(format!(
+                "peerOrganizations/{org}.example.com/users/Admin@{org}.example.com/msp"
+            ));
+            let admin = crate::bench::load_signer(&admin_msp, &msp_id)
+                .with_context(|| format!("--crypto: the admin of {org}"))?;
+            Ok(Organisation {
+                name: org.to_owned(),
+                admin,
+                peer,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        for organisation in &organisations {
+            let approve = ApproveChaincodeDefinitionForMyOrgArgs {
+                sequence: args.sequence,
+                name: args.name.clone(),
+                version: args.version.clone(),
+                validation_parameter: validation_parameter.clone(),
+                ..ApproveChaincodeDefinitionForMyOrgArgs::default()
+            };
+            let block = transact(
+                args,
+                &organisation.admin,
+                "ApproveChaincodeDefinitionForMyOrg",
+                approve.encode_to_vec().into(),
+                &[organisation.peer],
+            )
+            .await
+            .with_context(|| format!("approving for {}", organisation.name))?;
+            println!("{} approved in block {block}", organisation.name);
+        }
+        let commit = CommitChaincodeDefinitionArgs {
+            sequence: args.sequence,
+            name: args.name.clone(),
+            version: args.version.clone(),
+            validation_parameter: validation_parameter.clone(),
+            ..CommitChaincodeDefinitionArgs::default()
+        };
+        let peers: Vec<SocketAddr> = organisations.iter().map(|o| o.peer).collect();
+        let first = organisations
+            .first()
+            .ok_or_else(|| anyhow!("--peers: name at least one organisation's peer"))?;
+        let block = transact(
+            args,
+            &first.admin,
+            "CommitChaincodeDefinition",
+            commit.encode_to_vec().into(),
+            &peers,
+        )
+        .await
+        .context("committing the definition")?;
+        println!(
+            "chaincode {} version {} sequence {} committed on channel {} in block {block}",
+            args.name, args.version, args.sequence, args.channel
+        );
+        Ok(())
+    })
+}
+
+/// Proposes `function(argument)` to `_lifecycle` on `peers` as `signer`,
+/// submits the endorsed transaction and waits until every peer committed
+/// it VALID; returns its block number.
+async fn transact(
+    args: &DeployArgs,
+    signer: &Signer,
+    function: &str,
+    argument: Bytes,
+    peers: &[SocketAddr],
+) -> Result<u64> {
+    let mut events = Vec::new();
+    for peer in peers {
+        events.push(subscribe(*peer, &args.channel, signer).await?);
+    }
+    let invocation = Invocation {
+        channel_id: &args.channel,
+        chaincode: "_lifecycle",
+        args: vec![Bytes::from(function.to_owned()), argument],
+        nonce: signer.new_nonce()?,
+        timestamp_seconds: weft_msp::now(),
+    };
+    let proposal = Proposal::new(&invocation, signer.serialized_identity().clone());
+    let signed = proposal.signed(signer)?;
+    let mut responses: Vec<ProposalResponse> = Vec::new();
+    for peer in peers {
+        let response = EndorserClient::new(connect(*peer).await?)
+            .process_proposal(signed.clone())
+            .await
+            .with_context(|| format!("proposing to {peer}"))?
+            .into_inner();
+        let answer = response.response.clone().unwrap_or_default();
+        if answer.status != 200 || response.endorsement.is_none() {
+            bail!(
+                "{peer} refused: status {}: {}",
+                answer.status,
+                answer.message
+            );
+        }
+        responses.push(response);
+    }
+    let envelope: Envelope = proposal.transaction(&responses, signer)?;
+    let mut answers = AtomicBroadcastClient::new(connect(args.orderer).await?)
+        .broadcast(tokio_stream::iter([envelope]))
+        .await
+        .context("the orderer refused the Broadcast stream")?
+        .into_inner();
+    let answer = answers
+        .message()
+        .await?
+        .ok_or_else(|| anyhow!("the orderer closed the stream without answering"))?;
+    if answer.status != Status::Success as i32 {
+        bail!("the orderer answered {}: {}", answer.status, answer.info);
+    }
+    let mut committed_in = 0;
+    for (peer, stream) in peers.iter().zip(&mut events) {
+        let found = tokio::time::timeout(COMMIT_WAIT_MAX, async {
+            loop {
+                let block = next_block(stream).await?;
+                if let Some(tx) = block
+                    .filtered_transactions
+                    .iter()
+                    .find(|tx| tx.txid == proposal.tx_id)
+                {
+                    return Ok::<_, anyhow::Error>((block.number, tx.tx_validation_code));
+                }
+            }
+        })
+        .await
+        .map_err(|_| {
+            anyhow!(
+                "{peer} did not commit {} within {COMMIT_WAIT_MAX:?}",
+                proposal.tx_id
+            )
+        })??;
+        let (number, code) = found;
+        if code != TxValidationCode::Valid as i32 {
+            let name = TxValidationCode::try_from(code).map_or("UNKNOWN", |c| c.as_str_name());
+            bail!("{peer} committed {} as {name}", proposal.tx_id);
+        }
+        committed_in = number;
+    }
+    Ok(committed_in)
+}

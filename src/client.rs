@@ -1,0 +1,70 @@
+//! Fabric client plumbing shared by the commands that act as a client
+//! (`weft bench`, `weft chaincode deploy`): connections and commit events.
+
+use std::net::SocketAddr;
+
+use anyhow::{Context, Result, anyhow, bail};
+use prost::Message;
+use tonic::transport::Channel;
+use weft_msp::Signer;
+use weft_protos::common::HeaderType;
+use weft_protos::orderer::seek_info::SeekBehavior;
+use weft_protos::orderer::seek_position::Type as SeekType;
+use weft_protos::orderer::{SeekInfo, SeekNewest, SeekPosition, SeekSpecified};
+use weft_protos::protos::FilteredBlock;
+use weft_protos::protos::deliver_client::DeliverClient;
+use weft_protos::protos::deliver_response::Type as PeerResponse;
+
+/// A gRPC connection to `address` (loopback, no TLS).
+pub(crate) async fn connect(address: SocketAddr) -> Result<Channel> {
+    tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {address}"))
+}
+
+/// The peer's filtered blocks from the newest on.
+pub(crate) async fn subscribe(
+    peer: SocketAddr,
+    channel: &str,
+    client: &Signer,
+) -> Result<tonic::Streaming<weft_protos::protos::DeliverResponse>> {
+    let seek = SeekInfo {
+        start: Some(SeekPosition {
+            r#type: Some(SeekType::Newest(SeekNewest {})),
+        }),
+        stop: Some(SeekPosition {
+            r#type: Some(SeekType::Specified(SeekSpecified { number: u64::MAX })),
+        }),
+        behavior: SeekBehavior::BlockUntilReady as i32,
+        ..SeekInfo::default()
+    };
+    let request = weft_protos::tx::signed_envelope(
+        HeaderType::DeliverSeekInfo,
+        channel,
+        seek.encode_to_vec().into(),
+        client,
+        client.new_nonce()?,
+        weft_msp::now(),
+    )?;
+    Ok(DeliverClient::new(connect(peer).await?)
+        .deliver_filtered(tokio_stream::iter([request]))
+        .await
+        .context("the peer refused the DeliverFiltered request")?
+        .into_inner())
+}
+
+/// The next filtered block of a peer's event stream.
+pub(crate) async fn next_block(
+    commits: &mut tonic::Streaming<weft_protos::protos::DeliverResponse>,
+) -> Result<FilteredBlock> {
+    let response = commits
+        .message()
+        .await
+        .context("a peer's event stream failed")?
+        .ok_or_else(|| anyhow!("a peer ended its event stream"))?;
+    match response.r#type {
+        Some(PeerResponse::FilteredBlock(block)) => Ok(block),
+        other => bail!("a peer answered {other:?} where a block was due"),
+    }
+}
