@@ -10,7 +10,7 @@
 pub mod committer;
 pub mod endorser;
 mod feeder;
-pub mod network;
+pub mod load;
 pub mod orderer;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -11,7 +11,7 @@
 //! validated with its policy.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -67,19 +67,50 @@ pub struct DeployArgs {
     crypto: PathBuf,
 }
 
-/// One approving organisation.
-struct Organisation {
+/// An organisation that approves: its admin, and its peer.
+pub(crate) struct Approver {
     name: String,
     admin: Signer,
     peer: SocketAddr,
 }
 
-/// Runs the deployment and prints where the definition was committed.
-pub fn deploy(args: &DeployArgs) -> Result<()> {
-    let validation_parameter = match &args.policy {
+impl Approver {
+    /// Organisation `org` (`org1`) of a cryptogen folder, approving through
+    /// `peer`; its `Admin@` user signs.
+    pub(crate) fn from_crypto(crypto: &Path, org: &str, peer: SocketAddr) -> Result<Self> {
+        let msp_id = crate::bench::org_msp_id(org);
+        let admin_msp = crypto.join(format!(
+            "peerOrganizations/{org}.example.com/users/Admin@{org}.example.com/msp"
+        ));
+        let admin = crate::bench::load_signer(&admin_msp, &msp_id)
+            .with_context(|| format!("the admin of {org}"))?;
+        Ok(Self {
+            name: org.to_owned(),
+            admin,
+            peer,
+        })
+    }
+}
+
+/// A chaincode definition to agree on a channel, and who agrees to it.
+pub(crate) struct Deployment {
+    pub channel: String,
+    pub name: String,
+    pub version: String,
+    pub sequence: i64,
+    /// A serialized `ApplicationPolicy`; empty for the channel's
+    /// /Channel/Application/Endorsement policy.
+    pub validation_parameter: Bytes,
+    pub approvers: Vec<Approver>,
+    pub orderer: SocketAddr,
+}
+
+/// The serialized `ApplicationPolicy` of a policy expression in Fabric's
+/// language; empty (the channel's default) for `None`.
+pub(crate) fn validation_parameter(policy: Option<&str>) -> Result<Bytes> {
+    Ok(match policy {
         Some(expression) => {
-            let envelope =
-                weft_policy::dsl::parse(expression).map_err(|e| anyhow!("--policy: {e}"))?;
+            let envelope = weft_policy::dsl::parse(expression)?;
             ApplicationPolicy {
                 r#type: Some(PolicyType::SignaturePolicy(envelope)),
             }
@@ -87,8 +118,13 @@ pub fn deploy(args: &DeployArgs) -> Result<()> {
             .into()
         }
         None => Bytes::new(),
-    };
-    let organisations = args
+    })
+}
+
+/// Runs the deployment and prints where the definition was committed.
+pub fn deploy(args: &DeployArgs) -> Result<()> {
+    let validation_parameter = validation_parameter(args.policy.as_deref()).context("--policy")?;
+    let approvers = args
         .peers
         .iter()
         .map(|entry| {
@@ -98,150 +134,156 @@ pub fn deploy(args: &DeployArgs) -> Result<()> {
             let peer = address
                 .parse()
                 .with_context(|| format!("--peers: {address:?} is not host:port"))?;
-            let msp_id = crate::bench::org_msp_id(org);
-            let admin_msp = args.crypto.join(format!(
-                "peerOrganizations/{org}.example.com/users/Admin@{org}.example.com/msp"
-            ));
-            let admin = crate::bench::load_signer(&admin_msp, &msp_id)
-                .with_context(|| format!("--crypto: the admin of {org}"))?;
-            Ok(Organisation {
-                name: org.to_owned(),
-                admin,
-                peer,
-            })
+            Approver::from_crypto(&args.crypto, org, peer).context("--crypto")
         })
         .collect::<Result<Vec<_>>>()?;
+    let deployment = Deployment {
+        channel: args.channel.clone(),
+        name: args.name.clone(),
+        version: args.version.clone(),
+        sequence: args.sequence,
+        validation_parameter,
+        approvers,
+        orderer: args.orderer,
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async {
-        for organisation in &organisations {
-            let approve = ApproveChaincodeDefinitionForMyOrgArgs {
-                sequence: args.sequence,
-                name: args.name.clone(),
-                version: args.version.clone(),
-                validation_parameter: validation_parameter.clone(),
-                ..ApproveChaincodeDefinitionForMyOrgArgs::default()
-            };
-            let block = transact(
-                args,
-                &organisation.admin,
-                "ApproveChaincodeDefinitionForMyOrg",
-                approve.encode_to_vec().into(),
-                &[organisation.peer],
-            )
-            .await
-            .with_context(|| format!("approving for {}", organisation.name))?;
-            println!("{} approved in block {block}", organisation.name);
-        }
-        let commit = CommitChaincodeDefinitionArgs {
-            sequence: args.sequence,
-            name: args.name.clone(),
-            version: args.version.clone(),
-            validation_parameter: validation_parameter.clone(),
-            ..CommitChaincodeDefinitionArgs::default()
-        };
-        let peers: Vec<SocketAddr> = organisations.iter().map(|o| o.peer).collect();
-        let first = organisations
-            .first()
-            .ok_or_else(|| anyhow!("--peers: name at least one organisation's peer"))?;
-        let block = transact(
-            args,
-            &first.admin,
-            "CommitChaincodeDefinition",
-            commit.encode_to_vec().into(),
-            &peers,
-        )
-        .await
-        .context("committing the definition")?;
-        println!(
-            "chaincode {} version {} sequence {} committed on channel {} in block {block}",
-            args.name, args.version, args.sequence, args.channel
-        );
-        Ok(())
-    })
+    runtime.block_on(deployment.run())
 }
 
-/// Proposes `function(argument)` to `_lifecycle` on `peers` as `signer`,
-/// submits the endorsed transaction and waits until every peer committed
-/// it VALID; returns its block number.
-async fn transact(
-    args: &DeployArgs,
-    signer: &Signer,
-    function: &str,
-    argument: Bytes,
-    peers: &[SocketAddr],
-) -> Result<u64> {
-    let mut events = Vec::new();
-    for peer in peers {
-        events.push(subscribe(*peer, &args.channel, signer).await?);
-    }
-    let invocation = Invocation {
-        channel_id: &args.channel,
-        chaincode: "_lifecycle",
-        args: vec![Bytes::from(function.to_owned()), argument],
-        nonce: signer.new_nonce()?,
-        timestamp_seconds: weft_msp::now(),
-    };
-    let proposal = Proposal::new(&invocation, signer.serialized_identity().clone());
-    let signed = proposal.signed(signer)?;
-    let mut responses: Vec<ProposalResponse> = Vec::new();
-    for peer in peers {
-        let response = EndorserClient::new(connect(*peer).await?)
-            .process_proposal(signed.clone())
-            .await
-            .with_context(|| format!("proposing to {peer}"))?
-            .into_inner();
-        let answer = response.response.clone().unwrap_or_default();
-        if answer.status != 200 || response.endorsement.is_none() {
-            bail!(
-                "{peer} refused: status {}: {}",
-                answer.status,
-                answer.message
-            );
+impl Deployment {
+    /// Each organisation's approval, then the commit, each waited for;
+    /// prints a line per step.
+    pub(crate) async fn run(&self) -> Result<()> {
+        for approver in &self.approvers {
+            let approve = ApproveChaincodeDefinitionForMyOrgArgs {
+                sequence: self.sequence,
+                name: self.name.clone(),
+                version: self.version.clone(),
+                validation_parameter: self.validation_parameter.clone(),
+                ..ApproveChaincodeDefinitionForMyOrgArgs::default()
+            };
+            let block = self
+                .transact(
+                    &approver.admin,
+                    "ApproveChaincodeDefinitionForMyOrg",
+                    approve.encode_to_vec().into(),
+                    &[approver.peer],
+                )
+                .await
+                .with_context(|| format!("approving {} for {}", self.name, approver.name))?;
+            println!("{} approved {} in block {block}", approver.name, self.name);
         }
-        responses.push(response);
-    }
-    let envelope: Envelope = proposal.transaction(&responses, signer)?;
-    let mut answers = AtomicBroadcastClient::new(connect(args.orderer).await?)
-        .broadcast(tokio_stream::iter([envelope]))
-        .await
-        .context("the orderer refused the Broadcast stream")?
-        .into_inner();
-    let answer = answers
-        .message()
-        .await?
-        .ok_or_else(|| anyhow!("the orderer closed the stream without answering"))?;
-    if answer.status != Status::Success as i32 {
-        bail!("the orderer answered {}: {}", answer.status, answer.info);
-    }
-    let mut committed_in = 0;
-    for (peer, stream) in peers.iter().zip(&mut events) {
-        let found = tokio::time::timeout(COMMIT_WAIT_MAX, async {
-            loop {
-                let block = next_block(stream).await?;
-                if let Some(tx) = block
-                    .filtered_transactions
-                    .iter()
-                    .find(|tx| tx.txid == proposal.tx_id)
-                {
-                    return Ok::<_, anyhow::Error>((block.number, tx.tx_validation_code));
-                }
-            }
-        })
-        .await
-        .map_err(|_| {
-            anyhow!(
-                "{peer} did not commit {} within {COMMIT_WAIT_MAX:?}",
-                proposal.tx_id
+        let commit = CommitChaincodeDefinitionArgs {
+            sequence: self.sequence,
+            name: self.name.clone(),
+            version: self.version.clone(),
+            validation_parameter: self.validation_parameter.clone(),
+            ..CommitChaincodeDefinitionArgs::default()
+        };
+        let peers: Vec<SocketAddr> = self.approvers.iter().map(|o| o.peer).collect();
+        let first = self
+            .approvers
+            .first()
+            .ok_or_else(|| anyhow!("--peers: name at least one organisation's peer"))?;
+        let block = self
+            .transact(
+                &first.admin,
+                "CommitChaincodeDefinition",
+                commit.encode_to_vec().into(),
+                &peers,
             )
-        })??;
-        let (number, code) = found;
-        if code != TxValidationCode::Valid as i32 {
-            let name = TxValidationCode::try_from(code).map_or("UNKNOWN", |c| c.as_str_name());
-            bail!("{peer} committed {} as {name}", proposal.tx_id);
-        }
-        committed_in = number;
+            .await
+            .with_context(|| format!("committing the definition of {}", self.name))?;
+        println!(
+            "chaincode {} version {} sequence {} committed on channel {} in block {block}",
+            self.name, self.version, self.sequence, self.channel
+        );
+        Ok(())
     }
-    Ok(committed_in)
+
+    /// Proposes `function(argument)` to `_lifecycle` on `peers` as `signer`,
+    /// submits the endorsed transaction and waits until every peer committed
+    /// it VALID; returns its block number.
+    async fn transact(
+        &self,
+        signer: &Signer,
+        function: &str,
+        argument: Bytes,
+        peers: &[SocketAddr],
+    ) -> Result<u64> {
+        let mut events = Vec::new();
+        for peer in peers {
+            events.push(subscribe(*peer, &self.channel, signer).await?);
+        }
+        let invocation = Invocation {
+            channel_id: &self.channel,
+            chaincode: "_lifecycle",
+            args: vec![Bytes::from(function.to_owned()), argument],
+            nonce: signer.new_nonce()?,
+            timestamp_seconds: weft_msp::now(),
+        };
+        let proposal = Proposal::new(&invocation, signer.serialized_identity().clone());
+        let signed = proposal.signed(signer)?;
+        let mut responses: Vec<ProposalResponse> = Vec::new();
+        for peer in peers {
+            let response = EndorserClient::new(connect(*peer).await?)
+                .process_proposal(signed.clone())
+                .await
+                .with_context(|| format!("proposing to {peer}"))?
+                .into_inner();
+            let answer = response.response.clone().unwrap_or_default();
+            if answer.status != 200 || response.endorsement.is_none() {
+                bail!(
+                    "{peer} refused: status {}: {}",
+                    answer.status,
+                    answer.message
+                );
+            }
+            responses.push(response);
+        }
+        let envelope: Envelope = proposal.transaction(&responses, signer)?;
+        let mut answers = AtomicBroadcastClient::new(connect(self.orderer).await?)
+            .broadcast(tokio_stream::iter([envelope]))
+            .await
+            .context("the orderer refused the Broadcast stream")?
+            .into_inner();
+        let answer = answers
+            .message()
+            .await?
+            .ok_or_else(|| anyhow!("the orderer closed the stream without answering"))?;
+        if answer.status != Status::Success as i32 {
+            bail!("the orderer answered {}: {}", answer.status, answer.info);
+        }
+        let mut committed_in = 0;
+        for (peer, stream) in peers.iter().zip(&mut events) {
+            let found = tokio::time::timeout(COMMIT_WAIT_MAX, async {
+                loop {
+                    let block = next_block(stream).await?;
+                    if let Some(tx) = block
+                        .filtered_transactions
+                        .iter()
+                        .find(|tx| tx.txid == proposal.tx_id)
+                    {
+                        return Ok::<_, anyhow::Error>((block.number, tx.tx_validation_code));
+                    }
+                }
+            })
+            .await
+            .map_err(|_| {
+                anyhow!(
+                    "{peer} did not commit {} within {COMMIT_WAIT_MAX:?}",
+                    proposal.tx_id
+                )
+            })??;
+            let (number, code) = found;
+            if code != TxValidationCode::Valid as i32 {
+                let name = TxValidationCode::try_from(code).map_or("UNKNOWN", |c| c.as_str_name());
+                bail!("{peer} committed {} as {name}", proposal.tx_id);
+            }
+            committed_in = number;
+        }
+        Ok(committed_in)
+    }
 }

@@ -35,9 +35,12 @@ enum Command {
     /// Manage chaincode definitions on a channel.
     #[command(subcommand)]
     Chaincode(ChaincodeCommand),
-    /// Measure weft: nodes as separate processes over real gRPC.
+    /// Run a local network: orderers and two organisations' peers.
     #[command(subcommand)]
-    Bench(BenchCommand),
+    Network(NetworkCommand),
+    /// Measure weft: a Fabric client's load against a network (its own,
+    /// or --connect FILE), or one component (subcommands).
+    Bench(BenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -46,6 +49,23 @@ enum ChaincodeCommand {
     /// on the channel (Fabric's approveformyorg + commit).
     #[command(disable_version_flag = true)]
     Deploy(crate::chaincode::DeployArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum NetworkCommand {
+    /// Create (first run) or resume a network in a data directory, define
+    /// the built-in chaincodes, write a client connection file, and run
+    /// until Ctrl-C.
+    Up(crate::network::UpArgs),
+}
+
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct BenchArgs {
+    #[command(subcommand)]
+    component: Option<BenchCommand>,
+    #[command(flatten)]
+    load: crate::bench::load::LoadArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -59,9 +79,6 @@ enum BenchCommand {
     /// Proposals per second: concurrent clients send pre-signed proposals
     /// to a peer process's endorser.
     Endorser(crate::bench::endorser::EndorserBenchArgs),
-    /// The transfer workload against a running network: broadcast to an
-    /// orderer, commits watched on a peer.
-    Network(crate::bench::network::NetworkBenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -154,10 +171,13 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Block(BlockCommand::Inspect { file }) => block::inspect(&file),
         Command::Peer(PeerCommand::Start { config }) => crate::peer::start(&config),
         Command::Orderer(OrdererCommand::Start { config }) => crate::orderer::start(&config),
+        Command::Network(NetworkCommand::Up(args)) => crate::network::up(&args),
         Command::Chaincode(ChaincodeCommand::Deploy(args)) => crate::chaincode::deploy(&args),
-        Command::Bench(BenchCommand::Committer(args)) => crate::bench::committer::run(&args),
-        Command::Bench(BenchCommand::Orderer(args)) => crate::bench::orderer::run(&args),
-        Command::Bench(BenchCommand::Endorser(args)) => crate::bench::endorser::run(&args),
-        Command::Bench(BenchCommand::Network(args)) => crate::bench::network::run(&args),
+        Command::Bench(bench) => match bench.component {
+            Some(BenchCommand::Committer(args)) => crate::bench::committer::run(&args),
+            Some(BenchCommand::Orderer(args)) => crate::bench::orderer::run(&args),
+            Some(BenchCommand::Endorser(args)) => crate::bench::endorser::run(&args),
+            None => crate::bench::load::run(&bench.load),
+        },
     }
 }

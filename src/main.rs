@@ -10,6 +10,7 @@ mod channel;
 mod cli;
 mod client;
 mod cryptogen;
+mod network;
 mod ops;
 mod orderer;
 mod peer;

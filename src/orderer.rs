@@ -250,10 +250,16 @@ pub fn start(config_path: &Path) -> Result<()> {
         .thread_name("orderer")
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(run(settings))
+    runtime.block_on(run(settings, crate::shutdown_signal()))
 }
 
-async fn run(settings: Settings) -> Result<()> {
+/// Runs the orderer configured in `config_path` on the current runtime
+/// until `stop` completes (`weft network up --in-process`).
+pub async fn run_until(config_path: &Path, stop: impl Future<Output = ()>) -> Result<()> {
+    run(Settings::load(config_path)?, stop).await
+}
+
+async fn run(settings: Settings, stop: impl Future<Output = ()>) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(settings.listen_address)
         .await
         .with_context(|| format!("orderer.listenAddress: binding {}", settings.listen_address))?;
@@ -321,7 +327,7 @@ async fn run(settings: Settings) -> Result<()> {
         orderer.local_addr(),
         orderer.channel_ids().join(", ")
     );
-    crate::shutdown_signal().await;
+    stop.await;
     tracing::info!("stopping");
     let stopped = orderer.shutdown().await.context("stopping the orderer");
     let _ = stop_operations.send(());

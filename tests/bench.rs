@@ -221,3 +221,325 @@ fn an_envelope_size_too_small_for_a_signed_transaction_is_refused() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--envelope-bytes 512"), "{stderr}");
 }
+
+/// A `weft network up` child process and what it printed.
+struct NetworkUp {
+    child: std::process::Child,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    printed: String,
+}
+
+impl NetworkUp {
+    /// Starts `weft network up --dir dir <args>` and waits for `network ready`.
+    fn start(dir: &Path, args: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["network", "up", "--dir"])
+            .arg(dir)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut network = Self {
+            child,
+            stdout,
+            printed: String::new(),
+        };
+        network.read_until("Ctrl-C stops the network");
+        network
+    }
+
+    fn read_until(&mut self, wanted: &str) {
+        use std::io::BufRead;
+        loop {
+            let mut line = String::new();
+            let read = self.stdout.read_line(&mut line).unwrap();
+            self.printed.push_str(&line);
+            assert!(
+                read > 0,
+                "network up ended before {wanted:?}:\n{}",
+                self.printed
+            );
+            if line.contains(wanted) {
+                return;
+            }
+        }
+    }
+
+    /// Ctrl-C, as a user stops it; returns whether it exited cleanly.
+    fn interrupt(mut self) -> bool {
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        self.read_until("network stopped");
+        self.child.wait().unwrap().success()
+    }
+}
+
+impl Drop for NetworkUp {
+    /// A failed test still stops the network (its nodes stop with it).
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = Command::new("kill")
+                .args(["-INT", &self.child.id().to_string()])
+                .status();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A base port whose network ports are free, distinct per test process.
+fn free_base_port(offset: u16) -> u16 {
+    let base = 30_000 + (std::process::id() % 1_000) as u16 * 20 + offset;
+    for candidate in (base..60_000).step_by(997) {
+        let free = (0..2_u16)
+            .flat_map(|org| [candidate + org * 2000, candidate + org * 2000 + 1])
+            .chain((0..40).map(|o| candidate + o))
+            .all(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
+        if free {
+            return candidate;
+        }
+    }
+    panic!("no free ports");
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|line| line.starts_with(name))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn http_get(address: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
+#[test]
+fn weft_network_up_serves_fabric_clients_stops_on_ctrl_c_and_resumes() {
+    // Goal: one command gives a newcomer a Raft-ordered two-organisation
+    // network with the built-in chaincodes defined, and a connection file
+    // that Fabric's own Gateway client and `weft bench` use as they are;
+    // Ctrl-C stops it and a second `network up` resumes its ledger.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("net");
+    let base = free_base_port(0);
+    let network = NetworkUp::start(&data, &["--base-port", &base.to_string()]);
+    assert!(
+        network.printed.contains("network ready"),
+        "{}",
+        network.printed
+    );
+    for chaincode in ["kv", "transfer", "smallbank"] {
+        assert!(
+            network.printed.contains(&format!(
+                "chaincode {chaincode} version 1.0 sequence 1 committed"
+            )),
+            "{}",
+            network.printed
+        );
+    }
+    let connection_path = data.join("connection.yaml");
+    assert!(
+        network.printed.contains(
+            &connection_path
+                .canonicalize()
+                .unwrap()
+                .display()
+                .to_string()
+        )
+    );
+    let connection: serde_yaml::Value =
+        serde_yaml::from_slice(&std::fs::read(&connection_path).unwrap()).unwrap();
+    assert_eq!(connection["channel"], "mychannel");
+    assert_eq!(connection["orderers"].as_sequence().unwrap().len(), 3);
+    let orgs = connection["organizations"].as_sequence().unwrap();
+    assert_eq!(orgs.len(), 2);
+    assert_eq!(orgs[1]["mspId"], "Org2MSP");
+    assert_eq!(
+        orgs[0]["peers"][0]["endpoint"],
+        format!("127.0.0.1:{}", base + 1)
+    );
+    for path in [
+        &orgs[0]["user"]["certificate"],
+        &orgs[0]["user"]["privateKey"],
+        &orgs[0]["peers"][0]["tlsCaCert"],
+        &connection["orderers"][0]["tlsCaCert"],
+    ] {
+        assert!(Path::new(path.as_str().unwrap()).is_file(), "{path:?}");
+    }
+
+    // Fabric's Gateway client, given the connection file's endpoint and
+    // user, submits and evaluates through org1's peer.
+    let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
+    let output = Command::new("node")
+        .current_dir(&js)
+        .arg("gateway.js")
+        .arg(orgs[0]["peers"][0]["endpoint"].as_str().unwrap())
+        .arg(orgs[0]["mspId"].as_str().unwrap())
+        .arg(orgs[0]["user"]["certificate"].as_str().unwrap())
+        .arg(orgs[0]["user"]["privateKey"].as_str().unwrap())
+        .arg("mychannel")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // `weft bench --connect` drives the network with the transfer workload.
+    let json = dir.path().join("transfer.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["bench", "--duration", "3s", "--clients", "8", "--connect"])
+        .arg(&connection_path)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let last = stdout.lines().last().unwrap();
+    assert!(
+        last.starts_with("committed ") && last.contains(" tx/s, p50 "),
+        "{stdout}"
+    );
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let committed = results["committed"].as_u64().unwrap();
+    assert!(committed > 0, "{results}");
+    assert_eq!(results["valid"].as_u64().unwrap(), committed, "{results}");
+    assert_eq!(results["orderers"], 3);
+    assert!(
+        results["cpu_seconds"]["orderers"].as_f64().unwrap() > 0.0,
+        "{results}"
+    );
+
+    let peer_ops = orgs[0]["peers"][0]["operations"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let height = metric(&http_get(&peer_ops, "/metrics"), "ledger_blockchain_height");
+    assert!(height > 10.0, "{height}");
+    assert!(network.interrupt(), "network up did not stop cleanly");
+    // Every node stopped: the ports are free again.
+    for port in [base, base + 1, base + 2001] {
+        assert!(
+            std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(),
+            "port {port} still taken"
+        );
+    }
+
+    // The same directory resumes the same network and ledger; options that
+    // contradict it are refused.
+    let refused = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["network", "up", "--orderers", "1", "--dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--orderers"));
+    let network = NetworkUp::start(&data, &[]);
+    assert!(
+        network.printed.contains("resuming the network"),
+        "{}",
+        network.printed
+    );
+    assert!(!network.printed.contains("approved"), "{}", network.printed);
+    let resumed = metric(&http_get(&peer_ops, "/metrics"), "ledger_blockchain_height");
+    assert!(resumed >= height, "{resumed} < {height}");
+    assert!(network.interrupt());
+}
+
+#[test]
+fn weft_bench_runs_the_papers_workloads_with_no_failures() {
+    // Goal: every workload of the papers, closed and open loop, commits
+    // with the outcome it should have: all VALID where transactions do not
+    // contend, some MVCC conflicts where 100 keys are shared.
+    let dir = tempfile::tempdir().unwrap();
+    let base = free_base_port(100);
+    let network = NetworkUp::start(
+        &dir.path().join("net"),
+        &["--orderers", "1", "--base-port", &base.to_string()],
+    );
+    let connection = dir.path().join("net/connection.yaml");
+    let run = |workload: &str, extra: &[&str]| -> serde_json::Value {
+        let json = dir.path().join(format!("{workload}.json"));
+        let output = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["bench", "--workload", workload, "--duration", "2s"])
+            .args(extra)
+            .arg("--connect")
+            .arg(&connection)
+            .arg("--json")
+            .arg(&json)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{workload}: {stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let results: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert!(
+            results["committed"].as_u64().unwrap() > 0,
+            "{workload}: {results}"
+        );
+        assert_eq!(
+            results["failures"],
+            serde_json::json!({}),
+            "{workload}: {results}"
+        );
+        results
+    };
+    for workload in ["1w", "3w", "5rw", "read-insert", "smallbank"] {
+        let results = run(workload, &["--clients", "4"]);
+        assert_eq!(
+            results["valid"], results["committed"],
+            "{workload}: {results}"
+        );
+    }
+    let open = run("1rw", &["--rate", "40", "--clients", "4"]);
+    assert_eq!(open["loop_kind"], "open");
+    assert_eq!(open["valid"], open["committed"], "{open}");
+    // 100 shared keys, half of the transactions updates: goodput below
+    // throughput, and the difference is MVCC conflicts.
+    let contended = run("read-update", &["--keys", "100", "--clients", "16"]);
+    let conflicts = contended["codes"]["MVCC_READ_CONFLICT"]
+        .as_u64()
+        .unwrap_or(0);
+    assert_eq!(
+        contended["valid"].as_u64().unwrap() + conflicts,
+        contended["committed"].as_u64().unwrap(),
+        "{contended}"
+    );
+    assert!(network.interrupt());
+}
+
+#[test]
+fn weft_bench_starts_a_network_of_its_own() {
+    // Goal: with no connection file, `weft bench` builds, runs and stops a
+    // network itself (the README's main job, shortened).
+    let dir = tempfile::tempdir().unwrap();
+    let (last, results) = bench(
+        dir.path(),
+        &["--orderers", "1", "--duration", "2s", "--clients", "4"],
+    );
+    assert!(last.starts_with("committed "), "{last}");
+    assert_eq!(results["workload"], "transfer");
+    assert!(results["valid"].as_u64().unwrap() > 0, "{results}");
+    assert!(
+        results["transaction_bytes"].as_f64().unwrap() > 2_000.0,
+        "{results}"
+    );
+}

@@ -309,27 +309,6 @@ async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
         ) > 0.0
     );
 
-    // The README's workload runs against this network: transfers endorsed
-    // by both peers, broadcast to the orderer, committed VALID.
-    let peer_list = format!("{},{}", org1.grpc, org2.grpc);
-    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args(["bench", "network", "--channel", CHANNEL])
-        .args(["--orderer", &orderer.grpc.to_string()])
-        .args(["--peers", &peer_list])
-        .arg("--crypto")
-        .arg(network.dir.join("crypto"))
-        .args(["--transactions", "100", "--concurrency", "10"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(stdout.contains("validation codes: 100 VALID"), "{stdout}");
-    assert!(stdout.contains("committed 100 tx in "), "{stdout}");
-
     // Fabric's own Gateway client (Node.js) submits, evaluates, waits for
     // commit status and listens to chaincode events through org1's peer,
     // whose Gateway gets org2's endorsement too.

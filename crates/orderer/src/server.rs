@@ -254,6 +254,7 @@ impl Orderer {
                 let service = ClusterService {
                     channels: channels.clone(),
                     inboxes: Arc::new(inboxes),
+                    shutdown: shutdown_signal.clone(),
                 };
                 let mut stop = shutdown_signal.clone();
                 tracing::info!(address = %cluster_address, endpoint = %cluster.endpoint, "orderer serving cluster traffic");

@@ -182,6 +182,10 @@ impl Intake {
     ) -> std::io::Result<Self> {
         let channel_id = committer.channel_id().to_owned();
         let ledger = committer.handle().ledger;
+        if let Some(metrics) = &metrics {
+            // A reopened ledger reports its height before any new block.
+            metrics.set_height(&channel_id, ledger.height());
+        }
         let status = Arc::new(IntakeStatus::default());
         let shared = Arc::new(Shared::default());
         let (queue, queued) = mpsc::channel(config.queue_blocks.max(1));

@@ -119,11 +119,16 @@ impl CommitterMetrics {
         Ok(metrics)
     }
 
-    /// Records a committed block of `channel`.
-    pub fn block_committed(&self, channel: &str, block: &CommittedBlock) {
+    /// Sets the height of `channel`'s chain (as when it is opened).
+    pub fn set_height(&self, channel: &str, height: u64) {
         self.height
             .with_label_values(&[channel])
-            .set(i64::try_from(block.number + 1).unwrap_or(i64::MAX));
+            .set(i64::try_from(height).unwrap_or(i64::MAX));
+    }
+
+    /// Records a committed block of `channel`.
+    pub fn block_committed(&self, channel: &str, block: &CommittedBlock) {
+        self.set_height(channel, block.number + 1);
         for code in &block.codes {
             self.transactions
                 .with_label_values(&[channel, code.as_str_name()])

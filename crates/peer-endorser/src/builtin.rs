@@ -1,9 +1,12 @@
 //! Chaincodes compiled into the peer, the workloads of the papers:
 //!
-//! - `kv`: `put key value` (with event `put` carrying the key), `get key`,
-//!   `delete key`;
+//! - `kv`: `put key value [key value ...]` (blind writes; event `put`
+//!   carrying the first key), `get key`, `delete key`, `update value key
+//!   [key ...]` (reads each key, then writes `value` to it: Thakkar's
+//!   read-write transactions);
 //! - `transfer` (FastFabric): `create account balance`,
-//!   `transfer from to amount`, `balance account`;
+//!   `transfer from to amount [memo]` (the memo, ignored, brings the
+//!   transaction to FastFabric's size), `balance account`;
 //! - `smallbank` (Blockbench, Caliper): `create_account id checking
 //!   savings`, `deposit_checking id amount`, `write_check id amount`,
 //!   `transact_savings id amount`, `send_payment from to amount`,
@@ -131,18 +134,55 @@ impl Chaincode for Kv {
             "put" => kv_put(stub),
             "get" => kv_get(stub),
             "delete" => kv_delete(stub),
-            other => usage(format!("kv has no function {other:?} (put, get, delete)")),
+            "update" => kv_update(stub),
+            other => usage(format!(
+                "kv has no function {other:?} (put, get, delete, update)"
+            )),
         })
     }
 }
 
 fn kv_put(stub: &mut Stub<'_>) -> Outcome {
-    // The value may be any bytes; only the key must be text.
-    let [key, _] = parameters_raw_last(stub, ["key", "value"])?;
-    let value = stub.parameters()[1].clone();
-    stub.put_state(&key, value)?;
-    stub.set_event("put", key);
+    // Values may be any bytes; only keys must be text.
+    let given = stub.parameters().to_vec();
+    if given.is_empty() || !given.len().is_multiple_of(2) {
+        return usage(format!(
+            "put takes key value pairs (key, value[, key, value ...]), got {} arguments",
+            given.len()
+        ));
+    }
+    let mut first_key = None;
+    for pair in given.chunks_exact(2) {
+        let key = text_argument(&pair[0], "key")?;
+        stub.put_state(&key, pair[1].clone())?;
+        first_key.get_or_insert(key);
+    }
+    if let Some(key) = first_key {
+        stub.set_event("put", key);
+    }
     Ok(Bytes::new())
+}
+
+fn kv_update(stub: &mut Stub<'_>) -> Outcome {
+    let given = stub.parameters().to_vec();
+    let Some((value, keys)) = given.split_first().filter(|(_, keys)| !keys.is_empty()) else {
+        return usage(format!(
+            "update takes a value and at least one key, got {} arguments",
+            given.len()
+        ));
+    };
+    for key in keys {
+        let key = text_argument(key, "key")?;
+        stub.get_state(&key)?;
+        stub.put_state(&key, value.clone())?;
+    }
+    Ok(Bytes::new())
+}
+
+fn text_argument(bytes: &Bytes, name: &str) -> Result<String, Failure> {
+    std::str::from_utf8(bytes)
+        .map(str::to_owned)
+        .map_err(|_| Failure::Usage(format!("a {name} is not UTF-8 text")))
 }
 
 fn kv_get(stub: &mut Stub<'_>) -> Outcome {
@@ -185,7 +225,12 @@ fn transfer_create(stub: &mut Stub<'_>) -> Outcome {
 }
 
 fn transfer_move(stub: &mut Stub<'_>) -> Outcome {
-    let [from, to, moved] = parameters(stub, ["from", "to", "amount"])?;
+    let [from, to, moved] = if stub.parameters().len() == 4 {
+        let [from, to, moved, _memo] = parameters_raw_last(stub, ["from", "to", "amount", "memo"])?;
+        [from, to, moved]
+    } else {
+        parameters(stub, ["from", "to", "amount"])?
+    };
     let moved = amount(&moved, "amount")?;
     if moved < 0 {
         return usage("the amount must not be negative");

@@ -387,4 +387,54 @@ mod tests {
         assert_eq!(fine.response.unwrap().payload, &b"fine"[..]);
         assert!(fine.endorsement.is_some());
     }
+
+    #[test]
+    fn kv_writes_key_value_pairs_and_updates_keys_it_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let org = TestOrg::new("Org1MSP");
+        let client = org.signer(NodeRole::Client);
+        let channel = OneOrg {
+            msps: MspManager::new([org.msp()]),
+            state: MemoryState::open(&dir.path().join("state"), MemoryOptions::default()).unwrap(),
+            blocks: Arc::new(
+                BlockStore::open(&StoreConfig::new(dir.path().join("blocks"))).unwrap(),
+            ),
+            committed: tokio::sync::watch::Sender::new(0),
+        };
+        let chaincodes: Vec<(String, Arc<dyn Chaincode>)> = builtins()
+            .into_iter()
+            .map(|(name, chaincode)| (name.to_owned(), chaincode))
+            .collect();
+        let endorser = Endorser::new(Arc::new(org.signer(NodeRole::Peer)), chaincodes);
+        endorser.join("ch", Arc::new(channel));
+        let propose = |chaincode: &str, args: &[&str]| {
+            let invocation = Invocation {
+                channel_id: "ch",
+                chaincode,
+                args: args.iter().map(|a| Bytes::from(a.to_string())).collect(),
+                nonce: client.new_nonce().unwrap(),
+                timestamp_seconds: weft_msp::now(),
+            };
+            let proposal = Proposal::new(&invocation, client.serialized_identity().clone());
+            let response = endorser.process_proposal(&proposal.signed(&client).unwrap());
+            let answer = response.response.unwrap();
+            (answer.status, answer.message)
+        };
+        let ok = |(status, message): (i32, String)| assert_eq!(status, 200, "{message}");
+        let refused = |(status, message): (i32, String), expected: &str| {
+            assert_eq!(status, 500);
+            assert!(message.contains(expected), "{message}");
+        };
+        ok(propose("kv", &["put", "a", "1", "b", "2", "c", "3"]));
+        refused(propose("kv", &["put", "a", "1", "b"]), "key value pairs");
+        refused(propose("kv", &["put"]), "key value pairs");
+        ok(propose("kv", &["update", "v", "a", "b"]));
+        refused(propose("kv", &["update", "v"]), "at least one key");
+        // The memo is taken; the accounts do not exist.
+        refused(
+            propose("transfer", &["transfer", "x", "y", "0", "memo"]),
+            "does not exist",
+        );
+        refused(propose("transfer", &["transfer", "x"]), "takes 3 arguments");
+    }
 }

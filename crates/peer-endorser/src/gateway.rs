@@ -115,7 +115,7 @@ impl GatewayService {
                 known.push(msp_id.clone());
             }
         }
-        smallest_satisfying(&known, |organisations| {
+        weft_policy::smallest_satisfying(&known, |organisations| {
             channel.satisfies_endorsement(chaincode, organisations)
         })
         .ok_or_else(|| {
@@ -139,40 +139,6 @@ impl GatewayService {
             .check_signer(READERS_POLICY, identity, request, signature, now)
             .map_err(|reason| Status::permission_denied(format!("access denied: {reason}")))
     }
-}
-
-/// Organisations most subsets of which can be searched for a plan.
-const PLAN_ORGANISATIONS_MAX: usize = 16;
-
-/// The smallest subset of `candidates` that `satisfied` accepts; among
-/// subsets of one size, the earliest in `candidates` order (so the first
-/// candidate is preferred). `None` if no subset is accepted.
-fn smallest_satisfying(
-    candidates: &[String],
-    satisfied: impl Fn(&[String]) -> bool,
-) -> Option<Vec<String>> {
-    let candidates = &candidates[..candidates.len().min(PLAN_ORGANISATIONS_MAX)];
-    for size in 1..=candidates.len() {
-        // Index combinations of `size` in lexicographic order.
-        let mut indices: Vec<usize> = (0..size).collect();
-        loop {
-            let subset: Vec<String> = indices.iter().map(|&i| candidates[i].clone()).collect();
-            if satisfied(&subset) {
-                return Some(subset);
-            }
-            let Some(position) = (0..size)
-                .rev()
-                .find(|&p| indices[p] < candidates.len() - size + p)
-            else {
-                break;
-            };
-            indices[position] += 1;
-            for next in position + 1..size {
-                indices[next] = indices[next - 1] + 1;
-            }
-        }
-    }
-    None
 }
 
 async fn connect(address: &str) -> Result<Channel, Status> {
@@ -513,37 +479,4 @@ fn chaincode_events(
         }
     }
     found.into_values().collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn names(ids: &[&str]) -> Vec<String> {
-        ids.iter().map(|id| (*id).to_owned()).collect()
-    }
-
-    #[test]
-    fn plans_take_the_fewest_organisations_preferring_the_first() {
-        let known = names(&["A", "B", "C", "D"]);
-        let contains = |needed: &'static [&'static str]| {
-            move |subset: &[String]| needed.iter().all(|n| subset.iter().any(|s| s == n))
-        };
-        assert_eq!(smallest_satisfying(&known, |_| true), Some(names(&["A"])));
-        assert_eq!(
-            smallest_satisfying(&known, contains(&["C"])),
-            Some(names(&["C"]))
-        );
-        assert_eq!(
-            smallest_satisfying(&known, contains(&["B", "D"])),
-            Some(names(&["B", "D"]))
-        );
-        // Two of four: the earliest pair.
-        assert_eq!(
-            smallest_satisfying(&known, |subset| subset.len() >= 2),
-            Some(names(&["A", "B"]))
-        );
-        assert_eq!(smallest_satisfying(&known, contains(&["E"])), None);
-        assert_eq!(smallest_satisfying(&[], |_| true), None);
-    }
 }

@@ -24,6 +24,7 @@
 mod channel;
 pub mod dsl;
 mod error;
+mod plan;
 mod signature;
 #[cfg(test)]
 mod tests;
@@ -31,5 +32,6 @@ mod tree;
 
 pub use channel::{ChannelAuthority, ConfigError};
 pub use error::{ParseError, PolicyError};
+pub use plan::smallest_satisfying;
 pub use signature::{PeerOf, Principal, Signatory, SignaturePolicy, SignedData, valid_identities};
 pub use tree::{Policy, PolicyTree};

@@ -485,6 +485,9 @@ pub(crate) type Inbox = mpsc::Sender<raft::eraftpb::Message>;
 pub(crate) struct ClusterService {
     pub channels: Arc<Channels>,
     pub inboxes: Arc<HashMap<String, Inbox>>,
+    /// Turns true when the orderer stops: open `Forward` streams end then,
+    /// letting go of the channels (and their block stores).
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 type BlockStream = Pin<Box<dyn Stream<Item = Result<PulledBlock, GrpcStatus>> + Send>>;
@@ -496,8 +499,16 @@ async fn take_forwarded(
     channels: Arc<Channels>,
     mut requests: Streaming<ForwardRequest>,
     acks: mpsc::Sender<Result<Ack, Refusal>>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    while let Ok(Some(request)) = requests.message().await {
+    loop {
+        let request = tokio::select! {
+            request = requests.message() => match request {
+                Ok(Some(request)) => request,
+                Ok(None) | Err(_) => return,
+            },
+            _ = shutdown.wait_for(|stopping| *stopping) => return,
+        };
         for submission in request.submissions {
             let Some(channel) = channels.get(&submission.channel) else {
                 let refusal = Refusal::new(
@@ -631,6 +642,7 @@ impl Cluster for ClusterService {
             self.channels.clone(),
             request.into_inner(),
             acks,
+            self.shutdown.clone(),
         ));
         tokio::spawn(answer_forwarded(acks_out, answers));
         Ok(Response::new(Box::pin(

@@ -1,0 +1,1247 @@
+//! `weft bench`: a load generator that is itself a Fabric client.
+//!
+//! For every transaction it signs a proposal, collects endorsements from
+//! the peers of the organisations the endorsement policy needs
+//! (`protos.Endorser/ProcessProposal`), assembles and signs the
+//! transaction, broadcasts it (`orderer.AtomicBroadcast/Broadcast`) and
+//! waits for the commit events of the peers (`protos.Deliver/
+//! DeliverFiltered`). It runs against the network of a connection file
+//! (`--connect`, as written by `weft network up`) or starts one of its own.
+//!
+//! Load is a closed loop (`--clients` clients, each with one transaction
+//! in flight; a client's next transaction is proposed once every watched
+//! peer has committed the last, so it simulates on current state) or an
+//! open loop (`--rate` arrivals per second, at most `--clients` in flight;
+//! an arrival that finds every client busy is counted as dropped).
+//!
+//! The workloads are the papers': Thakkar's 1w/3w/5w and 1rw/3rw/5rw with
+//! 20-byte values, FastFabric's transfer at 2.9 KB per transaction,
+//! StreamChain's 10% read / 90% insert of 1 KB values and 50% read / 50%
+//! update over a small key space (for goodput), and Caliper's smallbank.
+//!
+//! Measured over `--duration`: transactions whose first commit event
+//! arrived in the window. Reported as a Markdown table, optionally JSON,
+//! and a last line scripts read (see [`super::summary_line`]).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use bytes::Bytes;
+use serde::Serialize;
+use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use weft_msp::Signer;
+use weft_protos::common::{Envelope, Status};
+use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
+use weft_protos::protos::TxValidationCode;
+use weft_protos::protos::endorser_client::EndorserClient;
+use weft_protos::tx::{Invocation, Proposal};
+
+use super::{quantile, summary_line};
+use crate::client::{connect, next_block, subscribe};
+use crate::network::connection::ConnectionFile;
+
+/// How long a transaction may take from proposal to commit event.
+const TRANSACTION_WAIT_MAX: Duration = Duration::from_secs(60);
+/// How often the progress line is printed.
+const PROGRESS_EVERY: Duration = Duration::from_secs(2);
+/// Keys created per transaction when a key space is prepared.
+const PREPARE_KEYS_PER_TX: u64 = 100;
+
+/// The workloads of the papers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+pub enum Workload {
+    /// FastFabric: move money between two accounts, 2.9 KB transactions.
+    #[value(name = "transfer")]
+    #[serde(rename = "transfer")]
+    Transfer,
+    /// Thakkar: write 1 new key (20-byte value).
+    #[value(name = "1w")]
+    #[serde(rename = "1w")]
+    Write1,
+    /// Thakkar: write 3 new keys.
+    #[value(name = "3w")]
+    #[serde(rename = "3w")]
+    Write3,
+    /// Thakkar: write 5 new keys.
+    #[value(name = "5w")]
+    #[serde(rename = "5w")]
+    Write5,
+    /// Thakkar: read and write 1 key of the client's own.
+    #[value(name = "1rw")]
+    #[serde(rename = "1rw")]
+    ReadWrite1,
+    /// Thakkar: read and write 3 keys.
+    #[value(name = "3rw")]
+    #[serde(rename = "3rw")]
+    ReadWrite3,
+    /// Thakkar: read and write 5 keys.
+    #[value(name = "5rw")]
+    #[serde(rename = "5rw")]
+    ReadWrite5,
+    /// StreamChain: 10% reads of a key, 90% inserts of 1 KB values.
+    #[value(name = "read-insert")]
+    #[serde(rename = "read-insert")]
+    ReadInsert,
+    /// StreamChain's goodput experiment: 50% reads, 50% updates of keys
+    /// drawn from `--keys` shared keys (conflicts grow as keys shrink).
+    #[value(name = "read-update")]
+    #[serde(rename = "read-update")]
+    ReadUpdate,
+    /// Caliper's smallbank: random deposits, checks, savings transactions,
+    /// payments and queries on each client's two customers.
+    #[value(name = "smallbank")]
+    #[serde(rename = "smallbank")]
+    Smallbank,
+}
+
+impl Workload {
+    fn chaincode(self) -> &'static str {
+        match self {
+            Self::Transfer => "transfer",
+            Self::Smallbank => "smallbank",
+            _ => "kv",
+        }
+    }
+
+    fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|value| value.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+}
+
+/// Options of `weft bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadArgs {
+    /// Run against the network of this connection file (as `weft network
+    /// up` writes). Without it, the bench starts a network of its own.
+    #[arg(long)]
+    pub connect: Option<PathBuf>,
+    /// What the transactions do.
+    #[arg(long, value_enum, default_value_t = Workload::Transfer)]
+    pub workload: Workload,
+    /// How long to measure (Go notation: 10s, 1m).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Closed loop: clients, each with one transaction in flight. Open
+    /// loop: transactions in flight at most.
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// Open loop: transactions offered per second. Without it, the loop
+    /// is closed.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// read-update: the number of shared keys.
+    #[arg(long, default_value_t = 10_000)]
+    pub keys: u64,
+    /// transfer: a memo each transfer carries, in bytes, to make
+    /// transactions larger (without one they are about 3 KB, FastFabric's
+    /// 2.9 KB: the client's and endorser's certificates dominate).
+    #[arg(long, default_value_t = 0)]
+    pub memo_bytes: usize,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// The network the bench starts (without --connect).
+    #[command(flatten)]
+    pub network: OwnNetworkArgs,
+}
+
+/// The network `weft bench` starts when no connection file is given.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OwnNetworkArgs {
+    /// Orderers (3: a Raft cluster; 1: solo).
+    #[arg(long, default_value_t = 3)]
+    pub orderers: usize,
+    /// Peer organisations.
+    #[arg(long, default_value_t = 2)]
+    pub orgs: usize,
+    /// The chaincodes' endorsement policy [default: any one organisation].
+    #[arg(long)]
+    pub policy: Option<String>,
+    /// Transactions per block at most.
+    #[arg(long, default_value_t = 500)]
+    pub block_size: u32,
+    /// How long the orderers wait to fill a block.
+    #[arg(long, default_value = "10ms")]
+    pub batch_timeout: String,
+    /// Keep the network in this directory instead of a temporary one.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    weft_protos::duration::parse_go_duration(text).map_err(|e| e.to_string())
+}
+
+/// Runs the bench and prints what it measured.
+pub fn run(args: &LoadArgs) -> Result<()> {
+    if args.clients == 0 {
+        bail!("--clients must be at least 1");
+    }
+    if args
+        .rate
+        .is_some_and(|rate| !(rate > 0.0 && rate.is_finite()))
+    {
+        bail!("--rate must be a positive number of transactions per second");
+    }
+    if args.workload == Workload::ReadUpdate && args.keys == 0 {
+        bail!("--keys must be at least 1");
+    }
+    let work_dir = super::WorkDir::new(args.network.dir.as_deref())?;
+    let network = match &args.connect {
+        Some(_) => None,
+        None => Some(start_network(&args.network, work_dir.path())?),
+    };
+    let connection_path = match (&args.connect, &network) {
+        (Some(path), _) => path.clone(),
+        (None, Some(network)) => network.connection_file(),
+        (None, None) => unreachable!("a network was started"),
+    };
+    let connection = ConnectionFile::load(&connection_path)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let results = runtime.block_on(drive(args, &connection))?;
+    drop(runtime);
+    if let Some(mut network) = network {
+        network.stop()?;
+    }
+    print!("{}", results.markdown());
+    super::write_json(args.json.as_deref(), &results)?;
+    let mut latencies = results.latencies.clone();
+    println!(
+        "{}",
+        summary_line(
+            "committed",
+            results.committed,
+            Duration::from_secs_f64(results.seconds),
+            &mut latencies
+        )
+    );
+    if results.committed == 0 {
+        bail!("no transaction committed");
+    }
+    Ok(())
+}
+
+fn start_network(
+    options: &OwnNetworkArgs,
+    dir: &std::path::Path,
+) -> Result<crate::network::Network> {
+    let mut up = crate::network::UpArgs {
+        dir: dir.join("network"),
+        orderers: Some(options.orderers),
+        orgs: Some(options.orgs),
+        policy: options.policy.clone(),
+        block_size: Some(options.block_size),
+        batch_timeout: Some(options.batch_timeout.clone()),
+        ..crate::network::UpArgs::default()
+    };
+    if !up.dir.join("network.yaml").exists() {
+        up.base_port = Some(crate::network::free_base_port(&up)?);
+    }
+    let network = crate::network::Network::up(&up)?;
+    println!(
+        "network ready in {} ({} orderers, {} organisations)",
+        network.dir.display(),
+        network.plan.orderers,
+        network.plan.organisations
+    );
+    Ok(network)
+}
+
+/// An organisation as the bench uses it.
+struct Org {
+    msp_id: String,
+    user: Arc<Signer>,
+    endorser: EndorserClient<Channel>,
+    peer: SocketAddr,
+    operations: SocketAddr,
+}
+
+/// One Broadcast stream and the transactions awaiting its answers, in
+/// order.
+struct Broadcaster {
+    state: Mutex<(mpsc::Sender<Envelope>, VecDeque<oneshot::Sender<i32>>)>,
+}
+
+impl Broadcaster {
+    async fn open(address: SocketAddr) -> Result<Arc<Self>> {
+        let (outbox, outgoing) = mpsc::channel::<Envelope>(4096);
+        let mut answers = AtomicBroadcastClient::new(connect(address).await?)
+            .broadcast(ReceiverStream::new(outgoing))
+            .await
+            .with_context(|| format!("{address} refused the Broadcast stream"))?
+            .into_inner();
+        let broadcaster = Arc::new(Self {
+            state: Mutex::new((outbox, VecDeque::new())),
+        });
+        let waiting = broadcaster.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(answer)) = answers.message().await {
+                if let Some(done) = waiting.state.lock().await.1.pop_front() {
+                    let _ = done.send(answer.status);
+                }
+            }
+            // The stream ended: whoever waits learns it from the dropped
+            // senders.
+            waiting.state.lock().await.1.clear();
+        });
+        Ok(broadcaster)
+    }
+
+    /// Sends `envelope`; resolves to the orderer's status.
+    async fn send(&self, envelope: Envelope) -> Result<i32> {
+        let (done, answer) = oneshot::channel();
+        {
+            let mut state = self.state.lock().await;
+            state.1.push_back(done);
+            state
+                .0
+                .send(envelope)
+                .await
+                .map_err(|_| anyhow!("the Broadcast stream closed"))?;
+        }
+        answer
+            .await
+            .map_err(|_| anyhow!("the orderer closed the Broadcast stream"))
+    }
+}
+
+/// A transaction waiting for its commit events.
+struct Awaited {
+    peers_left: usize,
+    first: Option<(Instant, i32)>,
+    done: Option<oneshot::Sender<(Instant, i32)>>,
+}
+
+/// Commit events of every watched peer, routed to the transactions that
+/// wait for them.
+#[derive(Default)]
+struct CommitRouter {
+    waiting: std::sync::Mutex<HashMap<String, Awaited>>,
+}
+
+impl CommitRouter {
+    fn expect(&self, tx_id: &str, peers: usize) -> oneshot::Receiver<(Instant, i32)> {
+        let (done, committed) = oneshot::channel();
+        if let Ok(mut waiting) = self.waiting.lock() {
+            waiting.insert(
+                tx_id.to_owned(),
+                Awaited {
+                    peers_left: peers,
+                    first: None,
+                    done: Some(done),
+                },
+            );
+        }
+        committed
+    }
+
+    fn forget(&self, tx_id: &str) {
+        if let Ok(mut waiting) = self.waiting.lock() {
+            waiting.remove(tx_id);
+        }
+    }
+
+    fn committed(&self, tx_id: &str, code: i32, at: Instant) {
+        let Ok(mut waiting) = self.waiting.lock() else {
+            return;
+        };
+        let Some(awaited) = waiting.get_mut(tx_id) else {
+            return;
+        };
+        awaited.first.get_or_insert((at, code));
+        awaited.peers_left = awaited.peers_left.saturating_sub(1);
+        if awaited.peers_left == 0
+            && let Some(mut awaited) = waiting.remove(tx_id)
+            && let (Some(done), Some(first)) = (awaited.done.take(), awaited.first)
+        {
+            let _ = done.send(first);
+        }
+    }
+}
+
+/// What happened to one transaction.
+#[derive(Debug, Clone)]
+struct TxRecord {
+    endorse: Duration,
+    broadcast: Duration,
+    commit: Duration,
+    committed_at: Instant,
+    code: i32,
+    bytes: usize,
+}
+
+/// Everything a transaction needs, shared by all clients.
+struct Client {
+    channel: String,
+    chaincode: &'static str,
+    orgs: Vec<Org>,
+    /// For each client slot, the organisations (indices) that endorse.
+    plans: Vec<Vec<usize>>,
+    broadcasters: Vec<Arc<Broadcaster>>,
+    router: Arc<CommitRouter>,
+    watched_peers: usize,
+}
+
+impl Client {
+    /// Proposes, endorses, broadcasts and waits for the commit of one
+    /// transaction of slot `slot`.
+    async fn transact(&self, slot: usize, args: Vec<Bytes>) -> Result<TxRecord, String> {
+        let plan = &self.plans[slot % self.plans.len()];
+        let creator: &Signer = &self.orgs[plan[0]].user;
+        let started = Instant::now();
+        let invocation = Invocation {
+            channel_id: &self.channel,
+            chaincode: self.chaincode,
+            args,
+            nonce: creator.new_nonce().map_err(|e| e.to_string())?,
+            timestamp_seconds: weft_msp::now(),
+        };
+        let proposal = Proposal::new(&invocation, creator.serialized_identity().clone());
+        let signed = proposal.signed(creator).map_err(|e| e.to_string())?;
+        let endorsements = plan.iter().map(|&org| {
+            let mut endorser = self.orgs[org].endorser.clone();
+            let signed = signed.clone();
+            async move { endorser.process_proposal(signed).await }
+        });
+        let mut responses = Vec::with_capacity(plan.len());
+        for response in endorse_side_by_side(endorsements).await {
+            let response = response.map_err(|e| e.message().to_owned())?.into_inner();
+            let status = response.response.as_ref().map_or(0, |r| r.status);
+            if status != 200 {
+                let message = response.response.map(|r| r.message).unwrap_or_default();
+                return Err(format!("endorsement refused ({status}): {message}"));
+            }
+            responses.push(response);
+        }
+        let envelope = proposal
+            .transaction(&responses, creator)
+            .map_err(|e| e.to_string())?;
+        let bytes = prost::Message::encoded_len(&envelope);
+        let endorsed = Instant::now();
+        let committed = self.router.expect(&proposal.tx_id, self.watched_peers);
+        let broadcaster = &self.broadcasters[slot % self.broadcasters.len()];
+        let status = broadcaster.send(envelope).await.map_err(|e| e.to_string());
+        let status = match status {
+            Ok(status) => status,
+            Err(error) => {
+                self.router.forget(&proposal.tx_id);
+                return Err(error);
+            }
+        };
+        if status != Status::Success as i32 {
+            self.router.forget(&proposal.tx_id);
+            let name = Status::try_from(status).map_or("an unknown status", |s| s.as_str_name());
+            return Err(format!("the orderer answered {name}"));
+        }
+        let ordered = Instant::now();
+        let (committed_at, code) = tokio::time::timeout(TRANSACTION_WAIT_MAX, committed)
+            .await
+            .map_err(|_| {
+                self.router.forget(&proposal.tx_id);
+                format!("no commit event within {TRANSACTION_WAIT_MAX:?}")
+            })?
+            .map_err(|_| "the commit event streams ended".to_owned())?;
+        Ok(TxRecord {
+            endorse: endorsed - started,
+            broadcast: ordered - endorsed,
+            commit: committed_at.saturating_duration_since(ordered),
+            committed_at,
+            code,
+            bytes,
+        })
+    }
+}
+
+/// Runs the endorsement requests of one transaction side by side.
+async fn endorse_side_by_side<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut outputs = Vec::with_capacity(handles.len());
+    for handle in handles {
+        if let Ok(output) = handle.await {
+            outputs.push(output);
+        }
+    }
+    outputs
+}
+
+/// The transactions of one client slot.
+struct SlotWorkload {
+    workload: Workload,
+    run_id: String,
+    slot: usize,
+    keys: u64,
+    memo: Bytes,
+    sequence: u64,
+    random: u64,
+}
+
+/// A 20-byte value (Thakkar's).
+const VALUE_20: &[u8; 20] = b"weft-value-20-bytes!";
+
+impl SlotWorkload {
+    fn new(workload: Workload, run_id: &str, slot: usize, keys: u64, memo_bytes: usize) -> Self {
+        Self {
+            workload,
+            run_id: run_id.to_owned(),
+            slot,
+            keys,
+            memo: Bytes::from(vec![b'm'; memo_bytes]),
+            sequence: 0,
+            random: 0x9E37_79B9_7F4A_7C15 ^ (slot as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9),
+        }
+    }
+
+    /// splitmix64: reproducible choices per slot.
+    fn next_random(&mut self) -> u64 {
+        self.random = self.random.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.random;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn key(&self, suffix: impl std::fmt::Display) -> String {
+        format!("{}-{}-{suffix}", self.run_id, self.slot)
+    }
+
+    fn shared_key(&self, index: u64) -> String {
+        format!("{}-shared-{index}", self.run_id)
+    }
+
+    fn customer(&self, which: u8) -> String {
+        self.key(format!("c{which}"))
+    }
+
+    /// The transactions that create what this slot's transactions read.
+    fn preparation(&self) -> Vec<Vec<Bytes>> {
+        let args = |items: Vec<String>| items.into_iter().map(Bytes::from).collect();
+        let value20 = String::from_utf8_lossy(VALUE_20).into_owned();
+        match self.workload {
+            Workload::Transfer => ["a", "b"]
+                .iter()
+                .map(|account| {
+                    args(vec![
+                        "create".into(),
+                        self.key(account),
+                        super::INITIAL_BALANCE.to_string(),
+                    ])
+                })
+                .collect(),
+            Workload::ReadWrite1 | Workload::ReadWrite3 | Workload::ReadWrite5 => {
+                let mut put = vec!["put".to_owned()];
+                for index in 0..self.rw_keys() {
+                    put.push(self.key(format!("k{index}")));
+                    put.push(value20.clone());
+                }
+                vec![args(put)]
+            }
+            Workload::ReadInsert => {
+                vec![args(vec!["put".into(), self.key("read"), "r".repeat(1024)])]
+            }
+            // Slot 0 creates the shared key space.
+            Workload::ReadUpdate if self.slot == 0 => (0..self.keys)
+                .step_by(PREPARE_KEYS_PER_TX as usize)
+                .map(|first| {
+                    let mut put = vec!["put".to_owned()];
+                    for index in first..(first + PREPARE_KEYS_PER_TX).min(self.keys) {
+                        put.push(self.shared_key(index));
+                        put.push(value20.clone());
+                    }
+                    args(put)
+                })
+                .collect(),
+            Workload::Smallbank => (0..2)
+                .map(|which| {
+                    args(vec![
+                        "create_account".into(),
+                        self.customer(which),
+                        "1000000".into(),
+                        "1000000".into(),
+                    ])
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn rw_keys(&self) -> usize {
+        match self.workload {
+            Workload::ReadWrite1 | Workload::Write1 => 1,
+            Workload::ReadWrite3 | Workload::Write3 => 3,
+            _ => 5,
+        }
+    }
+
+    /// The arguments of the slot's next transaction.
+    fn next(&mut self) -> Vec<Bytes> {
+        self.sequence += 1;
+        let sequence = self.sequence;
+        let value20 = Bytes::from_static(VALUE_20);
+        match self.workload {
+            Workload::Transfer => {
+                let mut args = vec![
+                    Bytes::from_static(b"transfer"),
+                    Bytes::from(self.key("a")),
+                    Bytes::from(self.key("b")),
+                    Bytes::from_static(b"1"),
+                ];
+                if !self.memo.is_empty() {
+                    args.push(self.memo.clone());
+                }
+                args
+            }
+            Workload::Write1 | Workload::Write3 | Workload::Write5 => {
+                let mut args = vec![Bytes::from_static(b"put")];
+                for index in 0..self.rw_keys() {
+                    args.push(Bytes::from(self.key(format!("w{sequence}-{index}"))));
+                    args.push(value20.clone());
+                }
+                args
+            }
+            Workload::ReadWrite1 | Workload::ReadWrite3 | Workload::ReadWrite5 => {
+                let mut args = vec![Bytes::from_static(b"update"), value20];
+                for index in 0..self.rw_keys() {
+                    args.push(Bytes::from(self.key(format!("k{index}"))));
+                }
+                args
+            }
+            Workload::ReadInsert => {
+                if self.next_random().is_multiple_of(10) {
+                    vec![Bytes::from_static(b"get"), Bytes::from(self.key("read"))]
+                } else {
+                    vec![
+                        Bytes::from_static(b"put"),
+                        Bytes::from(self.key(format!("i{sequence}"))),
+                        Bytes::from(vec![b'v'; 1024]),
+                    ]
+                }
+            }
+            Workload::ReadUpdate => {
+                let read = self.next_random().is_multiple_of(2);
+                let index = self.next_random() % self.keys;
+                let key = Bytes::from(self.shared_key(index));
+                if read {
+                    vec![Bytes::from_static(b"get"), key]
+                } else {
+                    vec![Bytes::from_static(b"update"), value20, key]
+                }
+            }
+            Workload::Smallbank => {
+                let (one, other) = (self.customer(0), self.customer(1));
+                let (one, other) = if self.next_random().is_multiple_of(2) {
+                    (one, other)
+                } else {
+                    (other, one)
+                };
+                // Amalgamate is left out: it empties an account, and the
+                // payments from it that follow would fail (Caliper counts
+                // them as failed transactions).
+                let op = self.next_random() % 5;
+                let text =
+                    |items: &[&str]| items.iter().map(|s| Bytes::from(s.to_string())).collect();
+                match op {
+                    0 => text(&["deposit_checking", &one, "5"]),
+                    1 => text(&["write_check", &one, "5"]),
+                    2 => text(&["transact_savings", &one, "5"]),
+                    3 => text(&["send_payment", &one, &other, "5"]),
+                    _ => text(&["query", &one]),
+                }
+            }
+        }
+    }
+}
+
+/// Counters shared by the clients while the bench runs.
+#[derive(Default)]
+struct Progress {
+    committed: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+async fn drive(args: &LoadArgs, connection: &ConnectionFile) -> Result<Results> {
+    let mut orgs = Vec::new();
+    for organization in &connection.organizations {
+        let user = Arc::new(
+            organization
+                .user
+                .signer(&organization.msp_id)
+                .with_context(|| format!("the user of {}", organization.name))?,
+        );
+        let peer = organization.peers[0].address()?;
+        orgs.push(Org {
+            msp_id: organization.msp_id.clone(),
+            user,
+            endorser: EndorserClient::new(connect(peer).await?),
+            peer,
+            operations: organization.peers[0].operations_address()?,
+        });
+    }
+    let plans = endorsement_plans(connection, &orgs, args.clients)?;
+    let router = Arc::new(CommitRouter::default());
+    for org in &orgs {
+        let mut stream = subscribe(org.peer, &connection.channel, &org.user).await?;
+        let router = router.clone();
+        tokio::spawn(async move {
+            while let Ok(block) = next_block(&mut stream).await {
+                let at = Instant::now();
+                for tx in &block.filtered_transactions {
+                    router.committed(&tx.txid, tx.tx_validation_code, at);
+                }
+            }
+        });
+    }
+    let mut broadcasters = Vec::new();
+    for orderer in connection.orderer_addresses()? {
+        broadcasters.push(Broadcaster::open(orderer).await?);
+    }
+    let client = Arc::new(Client {
+        channel: connection.channel.clone(),
+        chaincode: args.workload.chaincode(),
+        watched_peers: orgs.len(),
+        orgs,
+        plans,
+        broadcasters,
+        router,
+    });
+    let run_id = hex::encode(&client.orgs[0].user.new_nonce()?[..4]);
+    let slots: Vec<SlotWorkload> = (0..args.clients)
+        .map(|slot| SlotWorkload::new(args.workload, &run_id, slot, args.keys, args.memo_bytes))
+        .collect();
+    println!(
+        "weft bench: workload {}, {}, channel {}, {} organisations, {} orderers",
+        args.workload.name(),
+        match args.rate {
+            Some(rate) => format!(
+                "open loop at {rate} tx/s, at most {} in flight",
+                args.clients
+            ),
+            None => format!("closed loop with {} clients", args.clients),
+        },
+        connection.channel,
+        client.orgs.len(),
+        client.broadcasters.len(),
+    );
+    prepare(&client, &slots).await?;
+
+    let before = scrape(&client.orgs, connection)?;
+    let client_cpu_before = own_cpu_seconds();
+    let progress = Arc::new(Progress::default());
+    let started = Instant::now();
+    let deadline = started + args.duration;
+    let reporter = tokio::spawn(report_progress(progress.clone(), started, deadline));
+    let (records, failures, dropped) = match args.rate {
+        None => closed_loop(&client, slots, deadline, &progress).await,
+        Some(rate) => open_loop(&client, slots, deadline, rate, &progress).await,
+    };
+    reporter.abort();
+    let after = scrape(&client.orgs, connection)?;
+    let client_cpu = own_cpu_seconds() - client_cpu_before;
+    Ok(Results::new(
+        args, connection, &records, started, failures, dropped, &before, &after, client_cpu,
+    ))
+}
+
+/// For each client slot, the organisations that endorse its
+/// transactions: the fewest satisfying the policy, slot `i` preferring
+/// organisation `i mod n` first so that load spreads.
+fn endorsement_plans(
+    connection: &ConnectionFile,
+    orgs: &[Org],
+    clients: usize,
+) -> Result<Vec<Vec<usize>>> {
+    let policy = match &connection.endorsement_policy {
+        Some(expression) => Some(
+            weft_policy::SignaturePolicy::compile(
+                "endorsement",
+                &weft_policy::dsl::parse(expression)
+                    .with_context(|| format!("the connection file's policy {expression:?}"))?,
+            )
+            .map_err(|e| anyhow!("the connection file's policy: {e}"))?,
+        ),
+        None => None,
+    };
+    (0..clients.min(orgs.len()))
+        .map(|first| {
+            let order: Vec<usize> = (0..orgs.len()).map(|i| (first + i) % orgs.len()).collect();
+            let Some(policy) = &policy else {
+                return Ok(order);
+            };
+            let names: Vec<String> = order.iter().map(|&i| orgs[i].msp_id.clone()).collect();
+            let chosen = weft_policy::smallest_satisfying(&names, |subset| {
+                let peers: Vec<weft_policy::PeerOf> =
+                    subset.iter().cloned().map(weft_policy::PeerOf).collect();
+                policy.is_satisfied_by(&peers)
+            })
+            .ok_or_else(|| {
+                anyhow!("no set of the organisations satisfies the endorsement policy")
+            })?;
+            Ok(chosen
+                .iter()
+                .filter_map(|name| orgs.iter().position(|org| &org.msp_id == name))
+                .collect())
+        })
+        .collect()
+}
+
+/// Runs every slot's preparation transactions, `clients` at a time.
+async fn prepare(client: &Arc<Client>, slots: &[SlotWorkload]) -> Result<()> {
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut prepared = 0usize;
+    for slot in slots {
+        let transactions = slot.preparation();
+        if transactions.is_empty() {
+            continue;
+        }
+        let client = client.clone();
+        let index = slot.slot;
+        tasks.spawn(async move {
+            for args in transactions {
+                let record = client.transact(index, args).await?;
+                if record.code != TxValidationCode::Valid as i32 {
+                    return Err(format!("committed as {}", code_name(record.code)));
+                }
+            }
+            Ok::<(), String>(())
+        });
+        prepared += 1;
+    }
+    while let Some(outcome) = tasks.join_next().await {
+        outcome
+            .map_err(|e| anyhow!("a preparation task failed: {e}"))?
+            .map_err(|e| anyhow!("preparing the workload's state: {e}"))?;
+    }
+    if prepared > 0 {
+        println!("prepared the state of {prepared} clients");
+    }
+    Ok(())
+}
+
+type Outcome = (Vec<TxRecord>, BTreeMap<String, u64>, u64);
+
+async fn closed_loop(
+    client: &Arc<Client>,
+    slots: Vec<SlotWorkload>,
+    deadline: Instant,
+    progress: &Arc<Progress>,
+) -> Outcome {
+    let mut tasks = tokio::task::JoinSet::new();
+    for mut slot in slots {
+        let client = client.clone();
+        let progress = progress.clone();
+        tasks.spawn(async move {
+            let mut records = Vec::new();
+            let mut failures: BTreeMap<String, u64> = BTreeMap::new();
+            while Instant::now() < deadline {
+                progress.in_flight.fetch_add(1, Ordering::Relaxed);
+                let outcome = client.transact(slot.slot, slot.next()).await;
+                progress.in_flight.fetch_sub(1, Ordering::Relaxed);
+                match outcome {
+                    Ok(record) => {
+                        progress.committed.fetch_add(1, Ordering::Relaxed);
+                        records.push(record);
+                    }
+                    Err(reason) => {
+                        *failures.entry(failure_kind(&reason)).or_default() += 1;
+                        tracing::debug!(%reason, "transaction failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            }
+            (records, failures)
+        });
+    }
+    let mut records = Vec::new();
+    let mut failures = BTreeMap::new();
+    while let Some(Ok((mine, failed))) = tasks.join_next().await {
+        records.extend(mine);
+        merge(&mut failures, failed);
+    }
+    (records, failures, 0)
+}
+
+async fn open_loop(
+    client: &Arc<Client>,
+    slots: Vec<SlotWorkload>,
+    deadline: Instant,
+    rate: f64,
+    progress: &Arc<Progress>,
+) -> Outcome {
+    let (free_tx, mut free) = mpsc::unbounded_channel::<SlotWorkload>();
+    for slot in slots {
+        let _ = free_tx.send(slot);
+    }
+    let (done_tx, mut done) = mpsc::unbounded_channel::<Result<TxRecord, String>>();
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let started = Instant::now();
+    let mut arrivals = 0u64;
+    let mut dropped = 0u64;
+    let mut records = Vec::new();
+    let mut failures = BTreeMap::new();
+    let mut outstanding = 0u64;
+    let collect = |outcome: Result<TxRecord, String>,
+                   records: &mut Vec<TxRecord>,
+                   failures: &mut BTreeMap<String, u64>| match outcome {
+        Ok(record) => records.push(record),
+        Err(reason) => *failures.entry(failure_kind(&reason)).or_default() += 1,
+    };
+    while Instant::now() < deadline {
+        let due = started + interval.mul_f64(arrivals as f64);
+        tokio::time::sleep_until(due.into()).await;
+        while let Ok(outcome) = done.try_recv() {
+            outstanding -= 1;
+            collect(outcome, &mut records, &mut failures);
+        }
+        arrivals += 1;
+        let Ok(mut slot) = free.try_recv() else {
+            dropped += 1;
+            continue;
+        };
+        let client = client.clone();
+        let free_tx = free_tx.clone();
+        let done_tx = done_tx.clone();
+        let progress = progress.clone();
+        outstanding += 1;
+        tokio::spawn(async move {
+            progress.in_flight.fetch_add(1, Ordering::Relaxed);
+            let outcome = client.transact(slot.slot, slot.next()).await;
+            progress.in_flight.fetch_sub(1, Ordering::Relaxed);
+            if outcome.is_ok() {
+                progress.committed.fetch_add(1, Ordering::Relaxed);
+            }
+            let _ = free_tx.send(slot);
+            let _ = done_tx.send(outcome);
+        });
+    }
+    while outstanding > 0 {
+        let Some(outcome) = done.recv().await else {
+            break;
+        };
+        outstanding -= 1;
+        collect(outcome, &mut records, &mut failures);
+    }
+    (records, failures, dropped)
+}
+
+fn merge(into: &mut BTreeMap<String, u64>, from: BTreeMap<String, u64>) {
+    for (kind, count) in from {
+        *into.entry(kind).or_default() += count;
+    }
+}
+
+/// A failure's reason without the parts that differ per transaction.
+fn failure_kind(reason: &str) -> String {
+    reason.chars().take(80).collect()
+}
+
+fn code_name(code: i32) -> &'static str {
+    TxValidationCode::try_from(code).map_or("UNKNOWN", |code| code.as_str_name())
+}
+
+async fn report_progress(progress: Arc<Progress>, started: Instant, deadline: Instant) {
+    let mut last = 0;
+    loop {
+        tokio::time::sleep(PROGRESS_EVERY).await;
+        let committed = progress.committed.load(Ordering::Relaxed);
+        let now = Instant::now();
+        if now > deadline {
+            eprintln!(
+                "  draining {} in flight",
+                progress.in_flight.load(Ordering::Relaxed)
+            );
+            return;
+        }
+        eprintln!(
+            "  {:5.1} s: {committed} committed, {:.0} tx/s, {} in flight",
+            (now - started).as_secs_f64(),
+            (committed - last) as f64 / PROGRESS_EVERY.as_secs_f64(),
+            progress.in_flight.load(Ordering::Relaxed)
+        );
+        last = committed;
+    }
+}
+
+/// Counters read from the nodes' `/metrics` before and after the window.
+#[derive(Debug, Default, Clone)]
+struct Scrape {
+    orderer_cpu: f64,
+    peer_cpu: f64,
+    validate: f64,
+    mvcc: f64,
+    ledger: f64,
+    peers: usize,
+}
+
+fn scrape(orgs: &[Org], connection: &ConnectionFile) -> Result<Scrape> {
+    let mut scrape = Scrape::default();
+    for org in orgs {
+        let metrics = super::http_get(org.operations, "/metrics")?;
+        scrape.peer_cpu += super::metric_sum(&metrics, "process_cpu_seconds_total");
+        scrape.validate += super::metric_sum(&metrics, "weft_committer_validate_seconds_sum");
+        scrape.mvcc += super::metric_sum(&metrics, "weft_committer_mvcc_seconds_sum");
+        scrape.ledger += super::metric_sum(&metrics, "ledger_blockstorage_commit_time_sum")
+            + super::metric_sum(&metrics, "ledger_statedb_commit_time_sum");
+        scrape.peers += 1;
+    }
+    for orderer in &connection.orderers {
+        let metrics = super::http_get(orderer.operations_address()?, "/metrics")?;
+        scrape.orderer_cpu += super::metric_sum(&metrics, "process_cpu_seconds_total");
+    }
+    Ok(scrape)
+}
+
+fn own_cpu_seconds() -> f64 {
+    procfs::process::Process::myself()
+        .and_then(|me| me.stat())
+        .map(|stat| (stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
+        .unwrap_or(0.0)
+}
+
+/// Milliseconds, for reports.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct Percentiles {
+    p50: f64,
+    p95: f64,
+    p99: f64,
+}
+
+impl Percentiles {
+    fn of(mut values: Vec<Duration>) -> Self {
+        values.sort_unstable();
+        let ms = |q| quantile(&values, q).as_secs_f64() * 1000.0;
+        Self {
+            p50: ms(0.50),
+            p95: ms(0.95),
+            p99: ms(0.99),
+        }
+    }
+}
+
+/// What `weft bench` reports.
+#[derive(Debug, Serialize)]
+struct Results {
+    workload: String,
+    loop_kind: String,
+    clients: usize,
+    offered_rate: Option<f64>,
+    organisations: usize,
+    orderers: usize,
+    endorsement_policy: Option<String>,
+    seconds: f64,
+    /// Transactions whose first commit event came in the window.
+    committed: u64,
+    valid: u64,
+    throughput: f64,
+    goodput: f64,
+    latency_ms: Percentiles,
+    endorse_ms: Percentiles,
+    broadcast_ms: Percentiles,
+    order_and_commit_ms: Percentiles,
+    /// Per committed transaction and peer, from the peers' metrics.
+    peer_validate_ms: f64,
+    peer_mvcc_ms: f64,
+    peer_ledger_ms: f64,
+    cpu_seconds: BTreeMap<String, f64>,
+    server_cpu_ms_per_tx: f64,
+    transaction_bytes: f64,
+    codes: BTreeMap<String, u64>,
+    failures: BTreeMap<String, u64>,
+    dropped_arrivals: u64,
+    #[serde(skip)]
+    latencies: Vec<Duration>,
+}
+
+impl Results {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        args: &LoadArgs,
+        connection: &ConnectionFile,
+        records: &[TxRecord],
+        started: Instant,
+        failures: BTreeMap<String, u64>,
+        dropped: u64,
+        before: &Scrape,
+        after: &Scrape,
+        client_cpu: f64,
+    ) -> Self {
+        let window_end = started + args.duration;
+        let in_window: Vec<&TxRecord> = records
+            .iter()
+            .filter(|record| record.committed_at <= window_end)
+            .collect();
+        let seconds = args.duration.as_secs_f64();
+        let committed = in_window.len() as u64;
+        let mut codes: BTreeMap<String, u64> = BTreeMap::new();
+        for record in &in_window {
+            *codes.entry(code_name(record.code).to_owned()).or_default() += 1;
+        }
+        let valid = codes.get("VALID").copied().unwrap_or(0);
+        let total = |pick: fn(&TxRecord) -> Duration| -> Vec<Duration> {
+            in_window.iter().map(|record| pick(record)).collect()
+        };
+        // Metrics cover every transaction of the window and the drain.
+        let all_committed = records.len().max(1) as f64;
+        let per_tx_peer =
+            |seconds: f64| seconds * 1000.0 / all_committed / after.peers.max(1) as f64;
+        let orderer_cpu = after.orderer_cpu - before.orderer_cpu;
+        let peer_cpu = after.peer_cpu - before.peer_cpu;
+        let cpu_seconds = BTreeMap::from([
+            ("orderers".to_owned(), orderer_cpu),
+            ("peers".to_owned(), peer_cpu),
+            ("bench client".to_owned(), client_cpu),
+        ]);
+        Self {
+            workload: args.workload.name(),
+            loop_kind: if args.rate.is_some() {
+                "open"
+            } else {
+                "closed"
+            }
+            .to_owned(),
+            clients: args.clients,
+            offered_rate: args.rate,
+            organisations: connection.organizations.len(),
+            orderers: connection.orderers.len(),
+            endorsement_policy: connection.endorsement_policy.clone(),
+            seconds,
+            committed,
+            valid,
+            throughput: committed as f64 / seconds,
+            goodput: valid as f64 / seconds,
+            latency_ms: Percentiles::of(total(|r| r.endorse + r.broadcast + r.commit)),
+            endorse_ms: Percentiles::of(total(|r| r.endorse)),
+            broadcast_ms: Percentiles::of(total(|r| r.broadcast)),
+            order_and_commit_ms: Percentiles::of(total(|r| r.commit)),
+            peer_validate_ms: per_tx_peer(after.validate - before.validate),
+            peer_mvcc_ms: per_tx_peer(after.mvcc - before.mvcc),
+            peer_ledger_ms: per_tx_peer(after.ledger - before.ledger),
+            server_cpu_ms_per_tx: (orderer_cpu + peer_cpu) * 1000.0 / all_committed,
+            cpu_seconds,
+            transaction_bytes: in_window.iter().map(|r| r.bytes as f64).sum::<f64>()
+                / committed.max(1) as f64,
+            codes,
+            failures,
+            dropped_arrivals: dropped,
+            latencies: total(|r| r.endorse + r.broadcast + r.commit),
+        }
+    }
+
+    fn markdown(&self) -> String {
+        let mut text = String::new();
+        let row = |text: &mut String, name: &str, value: String| {
+            text.push_str(&format!("| {name} | {value} |\n"));
+        };
+        let pct = |p: &Percentiles| format!("{:.1} / {:.1} / {:.1}", p.p50, p.p95, p.p99);
+        text.push_str("\n| measure | value |\n|---|---|\n");
+        row(
+            &mut text,
+            "workload",
+            format!(
+                "{} ({} loop, {} clients{})",
+                self.workload,
+                self.loop_kind,
+                self.clients,
+                self.offered_rate
+                    .map_or(String::new(), |r| format!(", {r} tx/s offered"))
+            ),
+        );
+        row(
+            &mut text,
+            "network",
+            format!(
+                "{} orderers, {} organisations, policy {}",
+                self.orderers,
+                self.organisations,
+                self.endorsement_policy
+                    .as_deref()
+                    .unwrap_or("every organisation")
+            ),
+        );
+        row(
+            &mut text,
+            "committed",
+            format!("{} in {:.1} s", self.committed, self.seconds),
+        );
+        row(
+            &mut text,
+            "throughput (tx/s)",
+            format!("{:.0}", self.throughput),
+        );
+        row(
+            &mut text,
+            "goodput (VALID tx/s)",
+            format!("{:.0}", self.goodput),
+        );
+        row(
+            &mut text,
+            "latency p50 / p95 / p99 (ms)",
+            pct(&self.latency_ms),
+        );
+        row(&mut text, "endorsement (ms)", pct(&self.endorse_ms));
+        row(&mut text, "broadcast (ms)", pct(&self.broadcast_ms));
+        row(
+            &mut text,
+            "ordering and commit (ms)",
+            pct(&self.order_and_commit_ms),
+        );
+        row(
+            &mut text,
+            "peer VSCC / MVCC / ledger per tx (ms)",
+            format!(
+                "{:.3} / {:.3} / {:.3}",
+                self.peer_validate_ms, self.peer_mvcc_ms, self.peer_ledger_ms
+            ),
+        );
+        let cpu: Vec<String> = self
+            .cpu_seconds
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.1}"))
+            .collect();
+        row(&mut text, "CPU seconds", cpu.join(", "));
+        row(
+            &mut text,
+            "server CPU per tx (ms)",
+            format!("{:.3}", self.server_cpu_ms_per_tx),
+        );
+        row(
+            &mut text,
+            "transaction size (bytes)",
+            format!("{:.0}", self.transaction_bytes),
+        );
+        let codes: Vec<String> = self.codes.iter().map(|(k, v)| format!("{v} {k}")).collect();
+        row(&mut text, "validation codes", codes.join(", "));
+        if !self.failures.is_empty() {
+            let failures: Vec<String> = self
+                .failures
+                .iter()
+                .map(|(k, v)| format!("{v}× {k}"))
+                .collect();
+            row(&mut text, "failed", failures.join("; "));
+        }
+        if self.dropped_arrivals > 0 {
+            row(
+                &mut text,
+                "arrivals dropped (every client busy)",
+                self.dropped_arrivals.to_string(),
+            );
+        }
+        text.push('\n');
+        text
+    }
+}

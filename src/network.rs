@@ -1,0 +1,470 @@
+//! `weft network up`: a whole network on this machine from one command.
+//!
+//! On the first run in a data directory it generates the crypto material
+//! (as cryptogen does) and the channel's genesis block (as configtxgen
+//! does), writes a configuration file for every node, starts a Raft
+//! cluster of orderers (or one solo orderer) and the peers of the
+//! organisations (two by default), each peer a committer, endorser and Gateway, and defines
+//! the built-in chaincodes (`kv`, `transfer`, `smallbank`) on the channel
+//! through `_lifecycle` with the chosen endorsement policy. It then prints
+//! `network ready`, the endpoints, and the path of a client connection file
+//! (see [`connection`]) and runs until Ctrl-C or SIGTERM, when it stops the
+//! peers, then the orderers. A later run on the same directory resumes the
+//! network with its ledgers.
+//!
+//! Everything is created in a temporary folder beside the data directory
+//! and renamed into place once complete, so a failed creation leaves
+//! nothing behind.
+
+pub mod connection;
+mod layout;
+mod nodes;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use prost::Message;
+
+pub use layout::Plan;
+use layout::{BUILTIN_CHAINCODES, PeerNode};
+use nodes::{Role, RunningNode};
+
+/// The file in the data directory that holds the network's [`Plan`].
+const PLAN_FILE: &str = "network.yaml";
+/// The client connection file in the data directory.
+pub const CONNECTION_FILE: &str = "connection.yaml";
+/// How long a Raft cluster may take to elect its leader.
+const LEADER_WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// Options of `weft network up`. The shape options apply when the network
+/// is created; resuming a network with different ones is an error.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct UpArgs {
+    /// The data directory: crypto material, configs, ledgers, logs.
+    #[arg(long, default_value = "weft-network")]
+    pub dir: PathBuf,
+    /// Orderers: a Raft cluster of 3 by default; 1 runs a solo orderer.
+    #[arg(long)]
+    pub orderers: Option<usize>,
+    /// Peer organisations, org1 to orgN [default: 2].
+    #[arg(long)]
+    pub orgs: Option<usize>,
+    /// Peers of each organisation [default: 1].
+    #[arg(long)]
+    pub peers_per_org: Option<usize>,
+    /// The first of the network's ports [default: 7050]: orderers on 7050,
+    /// 7060, ..., peer0.org1 on 7051, peer0.org2 on 9051.
+    #[arg(long)]
+    pub base_port: Option<u16>,
+    /// The channel's name [default: mychannel].
+    #[arg(long)]
+    pub channel: Option<String>,
+    /// The built-in chaincodes' endorsement policy, in Fabric's language
+    /// [default: "OR('Org1MSP.peer','Org2MSP.peer')": any one
+    /// organisation's peer].
+    #[arg(long)]
+    pub policy: Option<String>,
+    /// How long the orderers wait to fill a block [default: 10ms].
+    #[arg(long)]
+    pub batch_timeout: Option<String>,
+    /// Transactions per block at most [default: 500].
+    #[arg(long)]
+    pub block_size: Option<u32>,
+    /// Run every node as a thread of this process instead of a process
+    /// of its own.
+    #[arg(long)]
+    pub in_process: bool,
+}
+
+impl UpArgs {
+    /// The plan of a new network with these options.
+    fn new_plan(&self) -> Plan {
+        Plan {
+            channel: self
+                .channel
+                .clone()
+                .unwrap_or_else(|| "mychannel".to_owned()),
+            orderers: self.orderers.unwrap_or(3),
+            organisations: self.orgs.unwrap_or(2),
+            peers_per_org: self.peers_per_org.unwrap_or(1),
+            base_port: self.base_port.unwrap_or(7050),
+            policy: self.policy.clone().unwrap_or_else(|| {
+                let peers: Vec<String> = (1..=self.orgs.unwrap_or(2))
+                    .map(|org| format!("'Org{org}MSP.peer'"))
+                    .collect();
+                format!("OR({})", peers.join(","))
+            }),
+            batch_timeout: self
+                .batch_timeout
+                .clone()
+                .unwrap_or_else(|| "10ms".to_owned()),
+            block_size: self.block_size.unwrap_or(500),
+            deployed: Vec::new(),
+        }
+    }
+
+    /// Refuses options that contradict the saved plan of a network.
+    fn check_against(&self, plan: &Plan, dir: &Path) -> Result<()> {
+        let mismatch = |option: &str, asked: String, saved: String| {
+            anyhow!(
+                "{} holds a network with {option} {saved}; {option} {asked} asks for another \
+                 (name a new directory, or remove this one to start afresh)",
+                dir.display()
+            )
+        };
+        let checks = [
+            (
+                "--orderers",
+                self.orderers.map(|v| v.to_string()),
+                plan.orderers.to_string(),
+            ),
+            (
+                "--orgs",
+                self.orgs.map(|v| v.to_string()),
+                plan.organisations.to_string(),
+            ),
+            (
+                "--peers-per-org",
+                self.peers_per_org.map(|v| v.to_string()),
+                plan.peers_per_org.to_string(),
+            ),
+            (
+                "--base-port",
+                self.base_port.map(|v| v.to_string()),
+                plan.base_port.to_string(),
+            ),
+            ("--channel", self.channel.clone(), plan.channel.clone()),
+            ("--policy", self.policy.clone(), plan.policy.clone()),
+            (
+                "--batch-timeout",
+                self.batch_timeout.clone(),
+                plan.batch_timeout.clone(),
+            ),
+            (
+                "--block-size",
+                self.block_size.map(|v| v.to_string()),
+                plan.block_size.to_string(),
+            ),
+        ];
+        for (option, asked, saved) in checks {
+            if let Some(asked) = asked
+                && asked != saved
+            {
+                return Err(mismatch(option, asked, saved));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs `weft network up` until Ctrl-C or SIGTERM, or until a node fails.
+pub fn up(args: &UpArgs) -> Result<()> {
+    let mut network = Network::up(args)?;
+    network.print_ready();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let failure = runtime.block_on(async {
+        let mut watch = tokio::time::interval(Duration::from_millis(500));
+        let stop = crate::shutdown_signal();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => return None,
+                _ = watch.tick() => {
+                    if let Some(failure) = network.failed_node() {
+                        return Some(failure);
+                    }
+                }
+            }
+        }
+    });
+    println!("stopping the network");
+    let stopped = network.stop();
+    if let Some(failure) = failure {
+        bail!("{failure}");
+    }
+    stopped?;
+    println!(
+        "network stopped; `weft network up --dir {}` resumes it",
+        network.dir.display()
+    );
+    Ok(())
+}
+
+/// A base port from which every port of a new network with `args` is
+/// free on this machine (for networks that need not be found at Fabric's
+/// usual ports, such as the one `weft bench` starts).
+pub fn free_base_port(args: &UpArgs) -> Result<u16> {
+    for base in (17_050..=47_050).step_by(3_000) {
+        let plan = Plan {
+            base_port: base,
+            ..args.new_plan()
+        };
+        if plan
+            .ports()?
+            .into_iter()
+            .all(|address| std::net::TcpListener::bind(address).is_ok())
+        {
+            return Ok(base);
+        }
+    }
+    bail!("no range of free ports found between 17050 and 62050")
+}
+
+/// A local network, running.
+pub struct Network {
+    pub dir: PathBuf,
+    pub plan: Plan,
+    /// Orderers first, then peers, in start order.
+    nodes: Vec<RunningNode>,
+}
+
+impl Network {
+    /// Creates the network in `args.dir` unless it exists, then starts it
+    /// and defines the built-in chaincodes not yet defined.
+    pub fn up(args: &UpArgs) -> Result<Self> {
+        let plan_path = args.dir.join(PLAN_FILE);
+        if plan_path.exists() {
+            let plan = Plan::load(&plan_path)?;
+            args.check_against(&plan, &args.dir)?;
+            println!("resuming the network in {}", args.dir.display());
+        } else {
+            create(&args.dir, &args.new_plan())?;
+            println!("created a network in {}", args.dir.display());
+        }
+        let dir = std::fs::canonicalize(&args.dir)
+            .with_context(|| format!("locating {}", args.dir.display()))?;
+        let plan = Plan::load(&plan_path)?;
+        let mut network = Self {
+            dir,
+            plan,
+            nodes: Vec::new(),
+        };
+        network.start(args.in_process)?;
+        network.deploy_builtins()?;
+        network
+            .plan
+            .connection_file(&network.dir)?
+            .save(&network.dir.join(CONNECTION_FILE))?;
+        Ok(network)
+    }
+
+    fn start(&mut self, in_process: bool) -> Result<()> {
+        let spawn = if in_process {
+            RunningNode::spawn_thread
+        } else {
+            RunningNode::spawn_process
+        };
+        for orderer in self.plan.orderer_nodes()? {
+            let config = self.dir.join(&orderer.name).join("orderer.yaml");
+            self.nodes.push(spawn(
+                Role::Orderer,
+                &orderer.name,
+                &config,
+                orderer.operations,
+            )?);
+        }
+        for node in &mut self.nodes {
+            node.wait_ready()?;
+        }
+        if self.plan.orderers > 1 {
+            self.wait_for_raft_leader()?;
+        }
+        let first_peer = self.nodes.len();
+        for peer in self.plan.peer_nodes()? {
+            let config = self.dir.join(&peer.name).join("peer.yaml");
+            self.nodes
+                .push(spawn(Role::Peer, &peer.name, &config, peer.operations)?);
+        }
+        for node in &mut self.nodes[first_peer..] {
+            node.wait_ready()?;
+        }
+        Ok(())
+    }
+
+    /// Waits until every orderer knows the channel's Raft leader, so that
+    /// the first transactions are not refused for want of one.
+    fn wait_for_raft_leader(&self) -> Result<()> {
+        let deadline = Instant::now() + LEADER_WAIT_MAX;
+        loop {
+            let leaders_known = self
+                .nodes
+                .iter()
+                .filter(|node| node.role == Role::Orderer)
+                .all(|node| {
+                    crate::bench::http_get(node.operations, "/metrics").is_ok_and(|metrics| {
+                        crate::bench::metric_sum(&metrics, "consensus_etcdraft_leader_id") > 0.0
+                    })
+                });
+            if leaders_known {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("the orderers elected no Raft leader within {LEADER_WAIT_MAX:?}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Defines the built-in chaincodes with the plan's policy, each
+    /// organisation's admin approving through its first peer.
+    fn deploy_builtins(&mut self) -> Result<()> {
+        let pending: Vec<&str> = BUILTIN_CHAINCODES
+            .into_iter()
+            .filter(|name| !self.plan.deployed.iter().any(|done| done == name))
+            .collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let orderer = self.plan.orderer_nodes()?[0].grpc;
+        let peers = self.plan.peer_nodes()?;
+        let crypto = self.dir.join("crypto");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        for name in pending {
+            let approvers = first_peer_of_each_org(&peers)
+                .map(|peer| crate::chaincode::Approver::from_crypto(&crypto, &peer.org, peer.grpc))
+                .collect::<Result<Vec<_>>>()?;
+            let deployment = crate::chaincode::Deployment {
+                channel: self.plan.channel.clone(),
+                name: name.to_owned(),
+                version: "1.0".to_owned(),
+                sequence: 1,
+                validation_parameter: crate::chaincode::validation_parameter(Some(
+                    &self.plan.policy,
+                ))?,
+                approvers,
+                orderer,
+            };
+            runtime.block_on(deployment.run())?;
+            self.plan.deployed.push(name.to_owned());
+            self.plan.save(&self.dir.join(PLAN_FILE))?;
+        }
+        Ok(())
+    }
+
+    fn print_ready(&self) {
+        println!("network ready");
+        println!(
+            "  channel {}, chaincodes {}",
+            self.plan.channel,
+            self.plan.deployed.join(", ")
+        );
+        let orderers = self.plan.orderer_nodes().unwrap_or_default();
+        for orderer in &orderers {
+            println!(
+                "  orderer {}: grpc {}, operations {}",
+                orderer.name, orderer.grpc, orderer.operations
+            );
+        }
+        for peer in self.plan.peer_nodes().unwrap_or_default() {
+            println!(
+                "  peer {} ({}): grpc {}, operations {}",
+                peer.name, peer.msp_id, peer.grpc, peer.operations
+            );
+        }
+        println!("  logs: {}/<node>/node.log", self.dir.display());
+        println!("  connection file: {}", self.connection_file().display());
+        println!("Ctrl-C stops the network");
+    }
+
+    /// The client connection file.
+    pub fn connection_file(&self) -> PathBuf {
+        self.dir.join(CONNECTION_FILE)
+    }
+
+    /// A node that stopped on its own, and why.
+    pub fn failed_node(&mut self) -> Option<String> {
+        self.nodes.iter_mut().find_map(|node| {
+            let reason = node.exited()?;
+            Some(format!("{} stopped: {reason}", node.name))
+        })
+    }
+
+    /// Stops the peers (all at once), then the orderers.
+    pub fn stop(&mut self) -> Result<()> {
+        let mut first_error = None;
+        for role in [Role::Peer, Role::Orderer] {
+            let (stopping, running): (Vec<_>, Vec<_>) =
+                self.nodes.drain(..).partition(|node| node.role == role);
+            self.nodes = running;
+            stopping.iter().for_each(RunningNode::request_stop);
+            for mut node in stopping {
+                if let Err(error) = node.stop() {
+                    tracing::warn!("{error:#}");
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+fn first_peer_of_each_org(peers: &[PeerNode]) -> impl Iterator<Item = &PeerNode> {
+    peers.iter().filter(|peer| peer.name.starts_with("peer0."))
+}
+
+/// Generates a network's files into a temporary folder beside `dir`, then
+/// renames it to `dir`.
+fn create(dir: &Path, plan: &Plan) -> Result<()> {
+    plan.check()?;
+    if dir.exists() {
+        let empty = std::fs::read_dir(dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .next()
+            .is_none();
+        if !empty {
+            bail!(
+                "{} exists and holds no {PLAN_FILE}: name a new or empty directory",
+                dir.display()
+            );
+        }
+        std::fs::remove_dir(dir).with_context(|| format!("replacing {}", dir.display()))?;
+    }
+    let parent = match dir.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".weft-network-")
+        .tempdir_in(&parent)
+        .with_context(|| format!("creating a folder in {}", parent.display()))?;
+    let root = staging.path();
+    let crypto_config = root.join("crypto.yaml");
+    std::fs::write(&crypto_config, plan.crypto_yaml())?;
+    crate::cryptogen::generate(&crypto_config, &root.join("crypto"))?;
+    let channel_config = root.join("channel.yaml");
+    std::fs::write(&channel_config, plan.channel_yaml()?)?;
+    let genesis = crate::channel::genesis_block(&channel_config, Some("Network"), &plan.channel)?;
+    std::fs::write(
+        root.join(format!("{}.block", plan.channel)),
+        genesis.encode_to_vec(),
+    )?;
+    for orderer in plan.orderer_nodes()? {
+        write_node_config(
+            root,
+            &orderer.name,
+            "orderer.yaml",
+            &plan.orderer_yaml(&orderer),
+        )?;
+    }
+    for peer in plan.peer_nodes()? {
+        write_node_config(root, &peer.name, "peer.yaml", &plan.peer_yaml(&peer)?)?;
+    }
+    plan.save(&root.join(PLAN_FILE))?;
+    let staged = staging.keep();
+    std::fs::rename(&staged, dir)
+        .with_context(|| format!("moving {} to {}", staged.display(), dir.display()))?;
+    Ok(())
+}
+
+fn write_node_config(root: &Path, name: &str, file: &str, text: &str) -> Result<()> {
+    let folder = root.join(name);
+    std::fs::create_dir_all(&folder)?;
+    std::fs::write(folder.join(file), text)?;
+    Ok(())
+}

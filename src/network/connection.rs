@@ -1,0 +1,148 @@
+//! The client connection file `weft network up` writes: everything Fabric
+//! client code needs to reach the network (the channel, each peer's and
+//! orderer's endpoint, each organisation's MSP ID, a user's certificate and
+//! key, the TLS CA certificates), in YAML. `weft bench --connect` reads it.
+//!
+//! Paths are absolute, so the file works from any directory.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+use weft_msp::Signer;
+
+/// The connection file, as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ConnectionFile {
+    /// The channel the network's chaincodes are defined on.
+    pub channel: String,
+    /// The chaincodes defined on the channel.
+    pub chaincodes: Vec<String>,
+    /// Their endorsement policy, in Fabric's policy language; absent, a
+    /// client endorses with every organisation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endorsement_policy: Option<String>,
+    /// Whether the endpoints speak TLS; weft's endpoints are plaintext
+    /// gRPC today, the CA certificates are listed for clients that check
+    /// they exist.
+    pub tls: bool,
+    pub organizations: Vec<Organization>,
+    pub orderers: Vec<Endpoint>,
+}
+
+/// One peer organisation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Organization {
+    /// The short name (`org1`).
+    pub name: String,
+    pub msp_id: String,
+    pub peers: Vec<Endpoint>,
+    /// A client user of the organisation.
+    pub user: User,
+    /// The organisation's admin (signs chaincode approvals).
+    pub admin: User,
+}
+
+/// A node clients connect to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Endpoint {
+    pub name: String,
+    /// `host:port` of its gRPC services.
+    pub endpoint: String,
+    /// `host:port` of its `/metrics` and `/healthz`.
+    pub operations: String,
+    pub tls_ca_cert: PathBuf,
+}
+
+/// A signing identity: certificate and PKCS#8 private key, in PEM files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct User {
+    pub name: String,
+    pub certificate: PathBuf,
+    pub private_key: PathBuf,
+}
+
+impl ConnectionFile {
+    /// Reads a connection file; errors name the file and the field.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let file: Self = serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(
+            &text,
+        ))
+        .map_err(|error| anyhow!("{}: {}: {}", path.display(), error.path(), error.inner()))?;
+        if file.organizations.is_empty() || file.orderers.is_empty() {
+            bail!("{}: names no organizations or no orderers", path.display());
+        }
+        for organization in &file.organizations {
+            if organization.peers.is_empty() {
+                bail!(
+                    "{}: organization {} lists no peers",
+                    path.display(),
+                    organization.name
+                );
+            }
+        }
+        Ok(file)
+    }
+
+    /// Writes the file, with a comment saying what it is.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let body = serde_yaml::to_string(self)?;
+        let text = format!(
+            "# A weft network's client connection file, written by `weft network up`:\n\
+             # the channel, every peer and orderer endpoint, each organisation's MSP ID,\n\
+             # a user's and the admin's certificate and key, the TLS CA certificates.\n\
+             {body}"
+        );
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// The orderers' gRPC addresses.
+    pub fn orderer_addresses(&self) -> Result<Vec<SocketAddr>> {
+        self.orderers.iter().map(Endpoint::address).collect()
+    }
+}
+
+impl Endpoint {
+    /// The gRPC endpoint as a socket address (resolving a host name).
+    pub fn address(&self) -> Result<SocketAddr> {
+        resolve(&self.endpoint).with_context(|| format!("the endpoint of {}", self.name))
+    }
+
+    /// The operations endpoint as a socket address.
+    pub fn operations_address(&self) -> Result<SocketAddr> {
+        resolve(&self.operations)
+            .with_context(|| format!("the operations endpoint of {}", self.name))
+    }
+}
+
+impl User {
+    /// The user's signer, as a member of `msp_id`.
+    pub fn signer(&self, msp_id: &str) -> Result<Signer> {
+        let certificate = std::fs::read(&self.certificate)
+            .with_context(|| format!("reading {}", self.certificate.display()))?;
+        let key = std::fs::read(&self.private_key)
+            .with_context(|| format!("reading {}", self.private_key.display()))?;
+        Ok(Signer::from_pem(
+            msp_id,
+            &certificate,
+            &key,
+            &self.certificate.display().to_string(),
+        )?)
+    }
+}
+
+fn resolve(endpoint: &str) -> Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    endpoint
+        .to_socket_addrs()
+        .with_context(|| format!("{endpoint:?} is not host:port"))?
+        .next()
+        .ok_or_else(|| anyhow!("{endpoint:?} resolves to no address"))
+}

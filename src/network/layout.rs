@@ -1,0 +1,500 @@
+//! What a local network is made of, and the files that describe it.
+//!
+//! [`Plan`] is the network's shape (orderers, peers, ports, channel,
+//! policy), saved as `network.yaml` in the data directory so that a later
+//! `weft network up` resumes the same network. From it come the
+//! cryptogen and configtx files, each node's configuration and the
+//! client connection file, all written as plain files a user can read.
+//!
+//! Ports are fixed by the plan (the channel config names the Raft
+//! consenters and the connection file the endpoints, so they must not
+//! change between runs). From the base port B (7050 by default, Fabric's):
+//! orderer i serves clients on B+10i, Raft on B+3+10i and operations on
+//! B+5+10i; peer p of organisation k serves clients on B+1+2000(k-1)+100p
+//! and operations one port above (peer0.org1 7051, peer0.org2 9051, as in
+//! Fabric's test network; org3 11051, org4 13051).
+
+use std::fmt::Write as _;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use super::connection::{ConnectionFile, Endpoint, Organization, User};
+
+/// The chaincodes every peer has built in, defined on the channel at
+/// creation.
+pub const BUILTIN_CHAINCODES: [&str; 3] = ["kv", "transfer", "smallbank"];
+/// The orderers' domain in the crypto material.
+const ORDERER_DOMAIN: &str = "example.com";
+
+/// The shape of a network, as saved in `network.yaml`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Plan {
+    pub channel: String,
+    /// 1 runs a solo orderer; more form a Raft cluster.
+    pub orderers: usize,
+    /// Peer organisations, `org1` to `orgN`.
+    pub organisations: usize,
+    pub peers_per_org: usize,
+    pub base_port: u16,
+    /// The built-in chaincodes' endorsement policy, in Fabric's language.
+    pub policy: String,
+    /// Orderer block cutting: the longest a transaction waits for its block.
+    pub batch_timeout: String,
+    /// Orderer block cutting: transactions per block at most.
+    pub block_size: u32,
+    /// The chaincodes whose definitions have been committed.
+    #[serde(default)]
+    pub deployed: Vec<String>,
+}
+
+/// An orderer of the plan.
+#[derive(Debug, Clone)]
+pub struct OrdererNode {
+    pub name: String,
+    pub grpc: SocketAddr,
+    pub cluster: SocketAddr,
+    pub operations: SocketAddr,
+}
+
+/// A peer of the plan.
+#[derive(Debug, Clone)]
+pub struct PeerNode {
+    /// `org1`, `org2`.
+    pub org: String,
+    pub msp_id: String,
+    pub name: String,
+    pub grpc: SocketAddr,
+    pub operations: SocketAddr,
+}
+
+fn loopback(port: u32) -> Result<SocketAddr> {
+    let port =
+        u16::try_from(port).context("the network's ports run past 65535: lower --base-port")?;
+    Ok(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)))
+}
+
+impl Plan {
+    /// Checks the plan's numbers: every port fits and none collide.
+    pub fn check(&self) -> Result<()> {
+        crate::channel::check_channel_name(&self.channel)?;
+        if !(1..=9).contains(&self.orderers) {
+            bail!("--orderers: {} is not between 1 and 9", self.orderers);
+        }
+        if !(1..=8).contains(&self.organisations) {
+            bail!("--orgs: {} is not between 1 and 8", self.organisations);
+        }
+        if !(1..=9).contains(&self.peers_per_org) {
+            bail!(
+                "--peers-per-org: {} is not between 1 and 9",
+                self.peers_per_org
+            );
+        }
+        if self.block_size == 0 {
+            bail!("--block-size: must be at least 1");
+        }
+        weft_protos::duration::parse_go_duration(&self.batch_timeout)
+            .map_err(|e| anyhow::anyhow!("--batch-timeout: {e}"))?;
+        weft_policy::dsl::parse(&self.policy).context("--policy")?;
+        self.orderer_nodes()?;
+        self.peer_nodes()?;
+        Ok(())
+    }
+
+    pub fn orderer_nodes(&self) -> Result<Vec<OrdererNode>> {
+        let base = u32::from(self.base_port);
+        (0..self.orderers)
+            .map(|index| {
+                let offset = 10 * index as u32;
+                Ok(OrdererNode {
+                    name: format!("orderer{index}.{ORDERER_DOMAIN}"),
+                    grpc: loopback(base + offset)?,
+                    cluster: loopback(base + offset + 3)?,
+                    operations: loopback(base + offset + 5)?,
+                })
+            })
+            .collect()
+    }
+
+    pub fn peer_nodes(&self) -> Result<Vec<PeerNode>> {
+        let base = u32::from(self.base_port);
+        let mut peers = Vec::new();
+        for org_number in 1..=self.organisations {
+            let org = format!("org{org_number}");
+            for index in 0..self.peers_per_org {
+                let grpc = base + 1 + 2000 * (org_number as u32 - 1) + 100 * index as u32;
+                peers.push(PeerNode {
+                    msp_id: crate::bench::org_msp_id(&org),
+                    name: format!("peer{index}.{org}.example.com"),
+                    grpc: loopback(grpc)?,
+                    operations: loopback(grpc + 1)?,
+                    org: org.clone(),
+                });
+            }
+        }
+        Ok(peers)
+    }
+
+    /// Every address the network's nodes listen on.
+    pub fn ports(&self) -> Result<Vec<SocketAddr>> {
+        let mut ports: Vec<SocketAddr> = self
+            .orderer_nodes()?
+            .iter()
+            .flat_map(|o| [o.grpc, o.cluster, o.operations])
+            .collect();
+        ports.extend(
+            self.peer_nodes()?
+                .iter()
+                .flat_map(|p| [p.grpc, p.operations]),
+        );
+        Ok(ports)
+    }
+
+    /// `crypto.yaml`: the orderer organisation and both peer organisations,
+    /// in cryptogen's format.
+    pub fn crypto_yaml(&self) -> String {
+        let mut text = format!(
+            "# Crypto material of this network, in cryptogen's crypto-config.yaml format\n\
+             # (written by `weft network up`; see config/crypto.yaml for every key).\n\
+             OrdererOrgs:\n  - Name: Orderer\n    Domain: {ORDERER_DOMAIN}\n    EnableNodeOUs: true\n\
+             \x20   Template:\n      Count: {}\n      SANS: [localhost, 127.0.0.1]\n\
+             PeerOrgs:\n",
+            self.orderers
+        );
+        for org_number in 1..=self.organisations {
+            let _ = write!(
+                text,
+                "  - Name: Org{org_number}\n    Domain: org{org_number}.example.com\n    EnableNodeOUs: true\n\
+                 \x20   Template:\n      Count: {}\n      SANS: [localhost, 127.0.0.1]\n\
+                 \x20   Users:\n      Count: 1\n",
+                self.peers_per_org
+            );
+        }
+        text
+    }
+
+    /// `channel.yaml`: the channel's configuration in configtx.yaml's
+    /// format, profile `Network`.
+    pub fn channel_yaml(&self) -> Result<String> {
+        let orderers = self.orderer_nodes()?;
+        let peers = self.peer_nodes()?;
+        let addresses: Vec<String> = orderers.iter().map(|o| o.grpc.to_string()).collect();
+        let mut text = String::from(
+            "# The channel of this network, in configtx.yaml's format (written by\n\
+             # `weft network up`; see config/channel.yaml for every key). Paths are\n\
+             # relative to this file.\n\
+             Organizations:\n  - &OrdererOrg\n    Name: OrdererOrg\n    ID: OrdererMSP\n\
+             \x20   MSPDir: crypto/ordererOrganizations/example.com/msp\n    Policies:\n\
+             \x20     Readers: {Type: Signature, Rule: \"OR('OrdererMSP.member')\"}\n\
+             \x20     Writers: {Type: Signature, Rule: \"OR('OrdererMSP.member')\"}\n\
+             \x20     Admins: {Type: Signature, Rule: \"OR('OrdererMSP.admin')\"}\n",
+        );
+        let _ = writeln!(text, "    OrdererEndpoints: [{}]", addresses.join(", "));
+        for org_number in 1..=self.organisations {
+            let msp = format!("Org{org_number}MSP");
+            let anchor = peers
+                .iter()
+                .find(|peer| peer.msp_id == msp)
+                .map(|peer| peer.grpc)
+                .context("an organisation without peers")?;
+            let _ = write!(
+                text,
+                "  - &Org{org_number}\n    Name: {msp}\n    ID: {msp}\n\
+                 \x20   MSPDir: crypto/peerOrganizations/org{org_number}.example.com/msp\n    Policies:\n\
+                 \x20     Readers: {{Type: Signature, Rule: \"OR('{msp}.admin', '{msp}.peer', '{msp}.client')\"}}\n\
+                 \x20     Writers: {{Type: Signature, Rule: \"OR('{msp}.admin', '{msp}.client')\"}}\n\
+                 \x20     Admins: {{Type: Signature, Rule: \"OR('{msp}.admin')\"}}\n\
+                 \x20     Endorsement: {{Type: Signature, Rule: \"OR('{msp}.peer')\"}}\n\
+                 \x20   AnchorPeers: [{{Host: {}, Port: {}}}]\n",
+                anchor.ip(),
+                anchor.port()
+            );
+        }
+        let orderer_type = if self.orderers == 1 {
+            "solo"
+        } else {
+            "etcdraft"
+        };
+        let _ = write!(
+            text,
+            "Profiles:\n  Network:\n    Policies: &ImplicitPolicies\n\
+             \x20     Readers: {{Type: ImplicitMeta, Rule: \"ANY Readers\"}}\n\
+             \x20     Writers: {{Type: ImplicitMeta, Rule: \"ANY Writers\"}}\n\
+             \x20     Admins: {{Type: ImplicitMeta, Rule: \"MAJORITY Admins\"}}\n\
+             \x20   Capabilities: {{V2_0: true}}\n\
+             \x20   Orderer:\n      OrdererType: {orderer_type}\n      Addresses: [{}]\n\
+             \x20     BatchTimeout: {}\n      BatchSize: {{MaxMessageCount: {}, AbsoluteMaxBytes: 10 MB, PreferredMaxBytes: 2 MB}}\n",
+            addresses.join(", "),
+            self.batch_timeout,
+            self.block_size
+        );
+        if self.orderers > 1 {
+            text.push_str("      EtcdRaft:\n        Consenters:\n");
+            for orderer in &orderers {
+                let tls = format!(
+                    "crypto/ordererOrganizations/{ORDERER_DOMAIN}/orderers/{}/tls/server.crt",
+                    orderer.name
+                );
+                let _ = writeln!(
+                    text,
+                    "          - {{Host: {}, Port: {}, ClientTLSCert: {tls}, ServerTLSCert: {tls}}}",
+                    orderer.cluster.ip(),
+                    orderer.cluster.port()
+                );
+            }
+        }
+        text.push_str(
+            "      Organizations: [*OrdererOrg]\n      Policies:\n        <<: *ImplicitPolicies\n\
+             \x20       BlockValidation: {Type: ImplicitMeta, Rule: \"ANY Writers\"}\n\
+             \x20     Capabilities: {V2_0: true}\n\
+             \x20   Application:\n      Organizations: [",
+        );
+        let orgs: Vec<String> = (1..=self.organisations)
+            .map(|n| format!("*Org{n}"))
+            .collect();
+        text.push_str(&orgs.join(", "));
+        text.push_str(
+            "]\n      Policies:\n        <<: *ImplicitPolicies\n\
+             \x20       LifecycleEndorsement: {Type: ImplicitMeta, Rule: \"MAJORITY Endorsement\"}\n\
+             \x20       Endorsement: {Type: ImplicitMeta, Rule: \"MAJORITY Endorsement\"}\n\
+             \x20     Capabilities: {V2_5: true}\n",
+        );
+        Ok(text)
+    }
+
+    /// The configuration file of an orderer, for a file in `dir/<name>/`.
+    pub fn orderer_yaml(&self, orderer: &OrdererNode) -> String {
+        let consensus = if self.orderers == 1 {
+            "solo"
+        } else {
+            "channel"
+        };
+        let mut text = format!(
+            "# Orderer {name} of this network (written by `weft network up`; see\n\
+             # config/orderer.yaml for every key). Paths are relative to this file.\n\
+             orderer:\n  id: {name}\n  listenAddress: {grpc}\n  localMspId: OrdererMSP\n\
+             \x20 mspConfigPath: ../crypto/ordererOrganizations/{ORDERER_DOMAIN}/orderers/{name}/msp\n\
+             \x20 fileSystemPath: data\n\
+             channels:\n  - genesisBlock: ../{channel}.block\n\
+             consensus:\n  type: {consensus}\n\
+             operations:\n  listenAddress: {operations}\n",
+            name = orderer.name,
+            grpc = orderer.grpc,
+            channel = self.channel,
+            operations = orderer.operations,
+        );
+        if self.orderers > 1 {
+            let _ = write!(
+                text,
+                "cluster:\n  listenAddress: {0}\n  endpoint: {0}\n",
+                orderer.cluster
+            );
+        }
+        text
+    }
+
+    /// The configuration file of a peer, for a file in `dir/<name>/`.
+    pub fn peer_yaml(&self, peer: &PeerNode) -> Result<String> {
+        let orderers: Vec<String> = self
+            .orderer_nodes()?
+            .iter()
+            .map(|o| o.grpc.to_string())
+            .collect();
+        let mut text = format!(
+            "# Peer {name} of this network (written by `weft network up`; see\n\
+             # config/peer.yaml for every key). Paths are relative to this file.\n\
+             peer:\n  id: {name}\n  listenAddress: {grpc}\n  localMspId: {msp_id}\n\
+             \x20 mspConfigPath: ../crypto/peerOrganizations/{org}.example.com/peers/{name}/msp\n\
+             \x20 fileSystemPath: data\n\
+             channels:\n  - genesisBlock: ../{channel}.block\n\
+             orderers: [{orderers}]\n\
+             operations:\n  listenAddress: {operations}\n\
+             gateway:\n  peers:\n",
+            name = peer.name,
+            grpc = peer.grpc,
+            msp_id = peer.msp_id,
+            org = peer.org,
+            channel = self.channel,
+            orderers = orderers.join(", "),
+            operations = peer.operations,
+        );
+        // The Gateway asks one peer of each other organisation.
+        for other in self.peer_nodes()? {
+            if other.org != peer.org && other.name.starts_with("peer0.") {
+                let _ = writeln!(
+                    text,
+                    "    - {{mspId: {}, address: {}}}",
+                    other.msp_id, other.grpc
+                );
+            }
+        }
+        Ok(text)
+    }
+
+    /// The client connection file of the network in `dir` (absolute).
+    pub fn connection_file(&self, dir: &Path) -> Result<ConnectionFile> {
+        let crypto = dir.join("crypto");
+        let orderer_tls_ca = crypto.join(format!(
+            "ordererOrganizations/{ORDERER_DOMAIN}/tlsca/tlsca.{ORDERER_DOMAIN}-cert.pem"
+        ));
+        let orderers = self
+            .orderer_nodes()?
+            .into_iter()
+            .map(|orderer| Endpoint {
+                name: orderer.name,
+                endpoint: orderer.grpc.to_string(),
+                operations: orderer.operations.to_string(),
+                tls_ca_cert: orderer_tls_ca.clone(),
+            })
+            .collect();
+        let peers = self.peer_nodes()?;
+        let organizations = (1..=self.organisations)
+            .map(|org_number| {
+                let org = format!("org{org_number}");
+                let org_dir = crypto.join(format!("peerOrganizations/{org}.example.com"));
+                let tls_ca_cert = org_dir.join(format!("tlsca/tlsca.{org}.example.com-cert.pem"));
+                let user = |name: &str| {
+                    let msp = org_dir.join(format!("users/{name}@{org}.example.com/msp"));
+                    User {
+                        name: format!("{name}@{org}.example.com"),
+                        certificate: msp
+                            .join(format!("signcerts/{name}@{org}.example.com-cert.pem")),
+                        private_key: msp.join("keystore/priv_sk"),
+                    }
+                };
+                Organization {
+                    name: org.clone(),
+                    msp_id: crate::bench::org_msp_id(&org),
+                    peers: peers
+                        .iter()
+                        .filter(|peer| peer.org == org)
+                        .map(|peer| Endpoint {
+                            name: peer.name.clone(),
+                            endpoint: peer.grpc.to_string(),
+                            operations: peer.operations.to_string(),
+                            tls_ca_cert: tls_ca_cert.clone(),
+                        })
+                        .collect(),
+                    user: user("User1"),
+                    admin: user("Admin"),
+                }
+            })
+            .collect();
+        Ok(ConnectionFile {
+            channel: self.channel.clone(),
+            chaincodes: self.deployed.clone(),
+            endorsement_policy: Some(self.policy.clone()),
+            tls: false,
+            organizations,
+            orderers,
+        })
+    }
+
+    pub fn load(path: &Path) -> Result<Self> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let plan: Self =
+            serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(&text))
+                .map_err(|e| anyhow::anyhow!("{}: {}: {}", path.display(), e.path(), e.inner()))?;
+        plan.check()
+            .with_context(|| format!("{}: the saved plan", path.display()))?;
+        Ok(plan)
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let text = format!(
+            "# The shape of this network, written by `weft network up` and read when it\n\
+             # resumes. Edit with care: the crypto material and channel were made from it.\n{}",
+            serde_yaml::to_string(self)?
+        );
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn plan(orderers: usize) -> Plan {
+        Plan {
+            channel: "mychannel".to_owned(),
+            orderers,
+            organisations: 2,
+            peers_per_org: 2,
+            base_port: 7050,
+            policy: "OR('Org1MSP.peer','Org2MSP.peer')".to_owned(),
+            batch_timeout: "10ms".to_owned(),
+            block_size: 500,
+            deployed: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn ports_follow_fabrics_test_network_and_never_collide() {
+        let plan = plan(3);
+        plan.check().unwrap();
+        let orderers = plan.orderer_nodes().unwrap();
+        let peers = plan.peer_nodes().unwrap();
+        assert_eq!(orderers[0].grpc.port(), 7050);
+        assert_eq!(orderers[2].cluster.port(), 7073);
+        let peer = |name: &str| peers.iter().find(|p| p.name == name).unwrap().grpc.port();
+        assert_eq!(peer("peer0.org1.example.com"), 7051);
+        assert_eq!(peer("peer1.org1.example.com"), 7151);
+        assert_eq!(peer("peer0.org2.example.com"), 9051);
+        let mut ports: Vec<u16> = plan.ports().unwrap().iter().map(|a| a.port()).collect();
+        let count = ports.len();
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), count);
+    }
+
+    #[test]
+    fn bad_numbers_are_refused_naming_the_option() {
+        let mut bad = plan(3);
+        bad.base_port = 65_000;
+        assert!(format!("{:#}", bad.check().unwrap_err()).contains("--base-port"));
+        let mut bad = plan(0);
+        bad.orderers = 0;
+        assert!(bad.check().unwrap_err().to_string().contains("--orderers"));
+        let mut bad = plan(1);
+        bad.policy = "OR(".to_owned();
+        assert!(format!("{:#}", bad.check().unwrap_err()).contains("--policy"));
+    }
+
+    #[test]
+    fn the_generated_files_parse_as_the_nodes_read_them() {
+        let dir = tempfile::tempdir().unwrap();
+        for orderers in [1, 3] {
+            let plan = plan(orderers);
+            let channel: serde_yaml::Value =
+                serde_yaml::from_str(&plan.channel_yaml().unwrap()).unwrap();
+            let kind = &channel["Profiles"]["Network"]["Orderer"]["OrdererType"];
+            assert_eq!(
+                kind.as_str(),
+                Some(if orderers == 1 { "solo" } else { "etcdraft" })
+            );
+            let _: serde_yaml::Value = serde_yaml::from_str(&plan.crypto_yaml()).unwrap();
+            for orderer in plan.orderer_nodes().unwrap() {
+                let path = dir.path().join("orderer.yaml");
+                std::fs::write(&path, plan.orderer_yaml(&orderer)).unwrap();
+                let file: crate::orderer::OrdererFile =
+                    crate::settings::load_yaml(&path, "X_").unwrap();
+                assert_eq!(file.orderer.listen_address, orderer.grpc);
+                assert_eq!(file.cluster.is_some(), orderers > 1);
+            }
+            for peer in plan.peer_nodes().unwrap() {
+                let path = dir.path().join("peer.yaml");
+                std::fs::write(&path, plan.peer_yaml(&peer).unwrap()).unwrap();
+                let file = crate::peer::PeerConfig::load(&path).unwrap();
+                assert_eq!(file.peer.listen_address, peer.grpc);
+                assert_eq!(file.orderers.len(), orderers);
+                assert_eq!(file.gateway.peers.len(), plan.organisations - 1);
+            }
+        }
+    }
+}
