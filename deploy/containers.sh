@@ -13,7 +13,7 @@
 #      in each of two organisations, each with its CPU limit) and waits
 #      until every node is healthy and the orderers agree on a leader;
 #   5. runs the transfer workload from the host against the published
-#      ports (`weft bench network`, both organisations endorsing), then
+#      ports (`weft bench --connect deploy/connection.yaml`, both organisations endorsing), then
 #      checks that every node reached the same block height;
 #   6. tears everything down (compose down -v, dockerd stopped, its folders
 #      removed), on success and on failure alike.
@@ -25,9 +25,10 @@
 # It is also the client that runs the workload on the host.
 #
 # Environment:
-#   WEFT_TRANSACTIONS   transfers in the workload (default 2000)
-#   WEFT_CONCURRENCY    account pairs transferring at once (default 500: a
-#                       block of the channel's 500 transactions can fill)
+#   WEFT_DURATION       how long the workload runs (default 8s)
+#   WEFT_CLIENTS        clients transferring at once (default 500: a block
+#                       of the channel's 500 transactions can fill before
+#                       its 2 s batch timeout)
 #   WEFT_ORDERER_CPUS   CPU limit of each orderer container (default 0.5)
 #   WEFT_PEER_CPUS      CPU limit of each peer container (default 0.5)
 #   WEFT_CACHE          where the base image's root tarball is kept
@@ -77,8 +78,8 @@ if [[ $(id -u) -ne 0 ]]; then
   die "run as root: the script installs packages and starts dockerd"
 fi
 
-transactions=${WEFT_TRANSACTIONS:-2000}
-concurrency=${WEFT_CONCURRENCY:-500}
+duration=${WEFT_DURATION:-8s}
+clients=${WEFT_CLIENTS:-500}
 cache=${WEFT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/weft}
 mirror=${WEFT_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 pool=${WEFT_DOCKER_POOL:-10.213.0.0/16}
@@ -304,10 +305,10 @@ for node in "${nodes[@]}"; do
 done
 
 # ------------------------------------------------------------- workload ----
-step "workload: weft bench network from the host, org1 and org2 endorsing"
-"$weft" bench network --orderer 127.0.0.1:7050 --peers 127.0.0.1:7051,127.0.0.1:9051 \
-  --crypto "$WEFT_MATERIAL/crypto" --channel mychannel \
-  --transactions "$transactions" --concurrency "$concurrency" | tee "$work/bench.out"
+step "workload: weft bench from the host (deploy/connection.yaml), org1 and org2 endorsing"
+cp deploy/connection.yaml "$WEFT_MATERIAL/connection.yaml"
+"$weft" bench --connect "$WEFT_MATERIAL/connection.yaml" --workload transfer \
+  --duration "$duration" --clients "$clients" --json "$work/bench.json" | tee "$work/bench.out"
 last=$(tail -n1 "$work/bench.out")
 [[ $last == committed* ]] || die "the workload's last line is not its result: $last"
 

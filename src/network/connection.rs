@@ -3,7 +3,9 @@
 //! orderer's endpoint, each organisation's MSP ID, a user's certificate and
 //! key, the TLS CA certificates), in YAML. `weft bench --connect` reads it.
 //!
-//! Paths are absolute, so the file works from any directory.
+//! `weft network up` writes absolute paths, so that the file works from any
+//! directory; a relative path in a hand-written file is taken relative to
+//! the file's folder.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -72,10 +74,11 @@ impl ConnectionFile {
     pub fn load(path: &Path) -> Result<Self> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let file: Self = serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(
+        let mut file: Self = serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(
             &text,
         ))
         .map_err(|error| anyhow!("{}: {}: {}", path.display(), error.path(), error.inner()))?;
+        file.resolve_paths(path.parent().unwrap_or(Path::new(".")));
         if file.organizations.is_empty() || file.orderers.is_empty() {
             bail!("{}: names no organizations or no orderers", path.display());
         }
@@ -89,6 +92,22 @@ impl ConnectionFile {
             }
         }
         Ok(file)
+    }
+
+    fn resolve_paths(&mut self, folder: &Path) {
+        let resolve = |path: &mut PathBuf| *path = crate::settings::resolve(folder, path);
+        for organization in &mut self.organizations {
+            for peer in &mut organization.peers {
+                resolve(&mut peer.tls_ca_cert);
+            }
+            for user in [&mut organization.user, &mut organization.admin] {
+                resolve(&mut user.certificate);
+                resolve(&mut user.private_key);
+            }
+        }
+        for orderer in &mut self.orderers {
+            resolve(&mut orderer.tls_ca_cert);
+        }
     }
 
     /// Writes the file, with a comment saying what it is.
