@@ -219,6 +219,7 @@ pub struct Network {
     pub plan: Plan,
     /// Orderers first, then peers, in start order.
     nodes: Vec<RunningNode>,
+    in_process: bool,
 }
 
 impl Network {
@@ -241,8 +242,9 @@ impl Network {
             dir,
             plan,
             nodes: Vec::new(),
+            in_process: args.in_process,
         };
-        network.start(args.in_process)?;
+        network.start()?;
         network.deploy_builtins()?;
         network
             .plan
@@ -251,8 +253,8 @@ impl Network {
         Ok(network)
     }
 
-    fn start(&mut self, in_process: bool) -> Result<()> {
-        let spawn = if in_process {
+    fn start(&mut self) -> Result<()> {
+        let spawn = if self.in_process {
             RunningNode::spawn_thread
         } else {
             RunningNode::spawn_process
@@ -366,7 +368,11 @@ impl Network {
                 peer.name, peer.msp_id, peer.grpc, peer.operations
             );
         }
-        println!("  logs: {}/<node>/node.log", self.dir.display());
+        if self.in_process {
+            println!("  logs: standard error (every node runs in this process)");
+        } else {
+            println!("  logs: {}/<node>/node.log", self.dir.display());
+        }
         println!("  connection file: {}", self.connection_file().display());
         println!("Ctrl-C stops the network");
     }
