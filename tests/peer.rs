@@ -576,8 +576,8 @@ async fn weft_chaincode_deploy_agrees_a_definition_whose_policy_every_peer_enfor
         "{stdout}{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(stdout.contains("org1 approved in block 2"), "{stdout}");
-    assert!(stdout.contains("org2 approved in block 3"), "{stdout}");
+    assert!(stdout.contains("org1 approved kv in block 2"), "{stdout}");
+    assert!(stdout.contains("org2 approved kv in block 3"), "{stdout}");
     assert!(
         stdout
             .contains("chaincode kv version 1.0 sequence 1 committed on channel ledger in block 4"),
