@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use prost::Message;
 
+use layout::BUILTIN_CHAINCODES;
 pub use layout::Plan;
-use layout::{BUILTIN_CHAINCODES, PeerNode};
 use nodes::{Role, RunningNode};
 
 /// The file in the data directory that holds the network's [`Plan`].
@@ -227,17 +227,19 @@ impl Network {
     /// and defines the built-in chaincodes not yet defined.
     pub fn up(args: &UpArgs) -> Result<Self> {
         let plan_path = args.dir.join(PLAN_FILE);
-        if plan_path.exists() {
+        let plan = if plan_path.exists() {
             let plan = Plan::load(&plan_path)?;
             args.check_against(&plan, &args.dir)?;
             println!("resuming the network in {}", args.dir.display());
+            plan
         } else {
-            create(&args.dir, &args.new_plan())?;
+            let plan = args.new_plan();
+            create(&args.dir, &plan)?;
             println!("created a network in {}", args.dir.display());
-        }
+            plan
+        };
         let dir = std::fs::canonicalize(&args.dir)
             .with_context(|| format!("locating {}", args.dir.display()))?;
-        let plan = Plan::load(&plan_path)?;
         let mut network = Self {
             dir,
             plan,
@@ -327,7 +329,9 @@ impl Network {
             .enable_all()
             .build()?;
         for name in pending {
-            let approvers = first_peer_of_each_org(&peers)
+            let approvers = peers
+                .iter()
+                .filter(|peer| peer.is_first)
                 .map(|peer| crate::chaincode::Approver::from_crypto(&crypto, &peer.org, peer.grpc))
                 .collect::<Result<Vec<_>>>()?;
             let deployment = crate::chaincode::Deployment {
@@ -407,10 +411,6 @@ impl Network {
         }
         first_error.map_or(Ok(()), Err)
     }
-}
-
-fn first_peer_of_each_org(peers: &[PeerNode]) -> impl Iterator<Item = &PeerNode> {
-    peers.iter().filter(|peer| peer.name.starts_with("peer0."))
 }
 
 /// Generates a network's files into a temporary folder beside `dir`, then

@@ -394,27 +394,21 @@ fn weft_network_up_serves_fabric_clients_stops_on_ctrl_c_and_resumes() {
     );
 
     // `weft bench --connect` drives the network with the transfer workload.
-    let json = dir.path().join("transfer.json");
-    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args(["bench", "--duration", "3s", "--clients", "8", "--connect"])
-        .arg(&connection_path)
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
+    let (last, results) = bench(
+        dir.path(),
+        &[
+            "--duration",
+            "3s",
+            "--clients",
+            "8",
+            "--connect",
+            connection_path.to_str().unwrap(),
+        ],
     );
-    let last = stdout.lines().last().unwrap();
     assert!(
         last.starts_with("committed ") && last.contains(" tx/s, p50 "),
-        "{stdout}"
+        "{last}"
     );
-    let results: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let committed = results["committed"].as_u64().unwrap();
     assert!(committed > 0, "{results}");
     assert_eq!(results["valid"].as_u64().unwrap(), committed, "{results}");
@@ -473,24 +467,10 @@ fn weft_bench_runs_the_papers_workloads_with_no_failures() {
     );
     let connection = dir.path().join("net/connection.yaml");
     let run = |workload: &str, extra: &[&str]| -> serde_json::Value {
-        let json = dir.path().join(format!("{workload}.json"));
-        let output = Command::new(env!("CARGO_BIN_EXE_weft"))
-            .args(["bench", "--workload", workload, "--duration", "2s"])
-            .args(extra)
-            .arg("--connect")
-            .arg(&connection)
-            .arg("--json")
-            .arg(&json)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "{workload}: {stdout}{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let results: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let mut args = vec!["--workload", workload, "--duration", "2s"];
+        args.extend_from_slice(extra);
+        args.extend(["--connect", connection.to_str().unwrap()]);
+        let (_, results) = bench(dir.path(), &args);
         assert!(
             results["committed"].as_u64().unwrap() > 0,
             "{workload}: {results}"

@@ -1276,7 +1276,11 @@ async fn config_updates_change_the_batch_size_and_add_an_organisation() {
             .all(|(status, _)| *status == Status::Success),
         "{responses:?}"
     );
-    // The same batch size update again: its read set is stale now.
+    // The same batch size update again, once both config blocks are
+    // written: its read set is stale against the config in force. (Sent
+    // before then, it would pass the broadcast check and be dropped only
+    // when re-validated at ordering, as in Fabric.)
+    deliver_until(&mut client, &network.org1_peer, 1, 2).await;
     let stale = config_update_envelope(&batch_update, &[&orderer_admin], &orderer_admin);
     let responses = broadcast(
         &mut client,
@@ -1288,7 +1292,6 @@ async fn config_updates_change_the_batch_size_and_add_an_organisation() {
     // Org3's members may transact once its config block is written (a
     // Broadcast is checked against the configuration in force, as in
     // Fabric).
-    deliver_until(&mut client, &network.org1_peer, 1, 2).await;
     let mut txs: Vec<(Envelope, Expected)> = (0..7)
         .map(|index| {
             let (tx_id, envelope) =

@@ -55,49 +55,39 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 const PREPARE_KEYS_PER_TX: u64 = 100;
 
 /// The workloads of the papers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Workload {
     /// FastFabric: move money between two accounts, 2.9 KB transactions.
     #[value(name = "transfer")]
-    #[serde(rename = "transfer")]
     Transfer,
     /// Thakkar: write 1 new key (20-byte value).
     #[value(name = "1w")]
-    #[serde(rename = "1w")]
     Write1,
     /// Thakkar: write 3 new keys.
     #[value(name = "3w")]
-    #[serde(rename = "3w")]
     Write3,
     /// Thakkar: write 5 new keys.
     #[value(name = "5w")]
-    #[serde(rename = "5w")]
     Write5,
     /// Thakkar: read and write 1 key of the client's own.
     #[value(name = "1rw")]
-    #[serde(rename = "1rw")]
     ReadWrite1,
     /// Thakkar: read and write 3 keys.
     #[value(name = "3rw")]
-    #[serde(rename = "3rw")]
     ReadWrite3,
     /// Thakkar: read and write 5 keys.
     #[value(name = "5rw")]
-    #[serde(rename = "5rw")]
     ReadWrite5,
     /// StreamChain: 10% reads of a key, 90% inserts of 1 KB values.
     #[value(name = "read-insert")]
-    #[serde(rename = "read-insert")]
     ReadInsert,
     /// StreamChain's goodput experiment: 50% reads, 50% updates of keys
     /// drawn from `--keys` shared keys (conflicts grow as keys shrink).
     #[value(name = "read-update")]
-    #[serde(rename = "read-update")]
     ReadUpdate,
     /// Caliper's smallbank: random deposits, checks, savings transactions,
     /// payments and queries on each client's two customers.
     #[value(name = "smallbank")]
-    #[serde(rename = "smallbank")]
     Smallbank,
 }
 
@@ -110,10 +100,10 @@ impl Workload {
         }
     }
 
+    /// The name `--workload` takes.
     fn name(self) -> String {
-        serde_json::to_value(self)
-            .ok()
-            .and_then(|value| value.as_str().map(str::to_owned))
+        clap::ValueEnum::to_possible_value(&self)
+            .map(|value| value.get_name().to_owned())
             .unwrap_or_default()
     }
 }
@@ -197,14 +187,13 @@ pub fn run(args: &LoadArgs) -> Result<()> {
         bail!("--keys must be at least 1");
     }
     let work_dir = super::WorkDir::new(args.network.dir.as_deref())?;
-    let network = match &args.connect {
-        Some(_) => None,
-        None => Some(start_network(&args.network, work_dir.path())?),
-    };
-    let connection_path = match (&args.connect, &network) {
-        (Some(path), _) => path.clone(),
-        (None, Some(network)) => network.connection_file(),
-        (None, None) => unreachable!("a network was started"),
+    let (network, connection_path) = match &args.connect {
+        Some(path) => (None, path.clone()),
+        None => {
+            let network = start_network(&args.network, work_dir.path())?;
+            let path = network.connection_file();
+            (Some(network), path)
+        }
     };
     let connection = ConnectionFile::load(&connection_path)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -1095,6 +1084,7 @@ impl Results {
         let total = |pick: fn(&TxRecord) -> Duration| -> Vec<Duration> {
             in_window.iter().map(|record| pick(record)).collect()
         };
+        let latencies = total(|r| r.endorse + r.broadcast + r.commit);
         // Metrics cover every transaction of the window and the drain.
         let all_committed = records.len().max(1) as f64;
         let per_tx_peer =
@@ -1124,7 +1114,7 @@ impl Results {
             valid,
             throughput: committed as f64 / seconds,
             goodput: valid as f64 / seconds,
-            latency_ms: Percentiles::of(total(|r| r.endorse + r.broadcast + r.commit)),
+            latency_ms: Percentiles::of(latencies.clone()),
             endorse_ms: Percentiles::of(total(|r| r.endorse)),
             broadcast_ms: Percentiles::of(total(|r| r.broadcast)),
             order_and_commit_ms: Percentiles::of(total(|r| r.commit)),
@@ -1138,7 +1128,7 @@ impl Results {
             codes,
             failures,
             dropped_arrivals: dropped,
-            latencies: total(|r| r.endorse + r.broadcast + r.commit),
+            latencies,
         }
     }
 

@@ -69,6 +69,9 @@ pub struct PeerNode {
     pub name: String,
     pub grpc: SocketAddr,
     pub operations: SocketAddr,
+    /// The organisation's first peer: it approves chaincode definitions
+    /// and other organisations' Gateways ask it to endorse.
+    pub is_first: bool,
 }
 
 fn loopback(port: u32) -> Result<SocketAddr> {
@@ -131,6 +134,7 @@ impl Plan {
                     name: format!("peer{index}.{org}.example.com"),
                     grpc: loopback(grpc)?,
                     operations: loopback(grpc + 1)?,
+                    is_first: index == 0,
                     org: org.clone(),
                 });
             }
@@ -323,7 +327,7 @@ impl Plan {
         );
         // The Gateway asks one peer of each other organisation.
         for other in self.peer_nodes()? {
-            if other.org != peer.org && other.name.starts_with("peer0.") {
+            if other.org != peer.org && other.is_first {
                 let _ = writeln!(
                     text,
                     "    - {{mspId: {}, address: {}}}",

@@ -343,38 +343,63 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_panicking_chaincode_is_an_error_response_and_the_endorser_goes_on() {
-        let dir = tempfile::tempdir().unwrap();
-        let org = TestOrg::new("Org1MSP");
-        let client = org.signer(NodeRole::Client);
-        let channel = OneOrg {
-            msps: MspManager::new([org.msp()]),
-            state: MemoryState::open(&dir.path().join("state"), MemoryOptions::default()).unwrap(),
-            blocks: Arc::new(
-                BlockStore::open(&StoreConfig::new(dir.path().join("blocks"))).unwrap(),
-            ),
-            committed: tokio::sync::watch::Sender::new(0),
-        };
-        let mut chaincodes: Vec<(String, Arc<dyn Chaincode>)> = builtins()
-            .into_iter()
-            .map(|(name, chaincode)| (name.to_owned(), chaincode))
-            .collect();
-        chaincodes.push(("buggy".to_owned(), Arc::new(Panics)));
-        let endorser = Endorser::new(Arc::new(org.signer(NodeRole::Peer)), chaincodes);
-        endorser.join("ch", Arc::new(channel));
-        let propose = |function: &str| {
+    /// An endorser with the built-in chaincodes and `extra`, joined to a
+    /// [`OneOrg`] channel "ch", and a client of that organisation.
+    struct Harness {
+        _dir: tempfile::TempDir,
+        client: weft_msp::Signer,
+        endorser: Endorser,
+    }
+
+    impl Harness {
+        fn new(extra: Vec<(String, Arc<dyn Chaincode>)>) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let org = TestOrg::new("Org1MSP");
+            let channel = OneOrg {
+                msps: MspManager::new([org.msp()]),
+                state: MemoryState::open(&dir.path().join("state"), MemoryOptions::default())
+                    .unwrap(),
+                blocks: Arc::new(
+                    BlockStore::open(&StoreConfig::new(dir.path().join("blocks"))).unwrap(),
+                ),
+                committed: tokio::sync::watch::Sender::new(0),
+            };
+            let chaincodes: Vec<(String, Arc<dyn Chaincode>)> = builtins()
+                .into_iter()
+                .map(|(name, chaincode)| (name.to_owned(), chaincode))
+                .chain(extra)
+                .collect();
+            let endorser = Endorser::new(Arc::new(org.signer(NodeRole::Peer)), chaincodes);
+            endorser.join("ch", Arc::new(channel));
+            Self {
+                _dir: dir,
+                client: org.signer(NodeRole::Client),
+                endorser,
+            }
+        }
+
+        /// The endorser's answer to a signed proposal invoking `chaincode`.
+        fn propose(&self, chaincode: &str, args: &[&str]) -> ProposalResponse {
             let invocation = Invocation {
                 channel_id: "ch",
-                chaincode: "buggy",
-                args: vec![Bytes::from(function.to_owned())],
-                nonce: client.new_nonce().unwrap(),
+                chaincode,
+                args: args
+                    .iter()
+                    .map(|arg| Bytes::from(arg.to_string()))
+                    .collect(),
+                nonce: self.client.new_nonce().unwrap(),
                 timestamp_seconds: weft_msp::now(),
             };
-            let proposal = Proposal::new(&invocation, client.serialized_identity().clone());
-            endorser.process_proposal(&proposal.signed(&client).unwrap())
-        };
-        let panicked = propose("panic");
+            let proposal = Proposal::new(&invocation, self.client.serialized_identity().clone());
+            self.endorser
+                .process_proposal(&proposal.signed(&self.client).unwrap())
+        }
+    }
+
+    #[test]
+    fn a_panicking_chaincode_is_an_error_response_and_the_endorser_goes_on() {
+        let harness = Harness::new(vec![("buggy".to_owned(), Arc::new(Panics))]);
+        let panicked = harness.propose("buggy", &["panic"]);
         let answer = panicked.response.unwrap();
         assert_eq!(answer.status, 500);
         assert!(
@@ -383,41 +408,16 @@ mod tests {
             answer.message
         );
         assert!(panicked.endorsement.is_none());
-        let fine = propose("work");
+        let fine = harness.propose("buggy", &["work"]);
         assert_eq!(fine.response.unwrap().payload, &b"fine"[..]);
         assert!(fine.endorsement.is_some());
     }
 
     #[test]
     fn kv_writes_key_value_pairs_and_updates_keys_it_reads() {
-        let dir = tempfile::tempdir().unwrap();
-        let org = TestOrg::new("Org1MSP");
-        let client = org.signer(NodeRole::Client);
-        let channel = OneOrg {
-            msps: MspManager::new([org.msp()]),
-            state: MemoryState::open(&dir.path().join("state"), MemoryOptions::default()).unwrap(),
-            blocks: Arc::new(
-                BlockStore::open(&StoreConfig::new(dir.path().join("blocks"))).unwrap(),
-            ),
-            committed: tokio::sync::watch::Sender::new(0),
-        };
-        let chaincodes: Vec<(String, Arc<dyn Chaincode>)> = builtins()
-            .into_iter()
-            .map(|(name, chaincode)| (name.to_owned(), chaincode))
-            .collect();
-        let endorser = Endorser::new(Arc::new(org.signer(NodeRole::Peer)), chaincodes);
-        endorser.join("ch", Arc::new(channel));
+        let harness = Harness::new(Vec::new());
         let propose = |chaincode: &str, args: &[&str]| {
-            let invocation = Invocation {
-                channel_id: "ch",
-                chaincode,
-                args: args.iter().map(|a| Bytes::from(a.to_string())).collect(),
-                nonce: client.new_nonce().unwrap(),
-                timestamp_seconds: weft_msp::now(),
-            };
-            let proposal = Proposal::new(&invocation, client.serialized_identity().clone());
-            let response = endorser.process_proposal(&proposal.signed(&client).unwrap());
-            let answer = response.response.unwrap();
+            let answer = harness.propose(chaincode, args).response.unwrap();
             (answer.status, answer.message)
         };
         let ok = |(status, message): (i32, String)| assert_eq!(status, 200, "{message}");
