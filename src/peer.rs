@@ -24,8 +24,8 @@ use prost::Message;
 use tokio::sync::watch;
 use tonic::transport::server::TcpIncoming;
 use weft_ledger::{BlockStore, StoreConfig};
-use weft_msp::Signer;
 use weft_msp::UnixTime;
+use weft_msp::{RememberingSigner, Signer, own};
 use weft_peer_committer::{
     BlockSource, ChannelCommitter, ChannelHandle, Channels, CommitterMetrics, DeliverService,
     Intake, IntakeConfig,
@@ -117,11 +117,17 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         },
     };
     let endorser_metrics = EndorserMetrics::register(&registry).context("registering metrics")?;
-    let endorser =
-        Arc::new(Endorser::new(signer.clone(), chaincodes(&config)).with_metrics(endorser_metrics));
+    let endorsement_signer = RememberingSigner::new(signer.clone(), own::DEFAULT_CAPACITY);
+    let endorser = Arc::new(
+        Endorser::new(Arc::new(endorsement_signer.clone()), chaincodes(&config))
+            .with_metrics(endorser_metrics),
+    );
     let mut intakes = Vec::new();
     for channel in &config.channels {
-        let committer = open_channel(&config, &channel.genesis_block)?;
+        let mut committer = open_channel(&config, &channel.genesis_block)?;
+        if config.committer.recognise_own_endorsements {
+            committer.recognise_own_signatures(endorsement_signer.memory().clone());
+        }
         let channel_id = committer.channel_id().to_owned();
         tracing::info!(channel = %channel_id, height = committer.height(), "channel opened");
         channels.insert(&channel_id, committer.handle());

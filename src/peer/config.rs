@@ -125,6 +125,9 @@ pub struct CommitterSection {
     pub validation_threads: usize,
     pub queue_blocks: usize,
     pub reconnect_backoff_max: GoDuration,
+    /// Recognise this peer's own endorsements by their bytes instead of
+    /// verifying them again.
+    pub recognise_own_endorsements: bool,
 }
 
 impl Default for CommitterSection {
@@ -136,6 +139,7 @@ impl Default for CommitterSection {
             validation_threads: 0,
             queue_blocks: 64,
             reconnect_backoff_max: GoDuration(std::time::Duration::from_secs(10)),
+            recognise_own_endorsements: true,
         }
     }
 }

@@ -19,6 +19,8 @@
 //! - [`folder`] reads an MSP folder in Fabric's layout (`cacerts`,
 //!   `signcerts`, `keystore`, `config.yaml`, …). It is the only module that
 //!   touches the file system; everything else is pure.
+//! - [`own`] remembers the signatures a node made, so that a peer's
+//!   committer recognises its own endorsements instead of verifying them.
 //!
 //! Start with [`MspManager::deserialize`] and [`Identity::verify`].
 
@@ -30,6 +32,7 @@ pub mod folder;
 mod identity;
 mod manager;
 mod msp;
+pub mod own;
 mod signer;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -42,6 +45,7 @@ pub use error::{IdentityError, MspError, SignatureError};
 pub use identity::{Identity, NodeRole};
 pub use manager::MspManager;
 pub use msp::Msp;
+pub use own::{OwnSignatures, RememberingSigner};
 pub use signer::Signer;
 
 /// Seconds since the Unix epoch. Validation takes the time as an argument so

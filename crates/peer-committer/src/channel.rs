@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use weft_msp::MspManager;
+use weft_msp::{Identity, MspManager, OwnSignatures};
 use weft_policy::{ChannelAuthority, PolicyTree, Signatory, SignaturePolicy};
 use weft_protos::common::Config;
 
@@ -23,6 +23,9 @@ pub struct ChannelContext {
     pub definitions: Arc<ChaincodeDefinitions>,
     /// Application organisations: MSP ID → config group name.
     application_orgs: Arc<BTreeMap<String, String>>,
+    /// The endorsements this peer signed recently: recognised by their
+    /// bytes instead of verified (see `weft_msp::own`).
+    own_signatures: Option<Arc<OwnSignatures>>,
 }
 
 impl std::fmt::Debug for ChannelContext {
@@ -53,7 +56,33 @@ impl ChannelContext {
             policies: Arc::new(policies),
             definitions: Arc::new(ChaincodeDefinitions::default()),
             application_orgs: Arc::new(application_orgs),
+            own_signatures: None,
         })
+    }
+
+    /// `self`'s successor after a config block: `config`'s context, with
+    /// the chaincode definitions and own signatures of `self`.
+    pub fn reconfigured(&self, block: u64, config: &Config) -> Result<Self> {
+        let mut next = Self::from_config(&self.channel_id, block, config)?;
+        next.definitions = self.definitions.clone();
+        next.own_signatures = self.own_signatures.clone();
+        Ok(next)
+    }
+
+    /// This context recognising the signatures in `own` as good.
+    pub fn with_own_signatures(&self, own: Arc<OwnSignatures>) -> Self {
+        let mut context = self.with_definitions(self.definitions.clone());
+        context.own_signatures = Some(own);
+        context
+    }
+
+    /// Whether `identity`'s `signature` over `data` holds: recognised as
+    /// one of this peer's own, else verified.
+    pub fn signature_holds(&self, identity: &Identity, data: &[u8], signature: &[u8]) -> bool {
+        self.own_signatures
+            .as_ref()
+            .is_some_and(|own| own.recognises(identity, data, signature))
+            || identity.verify(data, signature).is_ok()
     }
 
     /// This context with `definitions` in force; the MSPs and their cache
@@ -65,6 +94,7 @@ impl ChannelContext {
             policies: self.policies.clone(),
             definitions,
             application_orgs: self.application_orgs.clone(),
+            own_signatures: self.own_signatures.clone(),
         }
     }
 

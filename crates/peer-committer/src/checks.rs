@@ -16,7 +16,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use weft_msp::{Identity, UnixTime};
-use weft_policy::{SignedData, valid_identities};
+use weft_policy::{SignedData, valid_identities_checked_by};
 use weft_protos::view::{DecodedBlock, EndorsedAction, EndorserTransaction, TxBody, TxEnvelope};
 use weft_protos::{DecodeError, Layer};
 
@@ -192,7 +192,9 @@ fn verified_endorsers(
             }
         })
         .collect();
-    valid_identities(&signed, &context.msps, now)
+    valid_identities_checked_by(&signed, &context.msps, now, |identity, signed| {
+        context.signature_holds(identity, &signed.data, &signed.signature)
+    })
 }
 
 /// Fabric's proposal hash of a transaction action: SHA-256 over the channel

@@ -205,6 +205,14 @@ impl ChannelCommitter {
         &self.context
     }
 
+    /// Recognises the signatures in `own` (the endorsements this peer
+    /// signed) by their bytes instead of verifying them, from the next
+    /// block on. Verdicts do not change.
+    pub fn recognise_own_signatures(&mut self, own: Arc<weft_msp::OwnSignatures>) {
+        self.context = Arc::new(self.context.with_own_signatures(own));
+        *self.published.write() = self.context.clone();
+    }
+
     /// What the peer's services need to serve this channel: its block store
     /// and its current configuration, kept up to date by this committer.
     pub fn handle(&self) -> crate::ChannelHandle {
@@ -438,8 +446,7 @@ impl ChannelCommitter {
         );
         let reconfigured = new_config.is_some();
         if let Some(config) = new_config {
-            let context = ChannelContext::from_config(&self.channel_id, number, &config)?;
-            self.context = Arc::new(context.with_definitions(self.context.definitions.clone()));
+            self.context = Arc::new(self.context.reconfigured(number, &config)?);
         }
         let redefined = decoded
             .transactions

@@ -228,8 +228,56 @@ fn tampered_transactions_get_fabrics_codes() {
         (Bytes::new(), TxValidationCode::NilEnvelope),
     ];
     let (envelopes, expected): (Vec<Bytes>, Vec<TxValidationCode>) = cases.into_iter().unzip();
-    let codes = check_block(&with_envelopes(&template, envelopes), &context, now());
+    let block = with_envelopes(&template, envelopes);
+    let codes = check_block(&block, &context, now());
     assert_eq!(codes, expected);
+
+    // A peer that endorsed the original (peer0.org1, whose key signed its
+    // endorsement) recognises that signature wherever it comes back over
+    // the same bytes, and reaches the same verdict on every case: a
+    // remembered signature over a changed result is still a failure.
+    let own = endorser_memory(&original);
+    let recognising = context.with_own_signatures(own.clone());
+    assert_eq!(check_block(&block, &recognising, now()), expected);
+    // Only the original reaches the endorsement check with the endorsed
+    // bytes unchanged.
+    assert_eq!(own.recognised(), 1);
+}
+
+/// The memory of peer0.org1 after it endorsed the transaction `envelope`:
+/// its signatures over the endorsed bytes.
+fn endorser_memory(envelope: &Bytes) -> std::sync::Arc<weft_msp::OwnSignatures> {
+    let dir = fixtures()
+        .join("crypto/peerOrganizations/org1.example.com/peers/peer0.org1.example.com/msp");
+    let peer = weft_msp::folder::load(&dir, "Org1MSP")
+        .unwrap()
+        .signer
+        .unwrap();
+    let own = std::sync::Arc::new(weft_msp::OwnSignatures::new(&peer, 16));
+    let decoded = decoded(Block {
+        data: Some(weft_protos::common::BlockData {
+            data: vec![envelope.clone()],
+        }),
+        ..block("ch10-block-3.block")
+    });
+    let Ok(transaction) = &decoded.transactions[0] else {
+        panic!("the envelope decodes")
+    };
+    let TxBody::Endorser(endorser) = &transaction.body else {
+        panic!("an endorser transaction")
+    };
+    let action = &endorser.actions[0];
+    let mut remembered = 0;
+    for endorsement in &action.endorsements {
+        if endorsement.endorser == *peer.serialized_identity() {
+            let mut message = action.proposal_response_payload_bytes.to_vec();
+            message.extend_from_slice(&endorsement.endorser);
+            own.remember(&message, &endorsement.signature);
+            remembered += 1;
+        }
+    }
+    assert_eq!(remembered, 1, "peer0.org1 endorsed the transaction");
+    own
 }
 
 #[test]

@@ -33,5 +33,8 @@ mod tree;
 pub use channel::{ChannelAuthority, ConfigError};
 pub use error::{ParseError, PolicyError};
 pub use plan::smallest_satisfying;
-pub use signature::{PeerOf, Principal, Signatory, SignaturePolicy, SignedData, valid_identities};
+pub use signature::{
+    PeerOf, Principal, Signatory, SignaturePolicy, SignedData, valid_identities,
+    valid_identities_checked_by,
+};
 pub use tree::{Policy, PolicyTree};

@@ -188,6 +188,21 @@ pub fn valid_identities(
     msps: &MspManager,
     now: UnixTime,
 ) -> Vec<Arc<Identity>> {
+    valid_identities_checked_by(signatures, msps, now, |identity, signed| {
+        identity.verify(&signed.data, &signed.signature).is_ok()
+    })
+}
+
+/// [`valid_identities`], with `signature_holds` deciding whether an
+/// identity's signature is good: a caller may recognise signatures it
+/// knows to be good (`weft_msp::OwnSignatures`) before verifying the rest.
+/// It must answer as verification would.
+pub fn valid_identities_checked_by(
+    signatures: &[SignedData],
+    msps: &MspManager,
+    now: UnixTime,
+    signature_holds: impl Fn(&Identity, &SignedData) -> bool,
+) -> Vec<Arc<Identity>> {
     let mut identities: Vec<Arc<Identity>> = Vec::with_capacity(signatures.len());
     for signed in signatures {
         let Ok(identity) = msps.deserialize(&signed.identity, now) else {
@@ -197,7 +212,7 @@ pub fn valid_identities(
             other.msp_id() == identity.msp_id()
                 && other.certificate().der() == identity.certificate().der()
         });
-        if seen || identity.verify(&signed.data, &signed.signature).is_err() {
+        if seen || !signature_holds(&identity, signed) {
             continue;
         }
         identities.push(identity);
