@@ -349,9 +349,15 @@ pub fn http_get(address: SocketAddr, path: &str) -> Result<String> {
 
 /// The sum of every series of metric `name` in Prometheus text format.
 pub fn metric_sum(text: &str, name: &str) -> f64 {
+    metric_values(text, name).sum()
+}
+
+/// The value of each series of metric `name` (one per label set) in a
+/// Prometheus text exposition.
+pub fn metric_values<'a>(text: &'a str, name: &'a str) -> impl Iterator<Item = f64> + 'a {
     text.lines()
         .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| {
+        .filter_map(move |line| {
             let rest = line.strip_prefix(name)?;
             let value = if rest.starts_with('{') {
                 rest.rsplit_once(' ')?.1
@@ -360,7 +366,6 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
             };
             value.trim().parse::<f64>().ok()
         })
-        .sum()
 }
 
 /// The `q`-quantile (0..=1) of sorted `values`, nearest rank.

@@ -40,7 +40,7 @@ enum Command {
     Network(NetworkCommand),
     /// Measure weft: a Fabric client's load against a network (its own,
     /// or --connect FILE), or one component (subcommands).
-    Bench(BenchArgs),
+    Bench(Box<BenchArgs>),
 }
 
 #[derive(Debug, Subcommand)]
@@ -173,10 +173,10 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Orderer(OrdererCommand::Start { config }) => crate::orderer::start(&config),
         Command::Network(NetworkCommand::Up(args)) => crate::network::up(&args),
         Command::Chaincode(ChaincodeCommand::Deploy(args)) => crate::chaincode::deploy(&args),
-        Command::Bench(bench) => match bench.component {
-            Some(BenchCommand::Committer(args)) => crate::bench::committer::run(&args),
-            Some(BenchCommand::Orderer(args)) => crate::bench::orderer::run(&args),
-            Some(BenchCommand::Endorser(args)) => crate::bench::endorser::run(&args),
+        Command::Bench(bench) => match &bench.component {
+            Some(BenchCommand::Committer(args)) => crate::bench::committer::run(args),
+            Some(BenchCommand::Orderer(args)) => crate::bench::orderer::run(args),
+            Some(BenchCommand::Endorser(args)) => crate::bench::endorser::run(args),
             None => crate::bench::load::run(&bench.load),
         },
     }

@@ -57,11 +57,17 @@ pub struct UpArgs {
     /// 7060, ..., peer0.org1 on 7051, peer0.org2 on 9051.
     #[arg(long)]
     pub base_port: Option<u16>,
-    /// The channel's name [default: mychannel].
+    /// The channel's name [default: mychannel]; further channels are
+    /// named with 2, 3, ... appended.
     #[arg(long)]
     pub channel: Option<String>,
-    /// The built-in chaincodes' endorsement policy, in Fabric's language
-    /// [default: "OR('Org1MSP.peer','Org2MSP.peer')": any one
+    /// Channels, each with its own orderer chain, ledgers and chaincode
+    /// definitions, every peer joined to all [default: 1].
+    #[arg(long)]
+    pub channels: Option<usize>,
+    /// The built-in chaincodes' endorsement policy, in Fabric's language,
+    /// or a preset of Thakkar et al.'s Table III over the organisations'
+    /// peers: any, all, outof-K, and-or-K [default: any: any one
     /// organisation's peer].
     #[arg(long)]
     pub policy: Option<String>,
@@ -79,29 +85,26 @@ pub struct UpArgs {
 
 impl UpArgs {
     /// The plan of a new network with these options.
-    fn new_plan(&self) -> Plan {
-        Plan {
+    fn new_plan(&self) -> Result<Plan> {
+        let organisations = self.orgs.unwrap_or(2);
+        Ok(Plan {
             channel: self
                 .channel
                 .clone()
                 .unwrap_or_else(|| "mychannel".to_owned()),
+            channels: self.channels.unwrap_or(1),
             orderers: self.orderers.unwrap_or(3),
-            organisations: self.orgs.unwrap_or(2),
+            organisations,
             peers_per_org: self.peers_per_org.unwrap_or(1),
             base_port: self.base_port.unwrap_or(7050),
-            policy: self.policy.clone().unwrap_or_else(|| {
-                let peers: Vec<String> = (1..=self.orgs.unwrap_or(2))
-                    .map(|org| format!("'Org{org}MSP.peer'"))
-                    .collect();
-                format!("OR({})", peers.join(","))
-            }),
+            policy: layout::expand_policy(self.policy.as_deref().unwrap_or("any"), organisations)?,
             batch_timeout: self
                 .batch_timeout
                 .clone()
                 .unwrap_or_else(|| "10ms".to_owned()),
             block_size: self.block_size.unwrap_or(500),
             deployed: Vec::new(),
-        }
+        })
     }
 
     /// Refuses options that contradict the saved plan of a network.
@@ -135,7 +138,19 @@ impl UpArgs {
                 plan.base_port.to_string(),
             ),
             ("--channel", self.channel.clone(), plan.channel.clone()),
-            ("--policy", self.policy.clone(), plan.policy.clone()),
+            (
+                "--channels",
+                self.channels.map(|v| v.to_string()),
+                plan.channels.to_string(),
+            ),
+            (
+                "--policy",
+                self.policy
+                    .as_deref()
+                    .map(|policy| layout::expand_policy(policy, plan.organisations))
+                    .transpose()?,
+                plan.policy.clone(),
+            ),
             (
                 "--batch-timeout",
                 self.batch_timeout.clone(),
@@ -200,7 +215,7 @@ pub fn free_base_port(args: &UpArgs) -> Result<u16> {
     for base in (17_050..=47_050).step_by(3_000) {
         let plan = Plan {
             base_port: base,
-            ..args.new_plan()
+            ..args.new_plan()?
         };
         if plan
             .ports()?
@@ -233,7 +248,7 @@ impl Network {
             println!("resuming the network in {}", args.dir.display());
             plan
         } else {
-            let plan = args.new_plan();
+            let plan = args.new_plan()?;
             create(&args.dir, &plan)?;
             println!("created a network in {}", args.dir.display());
             plan
@@ -288,8 +303,8 @@ impl Network {
         Ok(())
     }
 
-    /// Waits until every orderer knows the channel's Raft leader, so that
-    /// the first transactions are not refused for want of one.
+    /// Waits until every orderer knows the Raft leader of every channel,
+    /// so that the first transactions are not refused for want of one.
     fn wait_for_raft_leader(&self) -> Result<()> {
         let deadline = Instant::now() + LEADER_WAIT_MAX;
         loop {
@@ -299,7 +314,11 @@ impl Network {
                 .filter(|node| node.role == Role::Orderer)
                 .all(|node| {
                     crate::bench::http_get(node.operations, "/metrics").is_ok_and(|metrics| {
-                        crate::bench::metric_sum(&metrics, "consensus_etcdraft_leader_id") > 0.0
+                        let channels_led =
+                            crate::bench::metric_values(&metrics, "consensus_etcdraft_leader_id")
+                                .filter(|leader| *leader > 0.0)
+                                .count();
+                        channels_led >= self.plan.channels
                     })
                 });
             if leaders_known {
@@ -328,24 +347,36 @@ impl Network {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
+        let validation_parameter = crate::chaincode::validation_parameter(Some(&self.plan.policy))?;
         for name in pending {
-            let approvers = peers
-                .iter()
-                .filter(|peer| peer.is_first)
-                .map(|peer| crate::chaincode::Approver::from_crypto(&crypto, &peer.org, peer.grpc))
-                .collect::<Result<Vec<_>>>()?;
-            let deployment = crate::chaincode::Deployment {
-                channel: self.plan.channel.clone(),
-                name: name.to_owned(),
-                version: "1.0".to_owned(),
-                sequence: 1,
-                validation_parameter: crate::chaincode::validation_parameter(Some(
-                    &self.plan.policy,
-                ))?,
-                approvers,
-                orderer,
-            };
-            runtime.block_on(deployment.run())?;
+            // The channels are independent: their definitions are agreed
+            // on at the same time.
+            let mut deployments = tokio::task::JoinSet::new();
+            for channel in self.plan.channel_names() {
+                let approvers = peers
+                    .iter()
+                    .filter(|peer| peer.is_first)
+                    .map(|peer| {
+                        crate::chaincode::Approver::from_crypto(&crypto, &peer.org, peer.grpc)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let deployment = crate::chaincode::Deployment {
+                    channel,
+                    name: name.to_owned(),
+                    version: "1.0".to_owned(),
+                    sequence: 1,
+                    validation_parameter: validation_parameter.clone(),
+                    approvers,
+                    orderer,
+                };
+                deployments.spawn_on(async move { deployment.run().await }, runtime.handle());
+            }
+            runtime.block_on(async {
+                while let Some(outcome) = deployments.join_next().await {
+                    outcome.context("a chaincode deployment task failed")??;
+                }
+                Ok::<(), anyhow::Error>(())
+            })?;
             self.plan.deployed.push(name.to_owned());
             self.plan.save(&self.dir.join(PLAN_FILE))?;
         }
@@ -355,8 +386,13 @@ impl Network {
     fn print_ready(&self) {
         println!("network ready");
         println!(
-            "  channel {}, chaincodes {}",
-            self.plan.channel,
+            "  {} {}, chaincodes {}",
+            if self.plan.channels == 1 {
+                "channel"
+            } else {
+                "channels"
+            },
+            self.plan.channel_names().join(", "),
             self.plan.deployed.join(", ")
         );
         let orderers = self.plan.orderer_nodes().unwrap_or_default();
@@ -445,11 +481,13 @@ fn create(dir: &Path, plan: &Plan) -> Result<()> {
     crate::cryptogen::generate(&crypto_config, &root.join("crypto"))?;
     let channel_config = root.join("channel.yaml");
     std::fs::write(&channel_config, plan.channel_yaml()?)?;
-    let genesis = crate::channel::genesis_block(&channel_config, Some("Network"), &plan.channel)?;
-    std::fs::write(
-        root.join(format!("{}.block", plan.channel)),
-        genesis.encode_to_vec(),
-    )?;
+    for channel in plan.channel_names() {
+        let genesis = crate::channel::genesis_block(&channel_config, Some("Network"), &channel)?;
+        std::fs::write(
+            root.join(format!("{channel}.block")),
+            genesis.encode_to_vec(),
+        )?;
+    }
     for orderer in plan.orderer_nodes()? {
         write_node_config(
             root,

@@ -523,3 +523,43 @@ fn weft_bench_starts_a_network_of_its_own() {
         "{results}"
     );
 }
+
+#[test]
+fn weft_bench_spreads_clients_over_channels_under_a_table_iii_policy() {
+    // Goal: a Raft network of 4 organisations and 3 channels, whose
+    // chaincodes need any 2 organisations (Thakkar's AND/OR policy 2),
+    // commits every transaction VALID on all channels: each channel has
+    // its own Raft group and ledgers, and the bench endorses with 2 orgs.
+    let dir = tempfile::tempdir().unwrap();
+    let (last, results) = bench(
+        dir.path(),
+        &[
+            "--orgs",
+            "4",
+            "--policy",
+            "and-or-2",
+            "--channels",
+            "3",
+            "--duration",
+            "2s",
+            "--clients",
+            "6",
+        ],
+    );
+    assert!(last.starts_with("committed "), "{last}");
+    assert_eq!(results["channels"], 3, "{results}");
+    assert_eq!(results["organisations"], 4, "{results}");
+    assert_eq!(results["orderers"], 3, "{results}");
+    let policy = results["endorsement_policy"].as_str().unwrap();
+    assert!(
+        policy.starts_with("OR(AND('Org1MSP.peer','Org2MSP.peer'),"),
+        "{policy}"
+    );
+    let committed = results["committed"].as_u64().unwrap();
+    assert!(committed > 0, "{results}");
+    assert_eq!(results["valid"].as_u64().unwrap(), committed, "{results}");
+    for channel in ["mychannel", "mychannel2", "mychannel3"] {
+        let on_channel = results["committed_by_channel"][channel].as_u64().unwrap();
+        assert!(on_channel > 0, "nothing on {channel}: {results}");
+    }
+}

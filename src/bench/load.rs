@@ -157,6 +157,11 @@ pub struct OwnNetworkArgs {
     /// The chaincodes' endorsement policy [default: any one organisation].
     #[arg(long)]
     pub policy: Option<String>,
+    /// Channels: with --connect, the first N of the connection file's
+    /// [default: all]; otherwise the channels of the network the bench
+    /// starts [default: 1]. Client i transacts on channel i mod N.
+    #[arg(long)]
+    pub channels: Option<usize>,
     /// Transactions per block at most.
     #[arg(long, default_value_t = 500)]
     pub block_size: u32,
@@ -231,6 +236,7 @@ fn start_network(
         dir: dir.join("network"),
         orderers: Some(options.orderers),
         orgs: Some(options.orgs),
+        channels: options.channels,
         policy: options.policy.clone(),
         block_size: Some(options.block_size),
         batch_timeout: Some(options.batch_timeout.clone()),
@@ -370,11 +376,14 @@ struct TxRecord {
     committed_at: Instant,
     code: i32,
     bytes: usize,
+    /// Index of its channel in the client's channels.
+    channel: usize,
 }
 
 /// Everything a transaction needs, shared by all clients.
 struct Client {
-    channel: String,
+    /// Slot `i` transacts on channel `i mod n`.
+    channels: Vec<String>,
     chaincode: &'static str,
     orgs: Vec<Org>,
     /// For each client slot, the organisations (indices) that endorse.
@@ -392,7 +401,7 @@ impl Client {
         let creator: &Signer = &self.orgs[plan[0]].user;
         let started = Instant::now();
         let invocation = Invocation {
-            channel_id: &self.channel,
+            channel_id: &self.channels[slot % self.channels.len()],
             chaincode: self.chaincode,
             args,
             nonce: creator.new_nonce().map_err(|e| e.to_string())?,
@@ -450,6 +459,7 @@ impl Client {
             committed_at,
             code,
             bytes,
+            channel: slot % self.channels.len(),
         })
     }
 }
@@ -683,25 +693,28 @@ async fn drive(args: &LoadArgs, connection: &ConnectionFile) -> Result<Results> 
         });
     }
     let plans = endorsement_plans(connection, &orgs, args.clients)?;
+    let channels = bench_channels(args, connection)?;
     let router = Arc::new(CommitRouter::default());
     for org in &orgs {
-        let mut stream = subscribe(org.peer, &connection.channel, &org.user).await?;
-        let router = router.clone();
-        tokio::spawn(async move {
-            while let Ok(block) = next_block(&mut stream).await {
-                let at = Instant::now();
-                for tx in &block.filtered_transactions {
-                    router.committed(&tx.txid, tx.tx_validation_code, at);
+        for channel in &channels {
+            let mut stream = subscribe(org.peer, channel, &org.user).await?;
+            let router = router.clone();
+            tokio::spawn(async move {
+                while let Ok(block) = next_block(&mut stream).await {
+                    let at = Instant::now();
+                    for tx in &block.filtered_transactions {
+                        router.committed(&tx.txid, tx.tx_validation_code, at);
+                    }
                 }
-            }
-        });
+            });
+        }
     }
     let mut broadcasters = Vec::new();
     for orderer in connection.orderer_addresses()? {
         broadcasters.push(Broadcaster::open(orderer).await?);
     }
     let client = Arc::new(Client {
-        channel: connection.channel.clone(),
+        channels,
         chaincode: args.workload.chaincode(),
         watched_peers: orgs.len(),
         orgs,
@@ -714,7 +727,7 @@ async fn drive(args: &LoadArgs, connection: &ConnectionFile) -> Result<Results> 
         .map(|slot| SlotWorkload::new(args.workload, &run_id, slot, args.keys, args.memo_bytes))
         .collect();
     println!(
-        "weft bench: workload {}, {}, channel {}, {} organisations, {} orderers",
+        "weft bench: workload {}, {}, {} {}, {} organisations, {} orderers",
         args.workload.name(),
         match args.rate {
             Some(rate) => format!(
@@ -723,7 +736,12 @@ async fn drive(args: &LoadArgs, connection: &ConnectionFile) -> Result<Results> 
             ),
             None => format!("closed loop with {} clients", args.clients),
         },
-        connection.channel,
+        if client.channels.len() == 1 {
+            "channel"
+        } else {
+            "channels"
+        },
+        client.channels.join(", "),
         client.orgs.len(),
         client.broadcasters.len(),
     );
@@ -743,8 +761,33 @@ async fn drive(args: &LoadArgs, connection: &ConnectionFile) -> Result<Results> 
     let after = scrape(&client.orgs, connection)?;
     let client_cpu = own_cpu_seconds() - client_cpu_before;
     Ok(Results::new(
-        args, connection, &records, started, failures, dropped, &before, &after, client_cpu,
+        args,
+        connection,
+        &client.channels,
+        &records,
+        started,
+        failures,
+        dropped,
+        &before,
+        &after,
+        client_cpu,
     ))
+}
+
+/// The channels the bench transacts on: the connection file's, or the
+/// first `--channels` of them.
+fn bench_channels(args: &LoadArgs, connection: &ConnectionFile) -> Result<Vec<String>> {
+    let mut channels = connection.all_channels();
+    if let Some(wanted) = args.network.channels {
+        if wanted == 0 || wanted > channels.len() {
+            bail!(
+                "--channels {wanted}: the network has {} channel(s)",
+                channels.len()
+            );
+        }
+        channels.truncate(wanted);
+    }
+    Ok(channels)
 }
 
 /// For each client slot, the organisations that endorse its
@@ -1031,10 +1074,12 @@ struct Results {
     offered_rate: Option<f64>,
     organisations: usize,
     orderers: usize,
+    channels: usize,
     endorsement_policy: Option<String>,
     seconds: f64,
     /// Transactions whose first commit event came in the window.
     committed: u64,
+    committed_by_channel: BTreeMap<String, u64>,
     valid: u64,
     throughput: f64,
     goodput: f64,
@@ -1061,6 +1106,7 @@ impl Results {
     fn new(
         args: &LoadArgs,
         connection: &ConnectionFile,
+        channels: &[String],
         records: &[TxRecord],
         started: Instant,
         failures: BTreeMap<String, u64>,
@@ -1076,6 +1122,16 @@ impl Results {
             .collect();
         let seconds = args.duration.as_secs_f64();
         let committed = in_window.len() as u64;
+        let mut committed_by_channel: BTreeMap<String, u64> =
+            channels.iter().map(|name| (name.clone(), 0)).collect();
+        for record in &in_window {
+            if let Some(count) = channels
+                .get(record.channel)
+                .and_then(|name| committed_by_channel.get_mut(name))
+            {
+                *count += 1;
+            }
+        }
         let mut codes: BTreeMap<String, u64> = BTreeMap::new();
         for record in &in_window {
             *codes.entry(code_name(record.code).to_owned()).or_default() += 1;
@@ -1108,9 +1164,11 @@ impl Results {
             offered_rate: args.rate,
             organisations: connection.organizations.len(),
             orderers: connection.orderers.len(),
+            channels: channels.len(),
             endorsement_policy: connection.endorsement_policy.clone(),
             seconds,
             committed,
+            committed_by_channel,
             valid,
             throughput: committed as f64 / seconds,
             goodput: valid as f64 / seconds,
@@ -1155,9 +1213,11 @@ impl Results {
             &mut text,
             "network",
             format!(
-                "{} orderers, {} organisations, policy {}",
+                "{} orderers, {} organisations, {} channel{}, policy {}",
                 self.orderers,
                 self.organisations,
+                self.channels,
+                if self.channels == 1 { "" } else { "s" },
                 self.endorsement_policy
                     .as_deref()
                     .unwrap_or("every organisation")

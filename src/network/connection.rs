@@ -18,8 +18,13 @@ use weft_msp::Signer;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ConnectionFile {
-    /// The channel the network's chaincodes are defined on.
+    /// The channel the network's chaincodes are defined on (the first,
+    /// if there are several).
     pub channel: String,
+    /// Every channel the chaincodes are defined on, `channel` first;
+    /// absent, `channel` alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<String>,
     /// The chaincodes defined on the channel.
     pub chaincodes: Vec<String>,
     /// Their endorsement policy, in Fabric's policy language; absent, a
@@ -82,6 +87,13 @@ impl ConnectionFile {
         if file.organizations.is_empty() || file.orderers.is_empty() {
             bail!("{}: names no organizations or no orderers", path.display());
         }
+        if !file.channels.is_empty() && file.channels.first() != Some(&file.channel) {
+            bail!(
+                "{}: channels: must start with the channel {:?}",
+                path.display(),
+                file.channel
+            );
+        }
         for organization in &file.organizations {
             if organization.peers.is_empty() {
                 bail!(
@@ -115,11 +127,20 @@ impl ConnectionFile {
         let body = serde_yaml::to_string(self)?;
         let text = format!(
             "# A weft network's client connection file, written by `weft network up`:\n\
-             # the channel, every peer and orderer endpoint, each organisation's MSP ID,\n\
+             # the channels, every peer and orderer endpoint, each organisation's MSP ID,\n\
              # a user's and the admin's certificate and key, the TLS CA certificates.\n\
              {body}"
         );
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// Every channel the chaincodes are defined on, the first first.
+    pub fn all_channels(&self) -> Vec<String> {
+        if self.channels.is_empty() {
+            vec![self.channel.clone()]
+        } else {
+            self.channels.clone()
+        }
     }
 
     /// The orderers' gRPC addresses.

@@ -1,6 +1,6 @@
 //! What a local network is made of, and the files that describe it.
 //!
-//! [`Plan`] is the network's shape (orderers, peers, ports, channel,
+//! [`Plan`] is the network's shape (orderers, peers, ports, channels,
 //! policy), saved as `network.yaml` in the data directory so that a later
 //! `weft network up` resumes the same network. From it come the
 //! cryptogen and configtx files, each node's configuration and the
@@ -33,7 +33,12 @@ const ORDERER_DOMAIN: &str = "example.com";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Plan {
+    /// The first channel's name; more channels add 2, 3, ... to it.
     pub channel: String,
+    /// How many channels, each with its own orderer chain (and Raft
+    /// group), ledgers and chaincode definitions.
+    #[serde(default = "one_channel")]
+    pub channels: usize,
     /// 1 runs a solo orderer; more form a Raft cluster.
     pub orderers: usize,
     /// Peer organisations, `org1` to `orgN`.
@@ -49,6 +54,76 @@ pub struct Plan {
     /// The chaincodes whose definitions have been committed.
     #[serde(default)]
     pub deployed: Vec<String>,
+}
+
+fn one_channel() -> usize {
+    1
+}
+
+/// Channels a network may have at most.
+pub const CHANNELS_MAX: usize = 32;
+
+/// The endorsement policy a `--policy` value names: a preset of Thakkar
+/// et al.'s Table III over the peers of `organisations` organisations, or
+/// else the value itself, in Fabric's policy language.
+///
+/// Presets, for k from 1 to the number of organisations: `any` (any one
+/// organisation's peer), `all` (every organisation's), `outof-k`
+/// (`OutOf(k, ...)`) and `and-or-k` (an OR of the ANDs of every k
+/// organisations: the same rule written as the paper's AND/OR form).
+pub fn expand_policy(policy: &str, organisations: usize) -> Result<String> {
+    let peers: Vec<String> = (1..=organisations)
+        .map(|org| format!("'Org{org}MSP.peer'"))
+        .collect();
+    let count = |text: &str, preset: &str| -> Result<usize> {
+        let k: usize = text
+            .parse()
+            .with_context(|| format!("--policy {preset}-{text}: {text:?} is not a number"))?;
+        if !(1..=organisations).contains(&k) {
+            bail!(
+                "--policy {preset}-{k}: k must be between 1 and {organisations}, the organisations"
+            );
+        }
+        Ok(k)
+    };
+    let expanded = if policy == "any" {
+        format!("OR({})", peers.join(","))
+    } else if policy == "all" {
+        format!("AND({})", peers.join(","))
+    } else if let Some(k) = policy.strip_prefix("outof-") {
+        format!("OutOf({}, {})", count(k, "outof")?, peers.join(","))
+    } else if let Some(k) = policy.strip_prefix("and-or-") {
+        let k = count(k, "and-or")?;
+        let groups: Vec<String> = combinations(&peers, k)
+            .into_iter()
+            .map(|group| match group.as_slice() {
+                [one] => one.clone(),
+                _ => format!("AND({})", group.join(",")),
+            })
+            .collect();
+        match groups.as_slice() {
+            [all] if k > 1 => all.clone(),
+            _ => format!("OR({})", groups.join(",")),
+        }
+    } else {
+        policy.to_owned()
+    };
+    Ok(expanded)
+}
+
+/// Every choice of `k` of `items`, in order.
+fn combinations(items: &[String], k: usize) -> Vec<Vec<String>> {
+    if k == 0 {
+        return vec![Vec::new()];
+    }
+    let mut chosen = Vec::new();
+    for (index, first) in items.iter().enumerate() {
+        for mut rest in combinations(&items[index + 1..], k - 1) {
+            rest.insert(0, first.clone());
+            chosen.push(rest);
+        }
+    }
+    chosen
 }
 
 /// An orderer of the plan.
@@ -83,7 +158,15 @@ fn loopback(port: u32) -> Result<SocketAddr> {
 impl Plan {
     /// Checks the plan's numbers: every port fits and none collide.
     pub fn check(&self) -> Result<()> {
-        crate::channel::check_channel_name(&self.channel)?;
+        if !(1..=CHANNELS_MAX).contains(&self.channels) {
+            bail!(
+                "--channels: {} is not between 1 and {CHANNELS_MAX}",
+                self.channels
+            );
+        }
+        for channel in self.channel_names() {
+            crate::channel::check_channel_name(&channel).context("--channel")?;
+        }
         if !(1..=9).contains(&self.orderers) {
             bail!("--orderers: {} is not between 1 and 9", self.orderers);
         }
@@ -105,6 +188,27 @@ impl Plan {
         self.orderer_nodes()?;
         self.peer_nodes()?;
         Ok(())
+    }
+
+    /// The channels' names: the first as given, then the same name with
+    /// 2, 3, ... appended (`mychannel`, `mychannel2`, ...).
+    pub fn channel_names(&self) -> Vec<String> {
+        (1..=self.channels)
+            .map(|number| match number {
+                1 => self.channel.clone(),
+                _ => format!("{}{number}", self.channel),
+            })
+            .collect()
+    }
+
+    /// The `channels:` list of a node's configuration: one genesis block
+    /// per channel, in the network's folder.
+    fn channels_yaml(&self) -> String {
+        let mut text = String::from("channels:\n");
+        for channel in self.channel_names() {
+            let _ = writeln!(text, "  - genesisBlock: ../{channel}.block");
+        }
+        text
     }
 
     pub fn orderer_nodes(&self) -> Result<Vec<OrdererNode>> {
@@ -180,16 +284,16 @@ impl Plan {
         text
     }
 
-    /// `channel.yaml`: the channel's configuration in configtx.yaml's
+    /// `channel.yaml`: the channels' configuration in configtx.yaml's
     /// format, profile `Network`.
     pub fn channel_yaml(&self) -> Result<String> {
         let orderers = self.orderer_nodes()?;
         let peers = self.peer_nodes()?;
         let addresses: Vec<String> = orderers.iter().map(|o| o.grpc.to_string()).collect();
         let mut text = String::from(
-            "# The channel of this network, in configtx.yaml's format (written by\n\
-             # `weft network up`; see config/channel.yaml for every key). Paths are\n\
-             # relative to this file.\n\
+            "# The configuration of this network's channels (each made from profile\n\
+             # Network), in configtx.yaml's format (written by `weft network up`; see\n\
+             # config/channel.yaml for every key). Paths are relative to this file.\n\
              Organizations:\n  - &OrdererOrg\n    Name: OrdererOrg\n    ID: OrdererMSP\n\
              \x20   MSPDir: crypto/ordererOrganizations/example.com/msp\n    Policies:\n\
              \x20     Readers: {Type: Signature, Rule: \"OR('OrdererMSP.member')\"}\n\
@@ -282,12 +386,12 @@ impl Plan {
              orderer:\n  id: {name}\n  listenAddress: {grpc}\n  localMspId: OrdererMSP\n\
              \x20 mspConfigPath: ../crypto/ordererOrganizations/{ORDERER_DOMAIN}/orderers/{name}/msp\n\
              \x20 fileSystemPath: data\n\
-             channels:\n  - genesisBlock: ../{channel}.block\n\
+             {channels}\
              consensus:\n  type: {consensus}\n\
              operations:\n  listenAddress: {operations}\n",
             name = orderer.name,
             grpc = orderer.grpc,
-            channel = self.channel,
+            channels = self.channels_yaml(),
             operations = orderer.operations,
         );
         if self.orderers > 1 {
@@ -313,7 +417,7 @@ impl Plan {
              peer:\n  id: {name}\n  listenAddress: {grpc}\n  localMspId: {msp_id}\n\
              \x20 mspConfigPath: ../crypto/peerOrganizations/{org}.example.com/peers/{name}/msp\n\
              \x20 fileSystemPath: data\n\
-             channels:\n  - genesisBlock: ../{channel}.block\n\
+             {channels}\
              orderers: [{orderers}]\n\
              operations:\n  listenAddress: {operations}\n\
              gateway:\n  peers:\n",
@@ -321,7 +425,7 @@ impl Plan {
             grpc = peer.grpc,
             msp_id = peer.msp_id,
             org = peer.org,
-            channel = self.channel,
+            channels = self.channels_yaml(),
             orderers = orderers.join(", "),
             operations = peer.operations,
         );
@@ -389,6 +493,7 @@ impl Plan {
             .collect();
         Ok(ConnectionFile {
             channel: self.channel.clone(),
+            channels: self.channel_names(),
             chaincodes: self.deployed.clone(),
             endorsement_policy: Some(self.policy.clone()),
             tls: false,
@@ -427,6 +532,7 @@ mod tests {
     fn plan(orderers: usize) -> Plan {
         Plan {
             channel: "mychannel".to_owned(),
+            channels: 1,
             orderers,
             organisations: 2,
             peers_per_org: 2,
@@ -455,6 +561,85 @@ mod tests {
         ports.sort_unstable();
         ports.dedup();
         assert_eq!(ports.len(), count);
+    }
+
+    #[test]
+    fn policy_presets_are_thakkars_table_iii() {
+        let expand = |preset: &str| expand_policy(preset, 4).unwrap();
+        assert_eq!(
+            expand("any"),
+            "OR('Org1MSP.peer','Org2MSP.peer','Org3MSP.peer','Org4MSP.peer')"
+        );
+        assert_eq!(expand("and-or-1"), expand("any"));
+        assert_eq!(
+            expand("and-or-4"),
+            "AND('Org1MSP.peer','Org2MSP.peer','Org3MSP.peer','Org4MSP.peer')"
+        );
+        assert_eq!(expand("and-or-4"), expand("all"));
+        assert_eq!(
+            expand("outof-2"),
+            "OutOf(2, 'Org1MSP.peer','Org2MSP.peer','Org3MSP.peer','Org4MSP.peer')"
+        );
+        let pairs = expand("and-or-2");
+        assert_eq!(pairs.matches("AND(").count(), 6, "{pairs}");
+        assert!(pairs.starts_with("OR(AND('Org1MSP.peer','Org2MSP.peer'),"));
+        assert_eq!(expand("and-or-3").matches("AND(").count(), 4);
+        // Each preset is a policy the peers accept, and k-of-4 in both
+        // forms is satisfied by exactly the same sets of organisations.
+        let satisfied_by = |policy: &str| -> Vec<usize> {
+            let compiled = weft_policy::SignaturePolicy::compile(
+                policy,
+                &weft_policy::dsl::parse(policy).unwrap(),
+            )
+            .unwrap();
+            (0u32..16)
+                .filter(|set| {
+                    let peers: Vec<weft_policy::PeerOf> = (0..4)
+                        .filter(|org| set & (1 << org) != 0)
+                        .map(|org| weft_policy::PeerOf(format!("Org{}MSP", org + 1)))
+                        .collect();
+                    compiled.is_satisfied_by(&peers)
+                })
+                .map(|set| set as usize)
+                .collect()
+        };
+        for k in 1..=4 {
+            assert_eq!(
+                satisfied_by(&expand(&format!("and-or-{k}"))),
+                satisfied_by(&expand(&format!("outof-{k}"))),
+                "k = {k}"
+            );
+        }
+        assert_eq!(expand("OR('Org1MSP.member')"), "OR('Org1MSP.member')");
+        let refused = expand_policy("outof-5", 4).unwrap_err().to_string();
+        assert!(refused.contains("--policy outof-5"), "{refused}");
+        assert!(expand_policy("and-or-x", 4).is_err());
+    }
+
+    #[test]
+    fn several_channels_are_numbered_and_every_node_joins_them() {
+        let mut plan = plan(3);
+        plan.channels = 3;
+        plan.check().unwrap();
+        assert_eq!(
+            plan.channel_names(),
+            ["mychannel", "mychannel2", "mychannel3"]
+        );
+        let orderer = &plan.orderer_nodes().unwrap()[0];
+        assert_eq!(
+            plan.orderer_yaml(orderer).matches("genesisBlock").count(),
+            3
+        );
+        let peer = &plan.peer_nodes().unwrap()[0];
+        assert!(
+            plan.peer_yaml(peer)
+                .unwrap()
+                .contains("genesisBlock: ../mychannel3.block")
+        );
+        let connection = plan.connection_file(Path::new("/net")).unwrap();
+        assert_eq!(connection.all_channels(), plan.channel_names());
+        plan.channels = CHANNELS_MAX + 1;
+        assert!(plan.check().unwrap_err().to_string().contains("--channels"));
     }
 
     #[test]
