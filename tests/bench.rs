@@ -509,7 +509,8 @@ fn weft_bench_runs_the_papers_workloads_with_no_failures() {
 #[test]
 fn weft_bench_starts_a_network_of_its_own() {
     // Goal: with no connection file, `weft bench` builds, runs and stops a
-    // network itself (the README's main job, shortened).
+    // network itself (the README's main job, shortened); a sweep of block
+    // sizes gets a network for each and measures every rate on each.
     let dir = tempfile::tempdir().unwrap();
     let (last, results) = bench(
         dir.path(),
@@ -522,6 +523,37 @@ fn weft_bench_starts_a_network_of_its_own() {
         results["transaction_bytes"].as_f64().unwrap() > 2_000.0,
         "{results}"
     );
+
+    let sweep_dir = tempfile::tempdir().unwrap();
+    let (last, sweep) = bench(
+        sweep_dir.path(),
+        &[
+            "--orderers",
+            "1",
+            "--block-size",
+            "5,50",
+            "--rate",
+            "20,40",
+            "--duration",
+            "1s",
+            "--clients",
+            "8",
+        ],
+    );
+    assert!(last.starts_with("committed "), "{last}");
+    let grid: Vec<(u64, f64)> = sweep
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| {
+            assert!(run["valid"].as_u64().unwrap() > 0, "{run}");
+            (
+                run["block_size"].as_u64().unwrap(),
+                run["offered_rate"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(grid, [(5, 20.0), (5, 40.0), (50, 20.0), (50, 40.0)]);
 }
 
 #[test]

@@ -125,10 +125,13 @@ pub struct LoadArgs {
     /// loop: transactions in flight at most.
     #[arg(long, default_value_t = 64)]
     pub clients: usize,
-    /// Open loop: transactions offered per second. Without it, the loop
-    /// is closed.
-    #[arg(long)]
-    pub rate: Option<f64>,
+    /// Open loop: transactions offered per second; a list (500,1000,2000)
+    /// measures each rate in turn. Without it, the loop is closed.
+    #[arg(long = "rate", value_delimiter = ',')]
+    pub rates: Vec<f64>,
+    /// The offered rate of the measurement under way (one of `rates`).
+    #[arg(skip)]
+    rate: Option<f64>,
     /// read-update: the number of shared keys.
     #[arg(long, default_value_t = 10_000)]
     pub keys: u64,
@@ -162,9 +165,10 @@ pub struct OwnNetworkArgs {
     /// starts [default: 1]. Client i transacts on channel i mod N.
     #[arg(long)]
     pub channels: Option<usize>,
-    /// Transactions per block at most.
-    #[arg(long, default_value_t = 500)]
-    pub block_size: u32,
+    /// Transactions per block at most [default: 500]; a list (10,100,500)
+    /// starts a network for each and measures every rate on each.
+    #[arg(long = "block-size", value_delimiter = ',')]
+    pub block_sizes: Vec<u32>,
     /// How long the orderers wait to fill a block.
     #[arg(long, default_value = "10ms")]
     pub batch_timeout: String,
@@ -177,68 +181,141 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     weft_protos::duration::parse_go_duration(text).map_err(|e| e.to_string())
 }
 
-/// Runs the bench and prints what it measured.
+/// Runs the bench and prints what it measured: one measurement, or one
+/// per block size and rate of a sweep, then a table of them all.
 pub fn run(args: &LoadArgs) -> Result<()> {
     if args.clients == 0 {
         bail!("--clients must be at least 1");
     }
     if args
-        .rate
-        .is_some_and(|rate| !(rate > 0.0 && rate.is_finite()))
+        .rates
+        .iter()
+        .any(|rate| !(*rate > 0.0 && rate.is_finite()))
     {
         bail!("--rate must be a positive number of transactions per second");
     }
     if args.workload == Workload::ReadUpdate && args.keys == 0 {
         bail!("--keys must be at least 1");
     }
-    let work_dir = super::WorkDir::new(args.network.dir.as_deref())?;
-    let (network, connection_path) = match &args.connect {
-        Some(path) => (None, path.clone()),
-        None => {
-            let network = start_network(&args.network, work_dir.path())?;
-            let path = network.connection_file();
-            (Some(network), path)
-        }
+    let rates: Vec<Option<f64>> = if args.rates.is_empty() {
+        vec![None]
+    } else {
+        args.rates.iter().copied().map(Some).collect()
     };
-    let connection = ConnectionFile::load(&connection_path)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let results = runtime.block_on(drive(args, &connection))?;
-    drop(runtime);
-    if let Some(mut network) = network {
-        network.stop()?;
+    let work_dir = super::WorkDir::new(args.network.dir.as_deref())?;
+    let mut runs = Vec::new();
+    match &args.connect {
+        Some(path) => {
+            if !args.network.block_sizes.is_empty() {
+                bail!("--block-size: the network of --connect has its own block size");
+            }
+            let connection = ConnectionFile::load(path)?;
+            for rate in &rates {
+                runs.push(measure(args, *rate, &connection, None)?);
+            }
+        }
+        None => {
+            let block_sizes = match args.network.block_sizes.as_slice() {
+                [] => vec![DEFAULT_BLOCK_SIZE],
+                sizes => sizes.to_vec(),
+            };
+            for &block_size in &block_sizes {
+                // A sweep gives each block size a network of its own.
+                let folder = match block_sizes.len() {
+                    1 => "network".to_owned(),
+                    _ => format!("network-block-size-{block_size}"),
+                };
+                let mut network =
+                    start_network(&args.network, block_size, &work_dir.path().join(folder))?;
+                let connection = ConnectionFile::load(&network.connection_file())?;
+                let measured: Result<Vec<Results>> = rates
+                    .iter()
+                    .map(|rate| measure(args, *rate, &connection, Some(block_size)))
+                    .collect();
+                network.stop()?;
+                runs.extend(measured?);
+            }
+        }
     }
-    print!("{}", results.markdown());
-    super::write_json(args.json.as_deref(), &results)?;
-    let mut latencies = results.latencies.clone();
-    println!(
-        "{}",
-        summary_line(
-            "committed",
-            results.committed,
-            Duration::from_secs_f64(results.seconds),
-            &mut latencies
-        )
-    );
-    if results.committed == 0 {
+    match runs.as_slice() {
+        [one] => super::write_json(args.json.as_deref(), one)?,
+        all => {
+            print!("{}", sweep_markdown(all));
+            super::write_json(args.json.as_deref(), &all)?;
+        }
+    }
+    if let Some(last) = runs.last() {
+        // Scripts read the last line: the last measurement's.
+        println!("{}", last.summary());
+    }
+    if runs.iter().any(|run| run.committed == 0) {
         bail!("no transaction committed");
     }
     Ok(())
 }
 
+/// Block size of the network the bench starts, unless told.
+const DEFAULT_BLOCK_SIZE: u32 = 500;
+
+/// One measurement at `rate` (closed loop without one); prints its
+/// table.
+fn measure(
+    args: &LoadArgs,
+    rate: Option<f64>,
+    connection: &ConnectionFile,
+    block_size: Option<u32>,
+) -> Result<Results> {
+    let args = LoadArgs {
+        rate,
+        ..args.clone()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let mut results = runtime.block_on(drive(&args, connection))?;
+    results.block_size = block_size;
+    print!("{}", results.markdown());
+    Ok(results)
+}
+
+/// The measurements of a sweep, one row each.
+fn sweep_markdown(runs: &[Results]) -> String {
+    let mut text = String::from(
+        "\n| block size | offered (tx/s) | committed (tx/s) | goodput (tx/s) | p50 / p95 / p99 (ms) | server CPU per tx (ms) |\n\
+         |---|---|---|---|---|---|\n",
+    );
+    for run in runs {
+        text.push_str(&format!(
+            "| {} | {} | {:.0} | {:.0} | {:.1} / {:.1} / {:.1} | {:.3} |\n",
+            run.block_size
+                .map_or("the network's".to_owned(), |size| size.to_string()),
+            run.offered_rate
+                .map_or("closed loop".to_owned(), |rate| format!("{rate}")),
+            run.throughput,
+            run.goodput,
+            run.latency_ms.p50,
+            run.latency_ms.p95,
+            run.latency_ms.p99,
+            run.server_cpu_ms_per_tx,
+        ));
+    }
+    text.push('\n');
+    text
+}
+
 fn start_network(
     options: &OwnNetworkArgs,
+    block_size: u32,
     dir: &std::path::Path,
 ) -> Result<crate::network::Network> {
     let mut up = crate::network::UpArgs {
-        dir: dir.join("network"),
+        dir: dir.to_owned(),
         orderers: Some(options.orderers),
         orgs: Some(options.orgs),
         channels: options.channels,
         policy: options.policy.clone(),
-        block_size: Some(options.block_size),
+        block_size: Some(block_size),
         batch_timeout: Some(options.batch_timeout.clone()),
         ..crate::network::UpArgs::default()
     };
@@ -1075,6 +1152,8 @@ struct Results {
     organisations: usize,
     orderers: usize,
     channels: usize,
+    /// The block size of the network the bench started.
+    block_size: Option<u32>,
     endorsement_policy: Option<String>,
     seconds: f64,
     /// Transactions whose first commit event came in the window.
@@ -1165,6 +1244,7 @@ impl Results {
             organisations: connection.organizations.len(),
             orderers: connection.orderers.len(),
             channels: channels.len(),
+            block_size: None,
             endorsement_policy: connection.endorsement_policy.clone(),
             seconds,
             committed,
@@ -1190,6 +1270,16 @@ impl Results {
         }
     }
 
+    /// `committed <N> tx in <S> s: <X> tx/s, p50 ...`.
+    fn summary(&self) -> String {
+        summary_line(
+            "committed",
+            self.committed,
+            Duration::from_secs_f64(self.seconds),
+            &mut self.latencies.clone(),
+        )
+    }
+
     fn markdown(&self) -> String {
         let mut text = String::new();
         let row = |text: &mut String, name: &str, value: String| {
@@ -1213,11 +1303,13 @@ impl Results {
             &mut text,
             "network",
             format!(
-                "{} orderers, {} organisations, {} channel{}, policy {}",
+                "{} orderers, {} organisations, {} channel{}{}, policy {}",
                 self.orderers,
                 self.organisations,
                 self.channels,
                 if self.channels == 1 { "" } else { "s" },
+                self.block_size
+                    .map_or(String::new(), |size| format!(", blocks of {size}")),
                 self.endorsement_policy
                     .as_deref()
                     .unwrap_or("every organisation")
