@@ -595,3 +595,51 @@ fn weft_bench_spreads_clients_over_channels_under_a_table_iii_policy() {
         assert!(on_channel > 0, "nothing on {channel}: {results}");
     }
 }
+
+#[test]
+fn ctrl_c_stops_weft_bench_and_the_network_it_started() {
+    // Goal: interrupting a bench mid-measurement stops the nodes it
+    // started (they run in process groups of their own, so the terminal's
+    // Ctrl-C does not reach them) and frees their ports.
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["bench", "--orderers", "1", "--duration", "5m", "--dir"])
+        .arg(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut printed = String::new();
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        printed.push_str(&line);
+        printed.push('\n');
+        if line.starts_with("weft bench: workload") {
+            break;
+        }
+    }
+    assert!(printed.contains("weft bench: workload"), "{printed}");
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let plan = std::fs::read_to_string(dir.path().join("network/network.yaml")).unwrap();
+    let base: u16 = plan
+        .lines()
+        .find_map(|line| line.strip_prefix("basePort: "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    for port in [base, base + 1, base + 2001] {
+        assert!(
+            std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(),
+            "port {port} still taken"
+        );
+    }
+}

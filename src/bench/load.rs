@@ -273,7 +273,14 @@ fn measure(
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let mut results = runtime.block_on(drive(&args, connection))?;
+    // Ctrl-C ends the measurement with an error, so that the caller stops
+    // the network the bench started instead of leaving its nodes behind.
+    let mut results = runtime.block_on(async {
+        tokio::select! {
+            results = drive(&args, connection) => results,
+            () = crate::shutdown_signal() => bail!("interrupted"),
+        }
+    })?;
     results.block_size = block_size;
     print!("{}", results.markdown());
     Ok(results)
