@@ -424,8 +424,20 @@ impl Orderer {
             }
         }
         drop(channels);
+        // Stores close side by side: a node of many channels waits one
+        // grace period at most, not one per channel.
+        let mut closing = tokio::task::JoinSet::new();
         for (channel_id, store) in stores {
-            if let Err(error) = close_store(&channel_id, store).await {
+            closing.spawn(async move { close_store(&channel_id, store).await });
+        }
+        while let Some(closed) = closing.join_next().await {
+            let closed = closed.unwrap_or_else(|error| {
+                Err(Error::Task {
+                    channel: String::new(),
+                    reason: format!("closing a block store failed: {error}"),
+                })
+            });
+            if let Err(error) = closed {
                 first_error.get_or_insert(error);
             }
         }
