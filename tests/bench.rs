@@ -1,6 +1,11 @@
-//! `weft bench` as a user runs it: each bench builds its own network, runs
-//! the nodes as processes, and reports what it measured. Small runs here;
-//! the figures themselves are in docs/benchmarks.md.
+//! `weft bench` and `weft network up` as a user runs them: each bench
+//! builds its own network, runs the nodes as processes, and reports what it
+//! measured. Small runs here; the figures themselves are in
+//! docs/benchmarks.md. Fabric's own load clients run here too, against
+//! `weft network up` configured from its connection file: Hyperledger
+//! Caliper through the Gateway, and a raw-protocol client
+//! (tests/js/raw.js) that talks to the Endorser, Broadcast and Deliver
+//! services directly.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -642,4 +647,269 @@ fn ctrl_c_stops_weft_bench_and_the_network_it_started() {
             "port {port} still taken"
         );
     }
+}
+
+/// The connection file of a network `weft network up --dir dir` started.
+fn connection_file(dir: &Path) -> serde_json::Value {
+    serde_yaml::from_slice(&std::fs::read(dir.join("connection.yaml")).unwrap()).unwrap()
+}
+
+/// Writes Caliper's network config for the network of `connection`, and
+/// the connection profile it names, into `dir`; returns the config's path.
+/// Caliper submits as the first organisation's user, through the Gateway
+/// of that organisation's first peer, which gathers the endorsements the
+/// chaincodes' policy asks for.
+fn caliper_network_config(connection: &serde_json::Value, dir: &Path) -> std::path::PathBuf {
+    let org = &connection["organizations"][0];
+    let peer = &org["peers"][0];
+    let profile = dir.join("caliper-profile.yaml");
+    let write = |path: &Path, value: serde_json::Value| {
+        std::fs::write(path, serde_yaml::to_string(&value).unwrap()).unwrap();
+    };
+    write(
+        &profile,
+        serde_json::json!({
+            "name": "weft",
+            "version": "1.0.0",
+            "client": {"organization": org["name"]},
+            "organizations": {
+                org["name"].as_str().unwrap(): {"mspid": org["mspId"], "peers": [peer["name"]]},
+            },
+            "peers": {
+                peer["name"].as_str().unwrap(): {
+                    "url": format!("grpc://{}", peer["endpoint"].as_str().unwrap()),
+                },
+            },
+        }),
+    );
+    let network = dir.join("caliper-network.yaml");
+    write(
+        &network,
+        serde_json::json!({
+            "name": "weft",
+            "version": "2.0.0",
+            "caliper": {"blockchain": "fabric", "sutOptions": {"mutualTls": false}},
+            "channels": [{
+                "channelName": connection["channel"],
+                "contracts": [{"id": "kv"}, {"id": "smallbank"}],
+            }],
+            "organizations": [{
+                "mspid": org["mspId"],
+                "identities": {"certificates": [{
+                    "name": org["user"]["name"],
+                    "clientPrivateKey": {"path": org["user"]["privateKey"]},
+                    "clientSignedCert": {"path": org["user"]["certificate"]},
+                }]},
+                "connectionProfile": {"path": profile, "discover": false},
+            }],
+        }),
+    );
+    network
+}
+
+#[test]
+fn hyperledger_caliper_runs_kv_and_smallbank_rounds_against_weft_network_up() {
+    // Goal: the standard Fabric benchmark tool, Hyperledger Caliper 0.6
+    // with its Fabric 2.5 Gateway connector, drives a `weft network up`
+    // network unchanged, configured from the connection file it writes:
+    // rounds of kv puts, smallbank account creations and smallbank
+    // operations, every transaction endorsed, ordered and committed.
+    let dir = tempfile::tempdir().unwrap();
+    let base = free_base_port(200);
+    let data = dir.path().join("net");
+    let network = NetworkUp::start(
+        &data,
+        &["--orderers", "1", "--base-port", &base.to_string()],
+    );
+    let connection = connection_file(&data);
+    let network_config = caliper_network_config(&connection, dir.path());
+    // (label, transactions, workload module, its arguments)
+    let channel = &connection["channel"];
+    let rounds = [
+        (
+            "kv-put",
+            60,
+            "kv-put.js",
+            serde_json::json!({"channel": channel}),
+        ),
+        (
+            "smallbank-create",
+            40,
+            "smallbank.js",
+            serde_json::json!({"channel": channel, "create": true}),
+        ),
+        (
+            "smallbank-operations",
+            40,
+            "smallbank.js",
+            serde_json::json!({"channel": channel}),
+        ),
+    ];
+    let bench_config = dir.path().join("caliper-bench.yaml");
+    let round_configs: Vec<serde_json::Value> = rounds
+        .iter()
+        .map(|(label, count, module, arguments)| {
+            serde_json::json!({
+                "label": label,
+                "txNumber": count,
+                "rateControl": {"type": "fixed-rate", "opts": {"tps": 30}},
+                "workload": {"module": module, "arguments": arguments},
+            })
+        })
+        .collect();
+    let bench = serde_json::json!({
+        "test": {"name": "weft", "workers": {"number": 1}, "rounds": round_configs},
+    });
+    std::fs::write(&bench_config, serde_yaml::to_string(&bench).unwrap()).unwrap();
+
+    let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
+    let output = Command::new("node")
+        .current_dir(&js)
+        .arg("node_modules/@hyperledger/caliper-cli/caliper.js")
+        .args(["launch", "manager", "--caliper-flow-only-test"])
+        .arg("--caliper-workspace")
+        .arg(js.join("caliper"))
+        .arg("--caliper-networkconfig")
+        .arg(&network_config)
+        .arg("--caliper-benchconfig")
+        .arg(&bench_config)
+        .arg("--caliper-report-path")
+        .arg(dir.path().join("report.html"))
+        // Caliper waits this long after each round for its progress
+        // report (5 s by default).
+        .args(["--caliper-progress-reporting-interval", "1000"])
+        .output()
+        .expect("node runs (CI installs it)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // Caliper's report table: | Name | Succ | Fail | ...
+    let results = stdout
+        .split("### All test results ###")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no Caliper report in\n{stdout}"));
+    for (label, count, _, _) in rounds {
+        let row: Vec<&str> = results
+            .lines()
+            .find(|line| line.starts_with(&format!("| {label} ")))
+            .unwrap_or_else(|| panic!("no round {label} in\n{results}"))
+            .split('|')
+            .map(str::trim)
+            .collect();
+        assert_eq!(
+            row[2..4],
+            [count.to_string().as_str(), "0"],
+            "{label}: {results}"
+        );
+    }
+    assert!(network.interrupt());
+}
+
+#[test]
+fn raw_protocol_clients_endorse_broadcast_and_deliver_as_on_fabric() {
+    // Goal: a client that bypasses the Gateway, as Fabric's load tools do
+    // (tests/js/raw.js: Fabric's own JavaScript protobufs and gRPC service
+    // stubs, its own signatures), gets Fabric's answers from every service:
+    // endorsements from each organisation's peer, Broadcast answered per
+    // envelope (FORBIDDEN for a forged signature, SUCCESS for the
+    // transaction), a DeliverFiltered stream of filtered blocks only, in
+    // which the transaction shows up VALID with its chaincode event, and a
+    // seek to Newest answered at once by the newest block and SUCCESS, on
+    // the peer and on the orderer.
+    let dir = tempfile::tempdir().unwrap();
+    let base = free_base_port(300);
+    let data = dir.path().join("net");
+    let network = NetworkUp::start(
+        &data,
+        &["--orderers", "1", "--base-port", &base.to_string()],
+    );
+    let connection = connection_file(&data);
+    let output = Command::new("node")
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js"))
+        .arg("raw.js")
+        .arg(connection.to_string())
+        .output()
+        .expect("node runs (CI installs it)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+
+    // Endorsed by both organisations' peers, with the same result.
+    let endorsers: Vec<(&serde_json::Value, &serde_json::Value)> = seen["endorsements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (&e["status"], &e["endorser"]))
+        .collect();
+    assert_eq!(
+        endorsers,
+        [
+            (&serde_json::json!(200), &serde_json::json!("Org1MSP")),
+            (&serde_json::json!(200), &serde_json::json!("Org2MSP")),
+        ],
+        "{seen}"
+    );
+    assert_eq!(seen["samePayloads"], true, "{seen}");
+    assert_eq!(
+        seen["broadcast"],
+        serde_json::json!(["FORBIDDEN", "SUCCESS"]),
+        "{seen}"
+    );
+
+    // DeliverFiltered from the oldest block: filtered blocks only, in
+    // order, up to the one holding the transaction.
+    let filtered = &seen["filtered"];
+    assert_eq!(filtered["timedOut"], false, "{seen}");
+    let messages = filtered["messages"].as_array().unwrap();
+    let numbers: Vec<u64> = messages
+        .iter()
+        .map(|m| {
+            m["filteredBlock"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("not a filtered block: {m}"))
+        })
+        .collect();
+    let tx_block = seen["txBlock"].as_u64().unwrap();
+    assert_eq!(numbers, (0..=tx_block).collect::<Vec<_>>(), "{seen}");
+    // The genesis block's config transaction has no actions; the kv put
+    // has its event, without the payload.
+    let genesis = &messages[0]["transactions"][0];
+    assert_eq!(
+        (&genesis["type"], &genesis["events"]),
+        (&serde_json::json!("CONFIG"), &serde_json::Value::Null),
+        "{seen}"
+    );
+    let tx = messages[tx_block as usize]["transactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tx| tx["txId"] == seen["txId"])
+        .unwrap();
+    assert_eq!(tx["type"], "ENDORSER_TRANSACTION", "{seen}");
+    assert_eq!(tx["code"], "VALID", "{seen}");
+    assert_eq!(
+        tx["events"],
+        serde_json::json!([{
+            "chaincodeId": "kv", "txId": seen["txId"], "name": "put", "payloadBytes": 0,
+        }]),
+        "{seen}"
+    );
+
+    // Newest: the newest block (the transaction's; nothing was sent
+    // since), then SUCCESS, on the peer and on the orderer alike.
+    for service in ["peerNewest", "ordererNewest"] {
+        assert_eq!(
+            seen[service]["messages"],
+            serde_json::json!([{"block": tx_block}, {"status": "SUCCESS"}]),
+            "{service}: {seen}"
+        );
+    }
+    assert!(network.interrupt());
 }

@@ -28,7 +28,7 @@ use weft_protos::protos::deliver_response::Type as ResponseType;
 use weft_protos::protos::deliver_server::Deliver;
 use weft_protos::protos::filtered_transaction::Data as FilteredData;
 use weft_protos::protos::{
-    BlockAndPrivateData, DeliverResponse, FilteredBlock, FilteredChaincodeAction,
+    BlockAndPrivateData, ChaincodeEvent, DeliverResponse, FilteredBlock, FilteredChaincodeAction,
     FilteredTransaction, FilteredTransactionActions,
 };
 use weft_protos::view::{Limits, TxBody, TxEnvelope};
@@ -215,9 +215,13 @@ fn shape_block(channel_id: &str, bytes: Bytes, shape: Shape) -> Option<DeliverRe
     })
 }
 
-/// A block reduced to what event listeners need: per transaction its ID,
-/// type, validation code and chaincode events without payloads.
-fn filtered(channel_id: &str, block: Block) -> FilteredBlock {
+/// A block reduced to what event listeners need, shaped as Fabric's peer
+/// shapes it: per transaction its ID, type and validation code; an endorser
+/// transaction also carries its actions' chaincode events, without
+/// payloads, one entry per action that set an event (an action without
+/// one, or whose event names no chaincode, is left out); other
+/// transactions (config) carry no actions at all.
+pub(crate) fn filtered(channel_id: &str, block: Block) -> FilteredBlock {
     let number = block.header.as_ref().map_or(0, |header| header.number);
     let codes = block
         .metadata
@@ -235,28 +239,31 @@ fn filtered(channel_id: &str, block: Block) -> FilteredBlock {
         .enumerate()
         .filter_map(|(index, raw)| {
             let transaction = TxEnvelope::decode(raw, Limits::default()).ok()?;
-            let events = match &transaction.body {
-                TxBody::Endorser(endorser) => endorser
-                    .actions
-                    .iter()
-                    .map(|action| FilteredChaincodeAction {
-                        chaincode_event: action.event.clone().map(|mut event| {
-                            event.payload = Bytes::new();
-                            event
-                        }),
-                    })
-                    .collect(),
-                _ => Vec::new(),
+            let data = match &transaction.body {
+                TxBody::Endorser(endorser) => {
+                    let chaincode_actions = endorser
+                        .actions
+                        .iter()
+                        .filter_map(|action| action.event.as_ref())
+                        .filter(|event| !event.chaincode_id.is_empty())
+                        .map(|event| FilteredChaincodeAction {
+                            chaincode_event: Some(ChaincodeEvent {
+                                payload: Bytes::new(),
+                                ..event.clone()
+                            }),
+                        })
+                        .collect();
+                    Some(FilteredData::TransactionActions(
+                        FilteredTransactionActions { chaincode_actions },
+                    ))
+                }
+                _ => None,
             };
             Some(FilteredTransaction {
                 txid: transaction.tx_id().to_owned(),
                 r#type: transaction.channel_header.r#type,
                 tx_validation_code: codes.get(index).map_or(0, |code| i32::from(*code)),
-                data: Some(FilteredData::TransactionActions(
-                    FilteredTransactionActions {
-                        chaincode_actions: events,
-                    },
-                )),
+                data,
             })
         })
         .collect();

@@ -720,13 +720,16 @@ mod commit {
         //! The peer's Deliver over real gRPC on 127.0.0.1.
 
         use tokio_stream::wrappers::TcpListenerStream;
+        use weft_protos::common::BlockMetadataIndex;
         use weft_protos::common::{Envelope, Header, HeaderType, SignatureHeader, Status};
         use weft_protos::orderer::seek_position::Type as Position;
         use weft_protos::orderer::{SeekInfo, SeekNewest, SeekOldest, SeekPosition};
         use weft_protos::protos::deliver_client::DeliverClient;
         use weft_protos::protos::deliver_response::Type as ResponseType;
         use weft_protos::protos::deliver_server::DeliverServer;
-        use weft_protos::tx::Sign;
+        use weft_protos::protos::filtered_transaction::Data as FilteredData;
+        use weft_protos::protos::{ChaincodeEvent, ChaincodeId, Response};
+        use weft_protos::tx::{Invocation, Proposal, Sign, SimulationResult, endorse};
 
         use super::*;
         use crate::{Channels, DeliverService};
@@ -852,6 +855,97 @@ mod commit {
                 weft_msp::testing::TestOrg::new("Org1MSP").signer(weft_msp::NodeRole::Client);
             let responses = request(&mut client, seek_envelope("ch10", &stranger), false).await;
             assert_eq!(responses, [ResponseType::Status(Status::Forbidden as i32)]);
+        }
+
+        /// A `kv` transaction by User1 whose chaincode set `event`, as an
+        /// envelope's bytes (only its shape matters to filtering).
+        fn kv_transaction(event: Option<ChaincodeEvent>) -> Bytes {
+            let user = user1();
+            let invocation = Invocation {
+                channel_id: "ch10",
+                chaincode: "kv",
+                args: vec![Bytes::from_static(b"put")],
+                nonce: user.new_nonce().unwrap(),
+                timestamp_seconds: now(),
+            };
+            let proposal = Proposal::new(&invocation, user.serialized_identity().clone());
+            let simulation = SimulationResult {
+                results: Bytes::new(),
+                events: event.map(|e| e.encode_to_vec().into()).unwrap_or_default(),
+                response: Response {
+                    status: 200,
+                    ..Response::default()
+                },
+                chaincode_id: ChaincodeId {
+                    name: "kv".to_owned(),
+                    ..ChaincodeId::default()
+                },
+            };
+            let response = endorse(&proposal, &simulation, &user).unwrap();
+            proposal
+                .transaction(&[response], &user)
+                .unwrap()
+                .encode_to_vec()
+                .into()
+        }
+
+        #[test]
+        fn filtered_blocks_take_the_shape_fabric_gives_them() {
+            // Goal: event listeners that read filtered blocks see what a
+            // Fabric peer sends: a config transaction carries no actions;
+            // an endorser transaction carries one chaincode action per
+            // event its chaincode set, without the payload, and none for
+            // an action without an event or with an event naming no
+            // chaincode; validation codes come from the block's filter.
+            let event = |chaincode_id: &str| ChaincodeEvent {
+                chaincode_id: chaincode_id.to_owned(),
+                tx_id: "tx".to_owned(),
+                event_name: "put".to_owned(),
+                payload: Bytes::from_static(b"the key"),
+            };
+            let mut block = block("ch10-block-0.block");
+            let config = block.data.as_ref().unwrap().data[0].clone();
+            block.data.as_mut().unwrap().data = vec![
+                config,
+                kv_transaction(None),
+                kv_transaction(Some(event("kv"))),
+                kv_transaction(Some(event(""))),
+            ];
+            block.metadata.as_mut().unwrap().metadata
+                [BlockMetadataIndex::TransactionsFilter as usize] =
+                Bytes::from_static(&[0, 0, 11, 0]);
+
+            let filtered = crate::deliver::filtered("ch10", block);
+            let shapes: Vec<_> = filtered
+                .filtered_transactions
+                .iter()
+                .map(|tx| {
+                    let events = tx.data.as_ref().map(|data| {
+                        let FilteredData::TransactionActions(actions) = data;
+                        actions
+                            .chaincode_actions
+                            .iter()
+                            .map(|action| action.chaincode_event.clone().unwrap())
+                            .collect::<Vec<_>>()
+                    });
+                    (tx.r#type, tx.tx_validation_code, events)
+                })
+                .collect();
+            let endorser = HeaderType::EndorserTransaction as i32;
+            let without_payload = ChaincodeEvent {
+                payload: Bytes::new(),
+                ..event("kv")
+            };
+            assert_eq!(
+                shapes,
+                [
+                    (HeaderType::Config as i32, 0, None),
+                    (endorser, 0, Some(vec![])),
+                    (endorser, 11, Some(vec![without_payload])),
+                    (endorser, 0, Some(vec![])),
+                ]
+            );
+            assert_eq!(filtered.channel_id, "ch10");
         }
     }
 }
