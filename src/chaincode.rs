@@ -156,6 +156,7 @@ impl Deployment {
     /// Each organisation's approval, then the commit, each waited for;
     /// prints a line per step.
     pub(crate) async fn run(&self) -> Result<()> {
+        let peers: Vec<SocketAddr> = self.approvers.iter().map(|o| o.peer).collect();
         for approver in &self.approvers {
             let approve = ApproveChaincodeDefinitionForMyOrgArgs {
                 sequence: self.sequence,
@@ -170,6 +171,10 @@ impl Deployment {
                     "ApproveChaincodeDefinitionForMyOrg",
                     approve.encode_to_vec().into(),
                     &[approver.peer],
+                    // Every peer must hold the approval before the commit
+                    // is endorsed, or their endorsements read different
+                    // approvals and disagree.
+                    &peers,
                 )
                 .await
                 .with_context(|| format!("approving {} for {}", self.name, approver.name))?;
@@ -182,7 +187,6 @@ impl Deployment {
             validation_parameter: self.validation_parameter.clone(),
             ..CommitChaincodeDefinitionArgs::default()
         };
-        let peers: Vec<SocketAddr> = self.approvers.iter().map(|o| o.peer).collect();
         let first = self
             .approvers
             .first()
@@ -192,6 +196,7 @@ impl Deployment {
                 &first.admin,
                 "CommitChaincodeDefinition",
                 commit.encode_to_vec().into(),
+                &peers,
                 &peers,
             )
             .await
@@ -203,18 +208,19 @@ impl Deployment {
         Ok(())
     }
 
-    /// Proposes `function(argument)` to `_lifecycle` on `peers` as `signer`,
-    /// submits the endorsed transaction and waits until every peer committed
-    /// it VALID; returns its block number.
+    /// Proposes `function(argument)` to `_lifecycle` on `endorsers` as
+    /// `signer`, submits the endorsed transaction and waits until every
+    /// peer of `watchers` committed it VALID; returns its block number.
     async fn transact(
         &self,
         signer: &Signer,
         function: &str,
         argument: Bytes,
-        peers: &[SocketAddr],
+        endorsers: &[SocketAddr],
+        watchers: &[SocketAddr],
     ) -> Result<u64> {
         let mut events = Vec::new();
-        for peer in peers {
+        for peer in watchers {
             events.push(subscribe(*peer, &self.channel, signer).await?);
         }
         let invocation = Invocation {
@@ -227,7 +233,7 @@ impl Deployment {
         let proposal = Proposal::new(&invocation, signer.serialized_identity().clone());
         let signed = proposal.signed(signer)?;
         let mut responses: Vec<ProposalResponse> = Vec::new();
-        for peer in peers {
+        for peer in endorsers {
             let response = EndorserClient::new(connect(*peer).await?)
                 .process_proposal(signed.clone())
                 .await
@@ -257,7 +263,7 @@ impl Deployment {
             bail!("the orderer answered {}: {}", answer.status, answer.info);
         }
         let mut committed_in = 0;
-        for (peer, stream) in peers.iter().zip(&mut events) {
+        for (peer, stream) in watchers.iter().zip(&mut events) {
             let found = tokio::time::timeout(COMMIT_WAIT_MAX, async {
                 loop {
                     let block = next_block(stream).await?;
