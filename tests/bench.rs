@@ -358,11 +358,10 @@ fn weft_network_up_serves_fabric_clients_stops_on_ctrl_c_and_resumes() {
                 .to_string()
         )
     );
-    let connection: serde_yaml::Value =
-        serde_yaml::from_slice(&std::fs::read(&connection_path).unwrap()).unwrap();
+    let connection = connection_file(&data);
     assert_eq!(connection["channel"], "mychannel");
-    assert_eq!(connection["orderers"].as_sequence().unwrap().len(), 3);
-    let orgs = connection["organizations"].as_sequence().unwrap();
+    assert_eq!(connection["orderers"].as_array().unwrap().len(), 3);
+    let orgs = connection["organizations"].as_array().unwrap();
     assert_eq!(orgs.len(), 2);
     assert_eq!(orgs[1]["mspId"], "Org2MSP");
     assert_eq!(
@@ -380,23 +379,14 @@ fn weft_network_up_serves_fabric_clients_stops_on_ctrl_c_and_resumes() {
 
     // Fabric's Gateway client, given the connection file's endpoint and
     // user, submits and evaluates through org1's peer.
-    let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
-    let output = Command::new("node")
-        .current_dir(&js)
-        .arg("gateway.js")
-        .arg(orgs[0]["peers"][0]["endpoint"].as_str().unwrap())
-        .arg(orgs[0]["mspId"].as_str().unwrap())
-        .arg(orgs[0]["user"]["certificate"].as_str().unwrap())
-        .arg(orgs[0]["user"]["privateKey"].as_str().unwrap())
-        .arg("mychannel")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    run_node([
+        "gateway.js",
+        orgs[0]["peers"][0]["endpoint"].as_str().unwrap(),
+        orgs[0]["mspId"].as_str().unwrap(),
+        orgs[0]["user"]["certificate"].as_str().unwrap(),
+        orgs[0]["user"]["privateKey"].as_str().unwrap(),
+        "mychannel",
+    ]);
 
     // `weft bench --connect` drives the network with the transfer workload.
     let (last, results) = bench(
@@ -465,12 +455,8 @@ fn weft_bench_runs_the_papers_workloads_with_no_failures() {
     // with the outcome it should have: all VALID where transactions do not
     // contend, some MVCC conflicts where 100 keys are shared.
     let dir = tempfile::tempdir().unwrap();
-    let base = free_base_port(100);
-    let network = NetworkUp::start(
-        &dir.path().join("net"),
-        &["--orderers", "1", "--base-port", &base.to_string()],
-    );
-    let connection = dir.path().join("net/connection.yaml");
+    let (network, data) = solo_network(dir.path(), 100);
+    let connection = data.join("connection.yaml");
     let run = |workload: &str, extra: &[&str]| -> serde_json::Value {
         let mut args = vec!["--workload", workload, "--duration", "2s"];
         args.extend_from_slice(extra);
@@ -649,6 +635,36 @@ fn ctrl_c_stops_weft_bench_and_the_network_it_started() {
     }
 }
 
+/// Runs `node <args>` in tests/js (Fabric's JavaScript clients); returns
+/// its standard output once it exited successfully.
+fn run_node<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> String {
+    let output = Command::new("node")
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js"))
+        .args(args)
+        .output()
+        .expect("node runs (CI installs it)");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// `weft network up` with a solo orderer in `dir`/net, on ports of its own
+/// (`port_offset` tells concurrent tests apart); returns the network and
+/// its data directory.
+fn solo_network(dir: &Path, port_offset: u16) -> (NetworkUp, std::path::PathBuf) {
+    let data = dir.join("net");
+    let base = free_base_port(port_offset);
+    let network = NetworkUp::start(
+        &data,
+        &["--orderers", "1", "--base-port", &base.to_string()],
+    );
+    (network, data)
+}
+
 /// The connection file of a network `weft network up --dir dir` started.
 fn connection_file(dir: &Path) -> serde_json::Value {
     serde_yaml::from_slice(&std::fs::read(dir.join("connection.yaml")).unwrap()).unwrap()
@@ -715,12 +731,7 @@ fn hyperledger_caliper_runs_kv_and_smallbank_rounds_against_weft_network_up() {
     // rounds of kv puts, smallbank account creations and smallbank
     // operations, every transaction endorsed, ordered and committed.
     let dir = tempfile::tempdir().unwrap();
-    let base = free_base_port(200);
-    let data = dir.path().join("net");
-    let network = NetworkUp::start(
-        &data,
-        &["--orderers", "1", "--base-port", &base.to_string()],
-    );
+    let (network, data) = solo_network(dir.path(), 200);
     let connection = connection_file(&data);
     let network_config = caliper_network_config(&connection, dir.path());
     // (label, transactions, workload module, its arguments)
@@ -762,30 +773,25 @@ fn hyperledger_caliper_runs_kv_and_smallbank_rounds_against_weft_network_up() {
     });
     std::fs::write(&bench_config, serde_yaml::to_string(&bench).unwrap()).unwrap();
 
-    let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
-    let output = Command::new("node")
-        .current_dir(&js)
-        .arg("node_modules/@hyperledger/caliper-cli/caliper.js")
-        .args(["launch", "manager", "--caliper-flow-only-test"])
-        .arg("--caliper-workspace")
-        .arg(js.join("caliper"))
-        .arg("--caliper-networkconfig")
-        .arg(&network_config)
-        .arg("--caliper-benchconfig")
-        .arg(&bench_config)
-        .arg("--caliper-report-path")
-        .arg(dir.path().join("report.html"))
+    let stdout = run_node([
+        std::ffi::OsStr::new("node_modules/@hyperledger/caliper-cli/caliper.js"),
+        "launch".as_ref(),
+        "manager".as_ref(),
+        "--caliper-flow-only-test".as_ref(),
+        "--caliper-workspace".as_ref(),
+        // Relative to tests/js, where node runs.
+        "caliper".as_ref(),
+        "--caliper-networkconfig".as_ref(),
+        network_config.as_os_str(),
+        "--caliper-benchconfig".as_ref(),
+        bench_config.as_os_str(),
+        "--caliper-report-path".as_ref(),
+        dir.path().join("report.html").as_os_str(),
         // Caliper waits this long after each round for its progress
         // report (5 s by default).
-        .args(["--caliper-progress-reporting-interval", "1000"])
-        .output()
-        .expect("node runs (CI installs it)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        "--caliper-progress-reporting-interval".as_ref(),
+        "1000".as_ref(),
+    ]);
     // Caliper's report table: | Name | Succ | Fail | ...
     let results = stdout
         .split("### All test results ###")
@@ -820,25 +826,9 @@ fn raw_protocol_clients_endorse_broadcast_and_deliver_as_on_fabric() {
     // seek to Newest answered at once by the newest block and SUCCESS, on
     // the peer and on the orderer.
     let dir = tempfile::tempdir().unwrap();
-    let base = free_base_port(300);
-    let data = dir.path().join("net");
-    let network = NetworkUp::start(
-        &data,
-        &["--orderers", "1", "--base-port", &base.to_string()],
-    );
+    let (network, data) = solo_network(dir.path(), 300);
     let connection = connection_file(&data);
-    let output = Command::new("node")
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js"))
-        .arg("raw.js")
-        .arg(connection.to_string())
-        .output()
-        .expect("node runs (CI installs it)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = run_node(["raw.js".to_owned(), connection.to_string()]);
     let seen: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
 
     // Endorsed by both organisations' peers, with the same result.

@@ -129,9 +129,6 @@ pub struct LoadArgs {
     /// measures each rate in turn. Without it, the loop is closed.
     #[arg(long = "rate", value_delimiter = ',')]
     pub rates: Vec<f64>,
-    /// The offered rate of the measurement under way (one of `rates`).
-    #[arg(skip)]
-    rate: Option<f64>,
     /// read-update: the number of shared keys.
     #[arg(long, default_value_t = 10_000)]
     pub keys: u64,
@@ -265,10 +262,6 @@ fn measure(
     connection: &ConnectionFile,
     block_size: Option<u32>,
 ) -> Result<Results> {
-    let args = LoadArgs {
-        rate,
-        ..args.clone()
-    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -277,7 +270,7 @@ fn measure(
     // the network the bench started instead of leaving its nodes behind.
     let mut results = runtime.block_on(async {
         tokio::select! {
-            results = drive(&args, connection) => results,
+            results = drive(args, rate, connection) => results,
             () = crate::shutdown_signal() => bail!("interrupted"),
         }
     })?;
@@ -758,7 +751,9 @@ struct Progress {
     in_flight: AtomicU64,
 }
 
-async fn drive(args: &LoadArgs, connection: &ConnectionFile) -> Result<Results> {
+/// Runs the workload on the network of `connection`, in open loop at
+/// `rate` or else in closed loop.
+async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) -> Result<Results> {
     let mut orgs = Vec::new();
     for organization in &connection.organizations {
         let user = Arc::new(
@@ -813,7 +808,7 @@ async fn drive(args: &LoadArgs, connection: &ConnectionFile) -> Result<Results> 
     println!(
         "weft bench: workload {}, {}, {} {}, {} organisations, {} orderers",
         args.workload.name(),
-        match args.rate {
+        match rate {
             Some(rate) => format!(
                 "open loop at {rate} tx/s, at most {} in flight",
                 args.clients
@@ -837,7 +832,7 @@ async fn drive(args: &LoadArgs, connection: &ConnectionFile) -> Result<Results> 
     let started = Instant::now();
     let deadline = started + args.duration;
     let reporter = tokio::spawn(report_progress(progress.clone(), started, deadline));
-    let (records, failures, dropped) = match args.rate {
+    let (records, failures, dropped) = match rate {
         None => closed_loop(&client, slots, deadline, &progress).await,
         Some(rate) => open_loop(&client, slots, deadline, rate, &progress).await,
     };
@@ -846,6 +841,7 @@ async fn drive(args: &LoadArgs, connection: &ConnectionFile) -> Result<Results> 
     let client_cpu = own_cpu_seconds() - client_cpu_before;
     Ok(Results::new(
         args,
+        rate,
         connection,
         &client.channels,
         &records,
@@ -1191,6 +1187,7 @@ impl Results {
     #[allow(clippy::too_many_arguments)]
     fn new(
         args: &LoadArgs,
+        rate: Option<f64>,
         connection: &ConnectionFile,
         channels: &[String],
         records: &[TxRecord],
@@ -1240,14 +1237,9 @@ impl Results {
         ]);
         Self {
             workload: args.workload.name(),
-            loop_kind: if args.rate.is_some() {
-                "open"
-            } else {
-                "closed"
-            }
-            .to_owned(),
+            loop_kind: if rate.is_some() { "open" } else { "closed" }.to_owned(),
             clients: args.clients,
-            offered_rate: args.rate,
+            offered_rate: rate,
             organisations: connection.organizations.len(),
             orderers: connection.orderers.len(),
             channels: channels.len(),
