@@ -51,6 +51,13 @@ pub struct StoreConfig {
     /// header hash against the tail record. At least the tail block is
     /// always checked.
     pub verify_tail_blocks: u32,
+    /// Whether each transaction's TxID is indexed to its block, position
+    /// and validation code (true by default). A peer needs the index for
+    /// its duplicate-TxID check and for queries by TxID; an orderer, like
+    /// Fabric's, needs neither and saves a read and a write per
+    /// transaction. Lookups on a store without it are
+    /// [`Error::NotIndexed`].
+    pub index_tx_ids: bool,
 }
 
 impl StoreConfig {
@@ -64,7 +71,14 @@ impl StoreConfig {
             path: path.into(),
             durability: Durability::default(),
             verify_tail_blocks: Self::VERIFY_TAIL_BLOCKS_DEFAULT,
+            index_tx_ids: true,
         }
+    }
+
+    /// The same configuration without the TxID index.
+    pub fn without_tx_index(mut self) -> Self {
+        self.index_tx_ids = false;
+        self
     }
 
     /// The same configuration with another durability mode.

@@ -83,6 +83,11 @@ pub enum Error {
         source: rocksdb::Error,
     },
 
+    /// A TxID lookup on a store opened without the TxID index
+    /// ([`crate::StoreConfig::index_tx_ids`]).
+    #[error("block store at {} keeps no TxID index", path.display())]
+    NotIndexed { path: PathBuf },
+
     /// Syncing the write-ahead log (or flushing memtables at open) failed.
     /// The store is unusable afterwards: see [`Error::Poisoned`].
     #[error("sync of blocks below {height} failed: {source}")]

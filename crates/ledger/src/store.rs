@@ -53,6 +53,7 @@ struct Shared {
     db: DB,
     path: PathBuf,
     durability: Durability,
+    index_tx_ids: bool,
     /// The writer's view of the tail; holding it serializes appends.
     writer: Mutex<Tail>,
     /// Number of blocks readers may see. Stored after the block's batch is
@@ -113,6 +114,7 @@ impl BlockStore {
             db,
             path: config.path.clone(),
             durability: config.durability,
+            index_tx_ids: config.index_tx_ids,
             writer: Mutex::new(Tail {
                 height,
                 header_hash,
@@ -396,6 +398,23 @@ impl Shared {
     /// The batch that appends `block` as number `number`.
     fn batch_for(&self, block: &Block, number: u64, header_hash: Hash) -> Result<WriteBatch> {
         let blocks = self.cf(CF_BLOCKS)?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(blocks, block_key(number), block.encode_to_vec());
+        batch.put(
+            TAIL_KEY,
+            encode_tail(&TailRecord {
+                height: number + 1,
+                header_hash,
+            }),
+        );
+        if self.index_tx_ids {
+            self.index_block(block, number, &mut batch)?;
+        }
+        Ok(batch)
+    }
+
+    /// Adds the TxID index entries of block `number` to `batch`.
+    fn index_block(&self, block: &Block, number: u64, batch: &mut WriteBatch) -> Result<()> {
         let tx_ids = self.cf(CF_TX_IDS)?;
         let envelopes = block.data.as_ref().map_or(&[][..], |data| &data.data[..]);
         let filter = block.metadata.as_ref().and_then(|metadata| {
@@ -418,8 +437,6 @@ impl Shared {
             .db
             .multi_get_cf(candidates.iter().map(|(_, id)| (tx_ids, id.as_bytes())));
 
-        let mut batch = WriteBatch::default();
-        batch.put_cf(blocks, block_key(number), block.encode_to_vec());
         for (&(index, id), found) in candidates.iter().zip(existing) {
             let found = found.map_err(|source| Error::ReadTx {
                 tx_id: id.to_owned(),
@@ -435,14 +452,7 @@ impl Shared {
             };
             batch.put_cf(tx_ids, id.as_bytes(), encode_tx_location(&location));
         }
-        batch.put(
-            TAIL_KEY,
-            encode_tail(&TailRecord {
-                height: number + 1,
-                header_hash,
-            }),
-        );
-        Ok(batch)
+        Ok(())
     }
 
     fn read_block_bytes(&self, number: u64) -> Result<Bytes> {
@@ -465,6 +475,11 @@ impl Shared {
 
     /// The tx index entry of `tx_id`, if its block is visible.
     fn index_lookup(&self, tx_id: &str) -> Result<Option<TxLocation>> {
+        if !self.index_tx_ids {
+            return Err(Error::NotIndexed {
+                path: self.path.clone(),
+            });
+        }
         let tx_ids = self.cf(CF_TX_IDS)?;
         let value = self
             .db

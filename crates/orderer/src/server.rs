@@ -565,7 +565,10 @@ fn open_channels(
         }
     }
     channel_ids.sort();
-    let store_config = StoreConfig::new(&ledgers).with_durability(config.durability);
+    // An orderer serves blocks by number only, as Fabric's does.
+    let store_config = StoreConfig::new(&ledgers)
+        .with_durability(config.durability)
+        .without_tx_index();
     channel_ids
         .into_iter()
         .map(|channel_id| {

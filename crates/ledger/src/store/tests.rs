@@ -257,6 +257,36 @@ fn broken_links_are_rejected_and_nothing_is_written() {
 }
 
 #[test]
+fn a_store_without_the_tx_index_keeps_blocks_and_refuses_lookups() {
+    // Goal: an orderer's store (no TxID index) holds and serves the same
+    // blocks, writes no index entries, and a lookup by TxID is a clear
+    // error rather than a silent "unknown transaction".
+    let dir = TempDir::new().unwrap();
+    let chain = synthetic_chain("unindexed", 3, 4);
+    let store = BlockStore::open(&config(&dir, Durability::EveryBlock).without_tx_index()).unwrap();
+    append_all(&store, &chain);
+    for (number, block) in chain.iter().enumerate() {
+        assert_eq!(store.block(number as u64).unwrap().as_ref(), Some(block));
+    }
+    let tx_id = tx_ids(&chain[1])[0].clone().unwrap();
+    assert!(matches!(
+        store.tx_location(&tx_id),
+        Err(Error::NotIndexed { .. })
+    ));
+    assert!(matches!(
+        store.contains_tx_id(&tx_id),
+        Err(Error::NotIndexed { .. })
+    ));
+    let tx_ids_family = store.shared.cf(CF_TX_IDS).unwrap();
+    let indexed = store
+        .shared
+        .db
+        .iterator_cf(tx_ids_family, rocksdb::IteratorMode::Start)
+        .count();
+    assert_eq!(indexed, 0);
+}
+
+#[test]
 fn only_the_first_occurrence_of_a_tx_id_is_indexed() {
     // Goal: the index keeps answering with the original transaction when a
     // replay (DUPLICATE_TXID, code 10) appears later in the same block or
