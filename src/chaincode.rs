@@ -28,7 +28,7 @@ use weft_protos::protos::endorser_client::EndorserClient;
 use weft_protos::protos::{ApplicationPolicy, ProposalResponse, TxValidationCode};
 use weft_protos::tx::{Invocation, Proposal};
 
-use crate::client::{connect, next_block, subscribe};
+use crate::client::{Dialer, next_block, subscribe};
 
 /// How long a peer may take to commit a lifecycle transaction.
 const COMMIT_WAIT_MAX: Duration = Duration::from_secs(60);
@@ -65,6 +65,10 @@ pub struct DeployArgs {
     /// each organisation's Admin signs its approval.
     #[arg(long)]
     crypto: PathBuf,
+    /// A TLS CA certificate (PEM) of the peers or the orderer; repeat for
+    /// each. With any, every connection is made over TLS trusting these.
+    #[arg(long = "tls-ca")]
+    tls_cas: Vec<PathBuf>,
 }
 
 /// An organisation that approves: its admin, and its peer.
@@ -103,6 +107,7 @@ pub(crate) struct Deployment {
     pub validation_parameter: Bytes,
     pub approvers: Vec<Approver>,
     pub orderer: SocketAddr,
+    pub dialer: Dialer,
 }
 
 /// The serialized `ApplicationPolicy` of a policy expression in Fabric's
@@ -145,6 +150,19 @@ pub fn deploy(args: &DeployArgs) -> Result<()> {
         validation_parameter,
         approvers,
         orderer: args.orderer,
+        dialer: if args.tls_cas.is_empty() {
+            Dialer::default()
+        } else {
+            let roots = args
+                .tls_cas
+                .iter()
+                .map(|path| {
+                    std::fs::read(path)
+                        .with_context(|| format!("--tls-ca: reading {}", path.display()))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Dialer::tls(roots)
+        },
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -221,7 +239,7 @@ impl Deployment {
     ) -> Result<u64> {
         let mut events = Vec::new();
         for peer in watchers {
-            events.push(subscribe(*peer, &self.channel, signer).await?);
+            events.push(subscribe(&self.dialer, *peer, &self.channel, signer).await?);
         }
         let invocation = Invocation {
             channel_id: &self.channel,
@@ -234,7 +252,7 @@ impl Deployment {
         let signed = proposal.signed(signer)?;
         let mut responses: Vec<ProposalResponse> = Vec::new();
         for peer in endorsers {
-            let response = EndorserClient::new(connect(*peer).await?)
+            let response = EndorserClient::new(self.dialer.connect(*peer).await?)
                 .process_proposal(signed.clone())
                 .await
                 .with_context(|| format!("proposing to {peer}"))?
@@ -250,7 +268,7 @@ impl Deployment {
             responses.push(response);
         }
         let envelope: Envelope = proposal.transaction(&responses, signer)?;
-        let mut answers = AtomicBroadcastClient::new(connect(self.orderer).await?)
+        let mut answers = AtomicBroadcastClient::new(self.dialer.connect(self.orderer).await?)
             .broadcast(tokio_stream::iter([envelope]))
             .await
             .context("the orderer refused the Broadcast stream")?

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use anyhow::{Context, Result, anyhow, bail};
 use prost::Message;
-use tonic::transport::Channel;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 use weft_msp::Signer;
 use weft_protos::common::HeaderType;
 use weft_protos::orderer::seek_info::SeekBehavior;
@@ -15,16 +15,36 @@ use weft_protos::protos::FilteredBlock;
 use weft_protos::protos::deliver_client::DeliverClient;
 use weft_protos::protos::deliver_response::Type as PeerResponse;
 
-/// A gRPC connection to `address` (loopback, no TLS).
-pub(crate) async fn connect(address: SocketAddr) -> Result<Channel> {
-    tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {address}"))
+/// How a client reaches the network's nodes: in plaintext, or over TLS
+/// trusting the network's TLS CA certificates.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Dialer {
+    tls: Option<ClientTlsConfig>,
+}
+
+impl Dialer {
+    /// Dials over TLS, trusting exactly `roots` (PEM certificates).
+    pub fn tls(roots: Vec<Vec<u8>>) -> Self {
+        Self {
+            tls: Some(crate::tls::client_config(
+                roots.into_iter().map(Certificate::from_pem).collect(),
+            )),
+        }
+    }
+
+    /// A gRPC connection to `address`.
+    pub async fn connect(&self, address: SocketAddr) -> Result<Channel> {
+        weft_protos::dial::endpoint(&address.to_string(), self.tls.as_ref())
+            .with_context(|| format!("the TLS settings for {address}"))?
+            .connect()
+            .await
+            .with_context(|| format!("connecting to {address}"))
+    }
 }
 
 /// The peer's filtered blocks from the newest on.
 pub(crate) async fn subscribe(
+    dialer: &Dialer,
     peer: SocketAddr,
     channel: &str,
     client: &Signer,
@@ -47,7 +67,7 @@ pub(crate) async fn subscribe(
         client.new_nonce()?,
         weft_msp::now(),
     )?;
-    Ok(DeliverClient::new(connect(peer).await?)
+    Ok(DeliverClient::new(dialer.connect(peer).await?)
         .deliver_filtered(tokio_stream::iter([request]))
         .await
         .context("the peer refused the DeliverFiltered request")?

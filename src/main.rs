@@ -15,6 +15,7 @@ mod ops;
 mod orderer;
 mod peer;
 mod settings;
+mod tls;
 
 use std::process::ExitCode;
 

@@ -81,6 +81,11 @@ pub struct UpArgs {
     /// of its own.
     #[arg(long)]
     pub in_process: bool,
+    /// Serve every endpoint over TLS, with the nodes' cryptogen TLS
+    /// certificates (the connection file then says `tls: true`); nodes dial
+    /// each other over TLS too. Fixed when the network is created.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 impl UpArgs {
@@ -103,6 +108,7 @@ impl UpArgs {
                 .clone()
                 .unwrap_or_else(|| "10ms".to_owned()),
             block_size: self.block_size.unwrap_or(500),
+            tls: self.tls,
             deployed: Vec::new(),
         })
     }
@@ -160,6 +166,11 @@ impl UpArgs {
                 "--block-size",
                 self.block_size.map(|v| v.to_string()),
                 plan.block_size.to_string(),
+            ),
+            (
+                "--tls",
+                self.tls.then(|| "on".to_owned()),
+                if plan.tls { "on" } else { "off" }.to_owned(),
             ),
         ];
         for (option, asked, saved) in checks {
@@ -348,6 +359,7 @@ impl Network {
             .enable_all()
             .build()?;
         let validation_parameter = crate::chaincode::validation_parameter(Some(&self.plan.policy))?;
+        let dialer = self.plan.connection_file(&self.dir)?.dialer()?;
         for name in pending {
             // The channels are independent: their definitions are agreed
             // on at the same time.
@@ -368,6 +380,7 @@ impl Network {
                     validation_parameter: validation_parameter.clone(),
                     approvers,
                     orderer,
+                    dialer: dialer.clone(),
                 };
                 deployments.spawn_on(async move { deployment.run().await }, runtime.handle());
             }

@@ -24,6 +24,7 @@ use weft_protos::common::Block;
 
 use crate::ops::{self, FailedCheck};
 use crate::settings::{GoDuration, load_yaml, resolve};
+use crate::tls::TlsSection;
 
 /// `config/orderer.yaml`, as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -84,6 +85,8 @@ pub struct NodeSection {
     pub file_system_path: PathBuf,
     #[serde(default = "default_max_message_bytes")]
     pub max_message_bytes: usize,
+    #[serde(default)]
+    pub tls: TlsSection,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -232,6 +235,10 @@ impl Settings {
                     ConsensusName::Solo => ConsensusMode::Solo,
                 },
                 message_bytes_max: file.orderer.max_message_bytes,
+                tls: file
+                    .orderer
+                    .tls
+                    .load(base, |key| at(&format!("orderer.{key}")))?,
             },
             signer,
             genesis_blocks,

@@ -106,6 +106,7 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         queue_blocks: config.committer.queue_blocks,
         backoff_max: config.committer.reconnect_backoff_max.0,
         checkpoint_interval: config.ledger.checkpoint_interval.0,
+        tls: config.tls.as_ref().map(|tls| tls.client.clone()),
         ..IntakeConfig::new(config.orderers.clone())
     };
     let intake_config = match config.committer.block_source {
@@ -151,14 +152,21 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
             .map(|peer| (peer.msp_id.clone(), peer.address.clone()))
             .collect(),
         orderers: config.orderers.clone(),
+        tls: config.tls.as_ref().map(|tls| tls.client.clone()),
     };
     let (shutdown, shutdown_seen) = watch::channel(false);
     let grpc_listener = tokio::net::TcpListener::bind(config.peer.listen_address)
         .await
         .with_context(|| format!("peer.listenAddress: binding {}", config.peer.listen_address))?;
     let grpc_address = grpc_listener.local_addr()?;
+    let mut grpc_server = tonic::transport::Server::builder();
+    if let Some(tls) = &config.tls {
+        grpc_server = grpc_server
+            .tls_config(tls.server.clone())
+            .context("peer.tls")?;
+    }
     let grpc = tokio::spawn(
-        tonic::transport::Server::builder()
+        grpc_server
             .add_service(
                 DeliverServer::new(DeliverService::new(channels))
                     .max_decoding_message_size(MESSAGE_BYTES_MAX)

@@ -325,15 +325,16 @@ fn http_get(address: &str, path: &str) -> String {
 }
 
 #[test]
-fn weft_network_up_serves_fabric_clients_stops_on_ctrl_c_and_resumes() {
+fn weft_network_up_serves_fabric_clients_over_tls_stops_on_ctrl_c_and_resumes() {
     // Goal: one command gives a newcomer a Raft-ordered two-organisation
-    // network with the built-in chaincodes defined, and a connection file
-    // that Fabric's own Gateway client and `weft bench` use as they are;
-    // Ctrl-C stops it and a second `network up` resumes its ledger.
+    // network with the built-in chaincodes defined, every endpoint (and
+    // the Raft cluster) over TLS with `--tls`, and a connection file that
+    // Fabric's own Gateway client and `weft bench` use as they are; Ctrl-C
+    // stops it and a second `network up` resumes its ledger, still TLS.
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("net");
     let base = free_base_port(0);
-    let network = NetworkUp::start(&data, &["--base-port", &base.to_string()]);
+    let network = NetworkUp::start(&data, &["--tls", "--base-port", &base.to_string()]);
     assert!(
         network.printed.contains("network ready"),
         "{}",
@@ -360,6 +361,7 @@ fn weft_network_up_serves_fabric_clients_stops_on_ctrl_c_and_resumes() {
     );
     let connection = connection_file(&data);
     assert_eq!(connection["channel"], "mychannel");
+    assert_eq!(connection["tls"], true);
     assert_eq!(connection["orderers"].as_array().unwrap().len(), 3);
     let orgs = connection["organizations"].as_array().unwrap();
     assert_eq!(orgs.len(), 2);
@@ -377,16 +379,32 @@ fn weft_network_up_serves_fabric_clients_stops_on_ctrl_c_and_resumes() {
         assert!(Path::new(path.as_str().unwrap()).is_file(), "{path:?}");
     }
 
-    // Fabric's Gateway client, given the connection file's endpoint and
-    // user, submits and evaluates through org1's peer.
-    run_node([
+    // Fabric's Gateway client, given the connection file's endpoint, user
+    // and TLS CA, submits and evaluates through org1's peer over TLS; the
+    // same client in plaintext is turned away.
+    let gateway_args = [
         "gateway.js",
         orgs[0]["peers"][0]["endpoint"].as_str().unwrap(),
         orgs[0]["mspId"].as_str().unwrap(),
         orgs[0]["user"]["certificate"].as_str().unwrap(),
         orgs[0]["user"]["privateKey"].as_str().unwrap(),
         "mychannel",
-    ]);
+    ];
+    run_node(
+        gateway_args
+            .iter()
+            .copied()
+            .chain([orgs[0]["peers"][0]["tlsCaCert"].as_str().unwrap()]),
+    );
+    let plaintext = Command::new("node")
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js"))
+        .args(gateway_args)
+        .output()
+        .unwrap();
+    assert!(
+        !plaintext.status.success(),
+        "a plaintext client got through"
+    );
 
     // `weft bench --connect` drives the network with the transfer workload.
     let (last, results) = bench(
@@ -443,6 +461,7 @@ fn weft_network_up_serves_fabric_clients_stops_on_ctrl_c_and_resumes() {
         "{}",
         network.printed
     );
+    assert_eq!(connection_file(&data)["tls"], true);
     assert!(!network.printed.contains("approved"), "{}", network.printed);
     let resumed = metric(&http_get(&peer_ops, "/metrics"), "ledger_blockchain_height");
     assert!(resumed >= height, "{resumed} < {height}");

@@ -41,7 +41,7 @@ use super::{
     BenchChannel, NodeProcess, TRANSFER_CHAINCODE, Transfer, WorkDir, http_get, metric_sum,
     quantile, set_endorsement, summary_line, write_json,
 };
-use crate::client::connect;
+use crate::client::Dialer;
 
 const CHANNEL: &str = "bench";
 /// The name the peer knows the `--external` chaincode by.
@@ -231,7 +231,7 @@ async fn create_accounts(
         })
         .collect::<Result<Vec<_>>>()?;
     let created = envelopes.len();
-    let mut answers = AtomicBroadcastClient::new(connect(orderer).await?)
+    let mut answers = AtomicBroadcastClient::new(Dialer::default().connect(orderer).await?)
         .broadcast(tokio_stream::iter(envelopes))
         .await
         .context("the orderer refused the Broadcast stream")?
@@ -326,7 +326,9 @@ async fn measure(
     let next = Arc::new(AtomicUsize::new(0));
     let mut connections = Vec::with_capacity(clients);
     for _ in 0..clients {
-        connections.push(EndorserClient::new(connect(peer.grpc).await?));
+        connections.push(EndorserClient::new(
+            Dialer::default().connect(peer.grpc).await?,
+        ));
     }
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(clients);

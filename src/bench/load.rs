@@ -44,7 +44,7 @@ use weft_protos::protos::endorser_client::EndorserClient;
 use weft_protos::tx::{Invocation, Proposal};
 
 use super::{quantile, summary_line};
-use crate::client::{connect, next_block, subscribe};
+use crate::client::{Dialer, next_block, subscribe};
 use crate::network::connection::ConnectionFile;
 
 /// How long a transaction may take from proposal to commit event.
@@ -172,6 +172,10 @@ pub struct OwnNetworkArgs {
     /// Keep the network in this directory instead of a temporary one.
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Every endpoint of the network serves TLS, and the bench dials it
+    /// over TLS.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -205,6 +209,11 @@ pub fn run(args: &LoadArgs) -> Result<()> {
         Some(path) => {
             if !args.network.block_sizes.is_empty() {
                 bail!("--block-size: the network of --connect has its own block size");
+            }
+            if args.network.tls {
+                bail!(
+                    "--tls: the connection file of --connect says whether its network speaks TLS"
+                );
             }
             let connection = ConnectionFile::load(path)?;
             for rate in &rates {
@@ -317,6 +326,7 @@ fn start_network(
         policy: options.policy.clone(),
         block_size: Some(block_size),
         batch_timeout: Some(options.batch_timeout.clone()),
+        tls: options.tls,
         ..crate::network::UpArgs::default()
     };
     if !up.dir.join("network.yaml").exists() {
@@ -348,9 +358,9 @@ struct Broadcaster {
 }
 
 impl Broadcaster {
-    async fn open(address: SocketAddr) -> Result<Arc<Self>> {
+    async fn open(dialer: &Dialer, address: SocketAddr) -> Result<Arc<Self>> {
         let (outbox, outgoing) = mpsc::channel::<Envelope>(4096);
-        let mut answers = AtomicBroadcastClient::new(connect(address).await?)
+        let mut answers = AtomicBroadcastClient::new(dialer.connect(address).await?)
             .broadcast(ReceiverStream::new(outgoing))
             .await
             .with_context(|| format!("{address} refused the Broadcast stream"))?
@@ -754,6 +764,7 @@ struct Progress {
 /// Runs the workload on the network of `connection`, in open loop at
 /// `rate` or else in closed loop.
 async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) -> Result<Results> {
+    let dialer = connection.dialer()?;
     let mut orgs = Vec::new();
     for organization in &connection.organizations {
         let user = Arc::new(
@@ -766,7 +777,7 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
         orgs.push(Org {
             msp_id: organization.msp_id.clone(),
             user,
-            endorser: EndorserClient::new(connect(peer).await?),
+            endorser: EndorserClient::new(dialer.connect(peer).await?),
             peer,
             operations: organization.peers[0].operations_address()?,
         });
@@ -776,7 +787,7 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
     let router = Arc::new(CommitRouter::default());
     for org in &orgs {
         for channel in &channels {
-            let mut stream = subscribe(org.peer, channel, &org.user).await?;
+            let mut stream = subscribe(&dialer, org.peer, channel, &org.user).await?;
             let router = router.clone();
             tokio::spawn(async move {
                 while let Ok(block) = next_block(&mut stream).await {
@@ -790,7 +801,7 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
     }
     let mut broadcasters = Vec::new();
     for orderer in connection.orderer_addresses()? {
-        broadcasters.push(Broadcaster::open(orderer).await?);
+        broadcasters.push(Broadcaster::open(&dialer, orderer).await?);
     }
     let client = Arc::new(Client {
         channels,

@@ -14,6 +14,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 use weft_msp::Signer;
 
+use crate::client::Dialer;
+
 /// The connection file, as written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -31,9 +33,8 @@ pub struct ConnectionFile {
     /// client endorses with every organisation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endorsement_policy: Option<String>,
-    /// Whether the endpoints speak TLS; weft's endpoints are plaintext
-    /// gRPC today, the CA certificates are listed for clients that check
-    /// they exist.
+    /// Whether the endpoints speak TLS; each endpoint's `tlsCaCert` is
+    /// the CA its TLS certificate chains to.
     pub tls: bool,
     pub organizations: Vec<Organization>,
     pub orderers: Vec<Endpoint>,
@@ -146,6 +147,33 @@ impl ConnectionFile {
     /// The orderers' gRPC addresses.
     pub fn orderer_addresses(&self) -> Result<Vec<SocketAddr>> {
         self.orderers.iter().map(Endpoint::address).collect()
+    }
+
+    /// How to reach the nodes: over TLS, trusting every TLS CA the file
+    /// lists, when `tls` is true; in plaintext otherwise.
+    pub fn dialer(&self) -> Result<Dialer> {
+        if !self.tls {
+            return Ok(Dialer::default());
+        }
+        let endpoints = self
+            .organizations
+            .iter()
+            .flat_map(|organization| &organization.peers)
+            .chain(&self.orderers);
+        let mut roots: Vec<Vec<u8>> = Vec::new();
+        for endpoint in endpoints {
+            let pem = std::fs::read(&endpoint.tls_ca_cert).with_context(|| {
+                format!(
+                    "tlsCaCert of {}: reading {}",
+                    endpoint.name,
+                    endpoint.tls_ca_cert.display()
+                )
+            })?;
+            if !roots.contains(&pem) {
+                roots.push(pem);
+            }
+        }
+        Ok(Dialer::tls(roots))
     }
 }
 

@@ -28,6 +28,8 @@ use super::connection::{ConnectionFile, Endpoint, Organization, User};
 pub const BUILTIN_CHAINCODES: [&str; 3] = ["kv", "transfer", "smallbank"];
 /// The orderers' domain in the crypto material.
 const ORDERER_DOMAIN: &str = "example.com";
+/// The orderer organisation's TLS CA certificate, under `crypto/`.
+const ORDERER_TLS_CA: &str = "ordererOrganizations/example.com/tlsca/tlsca.example.com-cert.pem";
 
 /// The shape of a network, as saved in `network.yaml`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +53,10 @@ pub struct Plan {
     pub batch_timeout: String,
     /// Orderer block cutting: transactions per block at most.
     pub block_size: u32,
+    /// Every node serves TLS with its cryptogen TLS certificate, and
+    /// dials the others over TLS.
+    #[serde(default)]
+    pub tls: bool,
     /// The chaincodes whose definitions have been committed.
     #[serde(default)]
     pub deployed: Vec<String>,
@@ -386,11 +392,19 @@ impl Plan {
              orderer:\n  id: {name}\n  listenAddress: {grpc}\n  localMspId: OrdererMSP\n\
              \x20 mspConfigPath: ../crypto/ordererOrganizations/{ORDERER_DOMAIN}/orderers/{name}/msp\n\
              \x20 fileSystemPath: data\n\
+             {tls}\
              {channels}\
              consensus:\n  type: {consensus}\n\
              operations:\n  listenAddress: {operations}\n",
             name = orderer.name,
             grpc = orderer.grpc,
+            tls = self.tls_yaml(
+                &format!(
+                    "ordererOrganizations/{ORDERER_DOMAIN}/orderers/{}",
+                    orderer.name
+                ),
+                &[ORDERER_TLS_CA.to_owned()],
+            ),
             channels = self.channels_yaml(),
             operations = orderer.operations,
         );
@@ -402,6 +416,33 @@ impl Plan {
             );
         }
         text
+    }
+
+    /// The `tls` section of a node whose cryptogen folder is `node_dir`
+    /// (under `crypto/`), trusting `roots`; nothing without TLS.
+    fn tls_yaml(&self, node_dir: &str, roots: &[String]) -> String {
+        if !self.tls {
+            return String::new();
+        }
+        let roots: Vec<String> = roots
+            .iter()
+            .map(|root| format!("../crypto/{root}"))
+            .collect();
+        format!(
+            "  tls:\n    enabled: true\n    certificate: ../crypto/{node_dir}/tls/server.crt\n\
+             \x20   privateKey: ../crypto/{node_dir}/tls/server.key\n    rootCAs: [{}]\n",
+            roots.join(", ")
+        )
+    }
+
+    /// Every TLS CA certificate of the network, under `crypto/`: the
+    /// orderers' and each organisation's.
+    fn tls_cas(&self) -> Vec<String> {
+        std::iter::once(ORDERER_TLS_CA.to_owned())
+            .chain((1..=self.organisations).map(|org| {
+                format!("peerOrganizations/org{org}.example.com/tlsca/tlsca.org{org}.example.com-cert.pem")
+            }))
+            .collect()
     }
 
     /// The configuration file of a peer, for a file in `dir/<name>/`.
@@ -417,6 +458,7 @@ impl Plan {
              peer:\n  id: {name}\n  listenAddress: {grpc}\n  localMspId: {msp_id}\n\
              \x20 mspConfigPath: ../crypto/peerOrganizations/{org}.example.com/peers/{name}/msp\n\
              \x20 fileSystemPath: data\n\
+             {tls}\
              {channels}\
              orderers: [{orderers}]\n\
              operations:\n  listenAddress: {operations}\n\
@@ -425,6 +467,13 @@ impl Plan {
             grpc = peer.grpc,
             msp_id = peer.msp_id,
             org = peer.org,
+            tls = self.tls_yaml(
+                &format!(
+                    "peerOrganizations/{}.example.com/peers/{}",
+                    peer.org, peer.name
+                ),
+                &self.tls_cas(),
+            ),
             channels = self.channels_yaml(),
             orderers = orderers.join(", "),
             operations = peer.operations,
@@ -445,9 +494,7 @@ impl Plan {
     /// The client connection file of the network in `dir` (absolute).
     pub fn connection_file(&self, dir: &Path) -> Result<ConnectionFile> {
         let crypto = dir.join("crypto");
-        let orderer_tls_ca = crypto.join(format!(
-            "ordererOrganizations/{ORDERER_DOMAIN}/tlsca/tlsca.{ORDERER_DOMAIN}-cert.pem"
-        ));
+        let orderer_tls_ca = crypto.join(ORDERER_TLS_CA);
         let orderers = self
             .orderer_nodes()?
             .into_iter()
@@ -496,7 +543,7 @@ impl Plan {
             channels: self.channel_names(),
             chaincodes: self.deployed.clone(),
             endorsement_policy: Some(self.policy.clone()),
-            tls: false,
+            tls: self.tls,
             organizations,
             orderers,
         })
@@ -540,6 +587,7 @@ mod tests {
             policy: "OR('Org1MSP.peer','Org2MSP.peer')".to_owned(),
             batch_timeout: "10ms".to_owned(),
             block_size: 500,
+            tls: false,
             deployed: Vec::new(),
         }
     }
@@ -658,8 +706,11 @@ mod tests {
     #[test]
     fn the_generated_files_parse_as_the_nodes_read_them() {
         let dir = tempfile::tempdir().unwrap();
-        for orderers in [1, 3] {
-            let plan = plan(orderers);
+        for (orderers, tls) in [(1, false), (3, true)] {
+            let plan = Plan {
+                tls,
+                ..plan(orderers)
+            };
             let channel: serde_yaml::Value =
                 serde_yaml::from_str(&plan.channel_yaml().unwrap()).unwrap();
             let kind = &channel["Profiles"]["Network"]["Orderer"]["OrdererType"];
@@ -675,15 +726,33 @@ mod tests {
                     crate::settings::load_yaml(&path, "X_").unwrap();
                 assert_eq!(file.orderer.listen_address, orderer.grpc);
                 assert_eq!(file.cluster.is_some(), orderers > 1);
+                assert_eq!(file.orderer.tls.enabled, tls);
+                if tls {
+                    let certificate = file.orderer.tls.certificate.unwrap();
+                    assert!(certificate.ends_with(format!("{}/tls/server.crt", orderer.name)));
+                    assert_eq!(file.orderer.tls.root_cas.len(), 1);
+                }
             }
             for peer in plan.peer_nodes().unwrap() {
                 let path = dir.path().join("peer.yaml");
                 std::fs::write(&path, plan.peer_yaml(&peer).unwrap()).unwrap();
-                let file = crate::peer::PeerConfig::load(&path).unwrap();
+                // With TLS on, loading reads the certificates, which this
+                // test has not generated: the file is parsed only.
+                let file: crate::peer::PeerConfig = if tls {
+                    crate::settings::load_yaml(&path, "X_").unwrap()
+                } else {
+                    crate::peer::PeerConfig::load(&path).unwrap()
+                };
                 assert_eq!(file.peer.listen_address, peer.grpc);
                 assert_eq!(file.orderers.len(), orderers);
                 assert_eq!(file.gateway.peers.len(), plan.organisations - 1);
+                assert_eq!(file.peer.tls.enabled, tls);
+                if tls {
+                    // The orderers' TLS CA and every organisation's.
+                    assert_eq!(file.peer.tls.root_cas.len(), 1 + plan.organisations);
+                }
             }
+            assert_eq!(plan.connection_file(dir.path()).unwrap().tls, tls);
         }
     }
 }

@@ -10,6 +10,8 @@ use serde::Deserialize;
 use weft_ledger::Durability;
 
 use crate::settings::{GoDuration, load_yaml, resolve};
+use crate::tls::TlsSection;
+use weft_orderer::NodeTls;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -32,6 +34,9 @@ pub struct PeerConfig {
     pub gateway: GatewaySection,
     #[serde(default)]
     pub operations: OperationsSection,
+    /// `peer.tls`, its files read: set by [`PeerConfig::load`].
+    #[serde(skip)]
+    pub tls: Option<NodeTls>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -42,6 +47,8 @@ pub struct PeerSection {
     pub local_msp_id: String,
     pub msp_config_path: PathBuf,
     pub file_system_path: PathBuf,
+    #[serde(default)]
+    pub tls: TlsSection,
 }
 
 #[derive(Debug, Deserialize)]
@@ -261,6 +268,10 @@ impl PeerConfig {
         {
             bail!("{file}: ledger.groupCommitBlocks: must be at least 1");
         }
+        config.tls = config
+            .peer
+            .tls
+            .load(dir, |key| format!("{file}: peer.{key}"))?;
         Ok(config)
     }
 }

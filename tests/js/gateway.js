@@ -2,8 +2,11 @@
 // (@hyperledger/fabric-gateway), unchanged: submit, evaluate, commit
 // status and chaincode events against the built-in `kv` chaincode.
 //
-//   node gateway.js <peer host:port> <mspId> <cert.pem> <key.pem> <channel>
+//   node gateway.js <peer host:port> <mspId> <cert.pem> <key.pem> <channel> [tls-ca.pem]
 //
+// With a TLS CA certificate, the client connects over TLS and checks the
+// peer's certificate against it, as Fabric's samples do; without, in
+// plaintext.
 // Prints one JSON object with what the client saw; exits non-zero on any
 // error. tests/peer.rs runs it against `weft peer start`.
 'use strict';
@@ -14,8 +17,11 @@ const grpc = require('@grpc/grpc-js');
 const { connect, signers } = require('@hyperledger/fabric-gateway');
 
 async function main() {
-    const [address, mspId, certPath, keyPath, channelName] = process.argv.slice(2);
-    const client = new grpc.Client(address, grpc.credentials.createInsecure());
+    const [address, mspId, certPath, keyPath, channelName, tlsCaPath] = process.argv.slice(2);
+    const credentials = tlsCaPath
+        ? grpc.credentials.createSsl(fs.readFileSync(tlsCaPath))
+        : grpc.credentials.createInsecure();
+    const client = new grpc.Client(address, credentials);
     const gateway = connect({
         client,
         identity: { mspId, credentials: fs.readFileSync(certPath) },

@@ -49,5 +49,5 @@ pub use config::{BatchSize, ChannelOrdererConfig, ConfigError, Consensus};
 pub use cutter::{BlockCutter, CutReason};
 pub use error::{Error, Result};
 pub use metrics::OrdererMetrics;
-pub use server::{ClusterConfig, ConsensusMode, Health, NodeConfig, Orderer};
+pub use server::{ClusterConfig, ConsensusMode, Health, NodeConfig, NodeTls, Orderer};
 pub use writer::{BlockContent, BlockWriter};

@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
+use tonic::transport::{ClientTlsConfig, ServerTlsConfig};
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 use weft_ledger::{BlockStore, Durability, StoreConfig};
 use weft_protos::common::{Block, Envelope};
@@ -60,7 +61,7 @@ pub enum ConsensusMode {
 }
 
 /// How an orderer node runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct NodeConfig {
     /// Where the channels' block stores live.
     pub data_dir: PathBuf,
@@ -70,6 +71,17 @@ pub struct NodeConfig {
     /// The largest gRPC message accepted or sent, in bytes; also the
     /// largest envelope decoded (channels apply `AbsoluteMaxBytes` on top).
     pub message_bytes_max: usize,
+    /// TLS on both listeners and towards the other consenters; `None`
+    /// serves and dials in plaintext.
+    pub tls: Option<NodeTls>,
+}
+
+/// A node's TLS: the certificate and key it serves with, and the CA
+/// certificates it trusts when it dials other nodes.
+#[derive(Debug, Clone)]
+pub struct NodeTls {
+    pub server: ServerTlsConfig,
+    pub client: ClientTlsConfig,
 }
 
 impl NodeConfig {
@@ -85,8 +97,18 @@ impl NodeConfig {
             durability: Durability::EveryBlock,
             consensus: ConsensusMode::FollowChannel,
             message_bytes_max: Self::MESSAGE_BYTES_MAX_DEFAULT,
+            tls: None,
         }
     }
+}
+
+/// A gRPC server builder, serving TLS when the node has it.
+fn grpc_server(tls: Option<&NodeTls>) -> Result<tonic::transport::Server> {
+    let builder = tonic::transport::Server::builder();
+    Ok(match tls {
+        None => builder,
+        Some(tls) => builder.tls_config(tls.server.clone())?,
+    })
 }
 
 /// How a node takes part in Raft clusters: where it serves cluster
@@ -190,7 +212,10 @@ impl Orderer {
                 reason: format!("opening the channels failed: {e}"),
             })??;
 
-        let transport = Arc::new(Transport::new(config.message_bytes_max));
+        let transport = Arc::new(Transport::new(
+            config.message_bytes_max,
+            config.tls.as_ref().map(|tls| tls.client.clone()),
+        ));
         let mut by_id = HashMap::new();
         let mut stores = Vec::new();
         let mut starts = Vec::new();
@@ -259,7 +284,7 @@ impl Orderer {
                 let mut stop = shutdown_signal.clone();
                 tracing::info!(address = %cluster_address, endpoint = %cluster.endpoint, "orderer serving cluster traffic");
                 Some(tokio::spawn(
-                    tonic::transport::Server::builder()
+                    grpc_server(config.tls.as_ref())?
                         .add_service(
                             ClusterServer::new(service)
                                 .max_decoding_message_size(config.message_bytes_max)
@@ -314,7 +339,7 @@ impl Orderer {
         };
         let mut stop = shutdown_signal;
         let server = tokio::spawn(
-            tonic::transport::Server::builder()
+            grpc_server(config.tls.as_ref())?
                 .add_service(
                     AtomicBroadcastServer::new(service)
                         .max_decoding_message_size(config.message_bytes_max)

@@ -36,6 +36,7 @@ use prost::Message;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::ClientTlsConfig;
 use weft_ledger::BlockStore;
 use weft_msp::Signer;
 use weft_protos::common::{Block, HeaderType};
@@ -92,6 +93,9 @@ pub struct IntakeConfig {
     /// The longest wait before reconnecting.
     pub backoff_max: Duration,
     pub connect_timeout: Duration,
+    /// TLS towards the source's endpoints (their CA certificates); `None`
+    /// dials in plaintext.
+    pub tls: Option<ClientTlsConfig>,
     /// How often the world state is made durable (a checkpoint); on restart
     /// the blocks after the last checkpoint are replayed from the block
     /// store.
@@ -111,6 +115,7 @@ impl IntakeConfig {
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
+            tls: None,
             checkpoint_interval: Duration::from_secs(1),
         }
     }
@@ -453,8 +458,7 @@ impl Fetcher {
             reason,
             delivered: false,
         };
-        let connection = match tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
-        {
+        let connection = match weft_protos::dial::endpoint(endpoint, self.config.tls.as_ref()) {
             Ok(endpoint) => endpoint.connect_timeout(self.config.connect_timeout),
             Err(error) => return failed(format!("bad endpoint: {error}")),
         };

@@ -22,16 +22,17 @@
 //! policy: the default `MAJORITY Endorsement` of a two-organisation channel
 //! and any `ANY` policy are met by endorsing with every organisation.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use parking_lot::Mutex;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig};
 use tonic::{Request, Response, Status};
 use weft_ledger::BlockStore;
 use weft_protos::common::{BlockMetadataIndex, Envelope};
@@ -65,6 +66,9 @@ pub struct GatewayConfig {
     pub peers: Vec<(String, String)>,
     /// Orderers to submit to (`host:port`), in order of preference.
     pub orderers: Vec<String>,
+    /// TLS towards those peers and orderers (their CA certificates);
+    /// `None` dials in plaintext.
+    pub tls: Option<ClientTlsConfig>,
 }
 
 /// The Gateway of one peer.
@@ -72,6 +76,11 @@ pub struct GatewayConfig {
 pub struct GatewayService {
     endorser: Arc<Endorser>,
     config: Arc<GatewayConfig>,
+    /// One HTTP/2 connection per peer or orderer, opened on first use and
+    /// shared by every request (tonic reconnects it when it drops): a
+    /// connection, let alone a TLS handshake, per transaction would cost
+    /// more than the transaction.
+    links: Arc<Mutex<HashMap<String, Channel>>>,
 }
 
 impl GatewayService {
@@ -79,7 +88,21 @@ impl GatewayService {
         Self {
             endorser,
             config: Arc::new(config),
+            links: Arc::default(),
         }
+    }
+
+    /// The connection to the node at `address`.
+    fn link(&self, address: &str) -> Result<Channel, Status> {
+        let mut links = self.links.lock();
+        if let Some(channel) = links.get(address) {
+            return Ok(channel.clone());
+        }
+        let channel = weft_protos::dial::endpoint(address, self.config.tls.as_ref())
+            .map_err(|e| Status::internal(format!("{address}: {e}")))?
+            .connect_lazy();
+        links.insert(address.to_owned(), channel.clone());
+        Ok(channel)
     }
 
     fn channel(&self, channel_id: &str) -> Result<Arc<dyn JoinedChannel>, Status> {
@@ -141,14 +164,6 @@ impl GatewayService {
     }
 }
 
-async fn connect(address: &str) -> Result<Channel, Status> {
-    Endpoint::from_shared(format!("http://{address}"))
-        .map_err(|e| Status::internal(e.to_string()))?
-        .connect()
-        .await
-        .map_err(|e| Status::unavailable(format!("{address}: {e}")))
-}
-
 /// The failure of an endorsement, as the client will read it.
 fn endorsement_failure(msp_id: &str, response: &ProposalResponse) -> Option<String> {
     let answer = response.response.as_ref();
@@ -194,7 +209,7 @@ impl Gateway for GatewayService {
                     failures.push(format!("{msp_id}: no peer of this organisation is known"));
                     continue;
                 };
-                match connect(address).await {
+                match self.link(address) {
                     Ok(channel) => match EndorserClient::new(channel)
                         .process_proposal(signed.clone())
                         .await
@@ -249,7 +264,7 @@ impl Gateway for GatewayService {
         }
         let mut failures = Vec::new();
         for orderer in &self.config.orderers {
-            let channel = match connect(orderer).await {
+            let channel = match self.link(orderer) {
                 Ok(channel) => channel,
                 Err(status) => {
                     failures.push(status.message().to_owned());

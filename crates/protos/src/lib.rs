@@ -18,6 +18,7 @@
 //! - [`tx`]: building proposals, endorsements and transactions as Fabric
 //!   clients and endorsers do;
 //! - [`block`]: building blocks and signing them as Fabric orderers do;
+//! - [`dial`]: the gRPC endpoint of another node, plaintext or TLS;
 //! - [`duration`]: Go's duration notation, used by config values;
 //! - [`json`]: the protobuf JSON mapping of any Fabric message, with nested
 //!   serialized layers expanded, for humans reading blocks.
@@ -27,6 +28,7 @@
 #![allow(clippy::doc_markdown, missing_debug_implementations)]
 
 pub mod block;
+pub mod dial;
 pub mod duration;
 pub mod hash;
 pub mod json;

@@ -1123,7 +1123,7 @@ mod tests {
             options: None,
         };
         let members = Members::new(&metadata, "b:2").unwrap();
-        let route = Route::new(members, Arc::new(Transport::new(1024)));
+        let route = Route::new(members, Arc::new(Transport::new(1024, None)));
         assert_eq!(route.leader(), Leader::Unknown);
         route.set_leader(2);
         assert_eq!(route.leader(), Leader::ThisNode);

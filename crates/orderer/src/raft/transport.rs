@@ -32,7 +32,7 @@ use prost::Message as _;
 use protobuf::Message as _;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
-use tonic::transport::{Channel as GrpcChannel, Endpoint};
+use tonic::transport::{Channel as GrpcChannel, ClientTlsConfig};
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 use weft_protos::cluster::cluster_client::ClusterClient;
 use weft_protos::cluster::cluster_server::Cluster;
@@ -102,13 +102,16 @@ struct Forward {
 pub(crate) struct Transport {
     peers: Mutex<HashMap<String, Peer>>,
     message_bytes_max: usize,
+    /// TLS towards the other consenters; `None` dials in plaintext.
+    tls: Option<ClientTlsConfig>,
 }
 
 impl Transport {
-    pub fn new(message_bytes_max: usize) -> Self {
+    pub fn new(message_bytes_max: usize, tls: Option<ClientTlsConfig>) -> Self {
         Self {
             peers: Mutex::new(HashMap::new()),
             message_bytes_max,
+            tls,
         }
     }
 
@@ -119,7 +122,7 @@ impl Transport {
         if let Some(peer) = peers.get(endpoint) {
             return Ok(peer.clone());
         }
-        let channel = Endpoint::from_shared(format!("http://{endpoint}"))
+        let channel = weft_protos::dial::endpoint(endpoint, self.tls.as_ref())
             .map_err(|e| format!("consenter endpoint {endpoint:?} is not usable: {e}"))?
             .connect_timeout(CONNECT_TIMEOUT)
             .connect_lazy();

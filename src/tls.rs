@@ -1,0 +1,136 @@
+//! The `tls` section of the peer's and the orderer's config files: the
+//! certificate and key a node serves its gRPC endpoints with, and the TLS
+//! CA certificates it trusts when it dials other nodes (orderers, peers of
+//! other organisations, other consenters). Fabric's `peer.tls.*` and
+//! `General.TLS.*` in one shape.
+//!
+//! Files are read and checked when the node starts, so a missing file or a
+//! PEM that holds no certificate is an error naming the key and the file,
+//! never a failed handshake later.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde::Deserialize;
+use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+use weft_orderer::NodeTls;
+
+use crate::settings::resolve;
+
+/// `<section>.tls`, as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TlsSection {
+    /// Serve and dial over TLS. Default false: plaintext gRPC.
+    #[serde(default)]
+    pub enabled: bool,
+    /// The node's TLS certificate (PEM); required when enabled.
+    pub certificate: Option<PathBuf>,
+    /// Its PKCS#8 private key (PEM); required when enabled.
+    pub private_key: Option<PathBuf>,
+    /// TLS CA certificates (PEM) of the nodes this node dials; required
+    /// when enabled.
+    #[serde(default, rename = "rootCAs")]
+    pub root_cas: Vec<PathBuf>,
+}
+
+impl TlsSection {
+    /// Reads the files, relative to `base`; `None` when TLS is off.
+    /// `at(key)` names a key of the file for error messages.
+    pub fn load(&self, base: &Path, at: impl Fn(&str) -> String) -> Result<Option<NodeTls>> {
+        if !self.enabled {
+            return Ok(None);
+        }
+        let read = |key: &str, path: Option<&PathBuf>| -> Result<Vec<u8>> {
+            let path = path.ok_or_else(|| anyhow!("{}: required when TLS is enabled", at(key)))?;
+            let path = resolve(base, path);
+            std::fs::read(&path).with_context(|| format!("{}: reading {}", at(key), path.display()))
+        };
+        let certificate = read("tls.certificate", self.certificate.as_ref())?;
+        let private_key = read("tls.privateKey", self.private_key.as_ref())?;
+        pem_block(&certificate, "CERTIFICATE").with_context(|| at("tls.certificate"))?;
+        pem_block(&private_key, "PRIVATE KEY").with_context(|| at("tls.privateKey"))?;
+        if self.root_cas.is_empty() {
+            bail!("{}: required when TLS is enabled", at("tls.rootCAs"));
+        }
+        let roots = self
+            .root_cas
+            .iter()
+            .enumerate()
+            .map(|(index, path)| {
+                let key = format!("tls.rootCAs[{index}]");
+                let pem = read(&key, Some(path))?;
+                pem_block(&pem, "CERTIFICATE").with_context(|| at(&key))?;
+                Ok(Certificate::from_pem(pem))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let server = ServerTlsConfig::new().identity(Identity::from_pem(certificate, private_key));
+        // rustls parses the certificate and key here: a key that does not
+        // fit its certificate's algorithm fails now, not at the first
+        // client.
+        tonic::transport::Server::builder()
+            .tls_config(server.clone())
+            .map_err(|error| anyhow!("{}: {error}", at("tls.privateKey")))?;
+        Ok(Some(NodeTls {
+            server,
+            client: client_config(roots),
+        }))
+    }
+}
+
+/// A client TLS configuration trusting exactly `roots`.
+pub fn client_config(roots: Vec<Certificate>) -> ClientTlsConfig {
+    ClientTlsConfig::new().ca_certificates(roots)
+}
+
+/// Checks that `pem` holds a PEM block whose label ends with `label`
+/// (`CERTIFICATE`; `PRIVATE KEY` also matches `EC PRIVATE KEY`).
+fn pem_block(pem: &[u8], label: &str) -> Result<()> {
+    let text = std::str::from_utf8(pem).map_err(|_| anyhow!("not a PEM file"))?;
+    let found = text.lines().any(|line| {
+        line.strip_prefix("-----BEGIN ")
+            .and_then(|rest| rest.strip_suffix("-----"))
+            .is_some_and(|found| found.ends_with(label))
+    });
+    if found {
+        Ok(())
+    } else {
+        bail!("no PEM block labelled {label}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pem_labels_are_recognised() {
+        let cert = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        assert!(pem_block(cert, "CERTIFICATE").is_ok());
+        assert!(pem_block(cert, "PRIVATE KEY").is_err());
+        let key = b"-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n";
+        assert!(pem_block(key, "PRIVATE KEY").is_ok());
+        assert!(pem_block(b"\xff\xfe", "CERTIFICATE").is_err());
+    }
+
+    #[test]
+    fn enabled_tls_names_the_missing_key() {
+        let section = TlsSection {
+            enabled: true,
+            ..TlsSection::default()
+        };
+        let error = section
+            .load(Path::new("."), |key| format!("peer.yaml: peer.{key}"))
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "peer.yaml: peer.tls.certificate: required when TLS is enabled"
+        );
+        assert!(
+            TlsSection::default()
+                .load(Path::new("."), |key| key.to_owned())
+                .unwrap()
+                .is_none()
+        );
+    }
+}
