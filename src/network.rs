@@ -21,6 +21,8 @@ mod layout;
 mod nodes;
 
 use std::path::{Path, PathBuf};
+use std::sync::Once;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -36,6 +38,49 @@ const PLAN_FILE: &str = "network.yaml";
 pub const CONNECTION_FILE: &str = "connection.yaml";
 /// How long a Raft cluster may take to elect its leader.
 const LEADER_WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// Set by Ctrl-C or SIGTERM once a network has begun to start. Start-up
+/// gives up at its next step, and the nodes started so far are stopped as
+/// the half-started network is dropped: they run in process groups of
+/// their own, so the terminal's Ctrl-C does not reach them, and nothing
+/// else would stop them.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Starts (once per process) the thread that records Ctrl-C and SIGTERM
+/// in [`INTERRUPTED`]. From then on those signals no longer end the
+/// process by themselves: whoever runs checks for them.
+fn watch_for_interruption() {
+    static WATCHER: Once = Once::new();
+    WATCHER.call_once(|| {
+        let watcher = std::thread::Builder::new()
+            .name("weft-signals".into())
+            .spawn(|| {
+                let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                runtime.block_on(async {
+                    loop {
+                        crate::shutdown_signal().await;
+                        INTERRUPTED.store(true, Ordering::SeqCst);
+                    }
+                });
+            });
+        if let Err(error) = watcher {
+            tracing::warn!(%error, "cannot watch for Ctrl-C while the network starts");
+        }
+    });
+}
+
+/// Fails once Ctrl-C or SIGTERM was received while a network started.
+pub(crate) fn check_not_interrupted() -> Result<()> {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        bail!("interrupted while the network was starting; the nodes started so far are stopped");
+    }
+    Ok(())
+}
 
 /// Options of `weft network up`. The shape options apply when the network
 /// is created; resuming a network with different ones is an error.
@@ -199,6 +244,9 @@ pub fn up(args: &UpArgs) -> Result<()> {
             tokio::select! {
                 () = &mut stop => return None,
                 _ = watch.tick() => {
+                    if INTERRUPTED.load(Ordering::SeqCst) {
+                        return None;
+                    }
                     if let Some(failure) = network.failed_node() {
                         return Some(failure);
                     }
@@ -252,6 +300,7 @@ impl Network {
     /// Creates the network in `args.dir` unless it exists, then starts it
     /// and defines the built-in chaincodes not yet defined.
     pub fn up(args: &UpArgs) -> Result<Self> {
+        watch_for_interruption();
         let plan_path = args.dir.join(PLAN_FILE);
         let plan = if plan_path.exists() {
             let plan = Plan::load(&plan_path)?;
@@ -338,6 +387,7 @@ impl Network {
             if Instant::now() > deadline {
                 bail!("the orderers elected no Raft leader within {LEADER_WAIT_MAX:?}");
             }
+            check_not_interrupted()?;
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -385,10 +435,18 @@ impl Network {
                 deployments.spawn_on(async move { deployment.run().await }, runtime.handle());
             }
             runtime.block_on(async {
-                while let Some(outcome) = deployments.join_next().await {
-                    outcome.context("a chaincode deployment task failed")??;
+                let mut interruption = tokio::time::interval(Duration::from_millis(100));
+                loop {
+                    tokio::select! {
+                        outcome = deployments.join_next() => match outcome {
+                            Some(outcome) => {
+                                outcome.context("a chaincode deployment task failed")??;
+                            }
+                            None => return Ok::<(), anyhow::Error>(()),
+                        },
+                        _ = interruption.tick() => check_not_interrupted()?,
+                    }
                 }
-                Ok::<(), anyhow::Error>(())
             })?;
             self.plan.deployed.push(name.to_owned());
             self.plan.save(&self.dir.join(PLAN_FILE))?;

@@ -654,6 +654,53 @@ fn ctrl_c_stops_weft_bench_and_the_network_it_started() {
     }
 }
 
+#[test]
+fn ctrl_c_while_a_network_starts_stops_the_nodes_started_so_far() {
+    // Goal: a Ctrl-C before `network up` is ready (here: once the first
+    // orderer serves) leaves no node running: the command stops the nodes
+    // it started, says it was interrupted and exits with failure.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("net");
+    let base = free_base_port(300);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["network", "up", "--base-port", &base.to_string(), "--dir"])
+        .arg(&data)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while std::net::TcpStream::connect(("127.0.0.1", base)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "orderer0 never served"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    // No process names the network's directory in its command line.
+    let needle = data.to_str().unwrap().as_bytes();
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| {
+            let cmdline = std::fs::read(entry.ok()?.path().join("cmdline")).ok()?;
+            cmdline
+                .windows(needle.len())
+                .any(|window| window == needle)
+                .then(|| String::from_utf8_lossy(&cmdline).replace('\0', " "))
+        })
+        .collect();
+    assert!(left.is_empty(), "nodes left running: {left:?}");
+    assert!(std::net::TcpListener::bind(("127.0.0.1", base)).is_ok());
+}
+
 /// Runs `node <args>` in tests/js (Fabric's JavaScript clients); returns
 /// its standard output once it exited successfully.
 fn run_node<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> String {

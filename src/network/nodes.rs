@@ -150,6 +150,7 @@ impl RunningNode {
                     self.log_tail()
                 );
             }
+            super::check_not_interrupted()?;
             std::thread::sleep(Duration::from_millis(100));
         }
     }
