@@ -662,7 +662,7 @@ fn ctrl_c_while_a_network_starts_stops_the_nodes_started_so_far() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("net");
     let base = free_base_port(300);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+    let child = Command::new(env!("CARGO_BIN_EXE_weft"))
         .args(["network", "up", "--base-port", &base.to_string(), "--dir"])
         .arg(&data)
         .stdout(std::process::Stdio::null())
