@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -123,18 +123,24 @@ pub struct ClusterConfig {
     pub endpoint: String,
 }
 
-/// Tells whether the node's channels are healthy.
+/// Tells whether the node's channels are healthy. It does not keep the
+/// channels alive: an operations endpoint that outlives the orderer's
+/// shutdown must not hold its block stores open (their close waits for
+/// every holder to let go).
 #[derive(Debug, Clone)]
 pub struct Health {
-    channels: Arc<Channels>,
+    channels: Weak<Channels>,
 }
 
 impl Health {
     /// The channels whose consenter stopped on a failure, with the
     /// failure; empty when all run.
     pub fn failed_channels(&self) -> Vec<(String, String)> {
-        let mut failed: Vec<(String, String)> = self
-            .channels
+        // Gone: the orderer has shut down.
+        let Some(channels) = self.channels.upgrade() else {
+            return Vec::new();
+        };
+        let mut failed: Vec<(String, String)> = channels
             .by_id
             .values()
             .filter_map(|channel| Some((channel.id.clone(), channel.failure()?)))
@@ -379,7 +385,7 @@ impl Orderer {
     /// (for `/healthz`).
     pub fn health(&self) -> Health {
         Health {
-            channels: self.channels.clone(),
+            channels: Arc::downgrade(&self.channels),
         }
     }
 
