@@ -21,12 +21,12 @@ mod layout;
 mod nodes;
 
 use std::path::{Path, PathBuf};
-use std::sync::Once;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use prost::Message;
+use tokio::sync::watch;
 
 use layout::BUILTIN_CHAINCODES;
 pub use layout::Plan;
@@ -39,47 +39,62 @@ pub const CONNECTION_FILE: &str = "connection.yaml";
 /// How long a Raft cluster may take to elect its leader.
 const LEADER_WAIT_MAX: Duration = Duration::from_secs(60);
 
-/// Set by Ctrl-C or SIGTERM once a network has begun to start. Start-up
-/// gives up at its next step, and the nodes started so far are stopped as
-/// the half-started network is dropped: they run in process groups of
-/// their own, so the terminal's Ctrl-C does not reach them, and nothing
-/// else would stop them.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-/// Starts (once per process) the thread that records Ctrl-C and SIGTERM
-/// in [`INTERRUPTED`]. From then on those signals no longer end the
-/// process by themselves: whoever runs checks for them.
-fn watch_for_interruption() {
-    static WATCHER: Once = Once::new();
-    WATCHER.call_once(|| {
-        let watcher = std::thread::Builder::new()
-            .name("weft-signals".into())
-            .spawn(|| {
-                let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                else {
-                    return;
-                };
-                runtime.block_on(async {
-                    loop {
-                        crate::shutdown_signal().await;
-                        INTERRUPTED.store(true, Ordering::SeqCst);
-                    }
+/// Whether Ctrl-C or SIGTERM has arrived, for the commands that start
+/// networks (`network up`, `weft bench`). Its nodes run in process groups
+/// of their own, so the terminal's Ctrl-C does not reach them: the command
+/// must stop them. Start-up checks at each wait and gives up, the nodes
+/// started so far stopping as the half-started network is dropped; a
+/// running network or bench awaits [`interrupted`].
+///
+/// The first call starts the thread that watches for the signals. From
+/// then on they no longer end the process by themselves.
+fn interruption() -> watch::Receiver<bool> {
+    static INTERRUPTION: OnceLock<watch::Receiver<bool>> = OnceLock::new();
+    INTERRUPTION
+        .get_or_init(|| {
+            let (interrupt, interruption) = watch::channel(false);
+            let watcher = std::thread::Builder::new()
+                .name("weft-signals".into())
+                .spawn(move || {
+                    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    else {
+                        return;
+                    };
+                    runtime.block_on(async {
+                        loop {
+                            crate::shutdown_signal().await;
+                            interrupt.send_replace(true);
+                        }
+                    });
                 });
-            });
-        if let Err(error) = watcher {
-            tracing::warn!(%error, "cannot watch for Ctrl-C while the network starts");
-        }
-    });
+            if let Err(error) = watcher {
+                tracing::warn!(%error, "cannot watch for Ctrl-C and SIGTERM");
+            }
+            interruption
+        })
+        .clone()
 }
 
-/// Fails once Ctrl-C or SIGTERM was received while a network started.
+/// Fails once Ctrl-C or SIGTERM has arrived.
 pub(crate) fn check_not_interrupted() -> Result<()> {
-    if INTERRUPTED.load(Ordering::SeqCst) {
+    if *interruption().borrow() {
         bail!("interrupted while the network was starting; the nodes started so far are stopped");
     }
     Ok(())
+}
+
+/// Completes once Ctrl-C or SIGTERM has arrived (at once if it already
+/// has); never, if the signals cannot be watched.
+pub(crate) async fn interrupted() {
+    if interruption()
+        .wait_for(|interrupted| *interrupted)
+        .await
+        .is_err()
+    {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// Options of `weft network up`. The shape options apply when the network
@@ -238,15 +253,12 @@ pub fn up(args: &UpArgs) -> Result<()> {
         .build()?;
     let failure = runtime.block_on(async {
         let mut watch = tokio::time::interval(Duration::from_millis(500));
-        let stop = crate::shutdown_signal();
+        let stop = interrupted();
         tokio::pin!(stop);
         loop {
             tokio::select! {
                 () = &mut stop => return None,
                 _ = watch.tick() => {
-                    if INTERRUPTED.load(Ordering::SeqCst) {
-                        return None;
-                    }
                     if let Some(failure) = network.failed_node() {
                         return Some(failure);
                     }
@@ -300,7 +312,8 @@ impl Network {
     /// Creates the network in `args.dir` unless it exists, then starts it
     /// and defines the built-in chaincodes not yet defined.
     pub fn up(args: &UpArgs) -> Result<Self> {
-        watch_for_interruption();
+        // Ctrl-C from here on stops the nodes this starts.
+        interruption();
         let plan_path = args.dir.join(PLAN_FILE);
         let plan = if plan_path.exists() {
             let plan = Plan::load(&plan_path)?;

@@ -277,11 +277,10 @@ fn measure(
         .build()?;
     // Ctrl-C ends the measurement with an error, so that the caller stops
     // the network the bench started instead of leaving its nodes behind.
-    crate::network::check_not_interrupted()?;
     let mut results = runtime.block_on(async {
         tokio::select! {
             results = drive(args, rate, connection) => results,
-            () = crate::shutdown_signal() => bail!("interrupted"),
+            () = crate::network::interrupted() => bail!("interrupted"),
         }
     })?;
     results.block_size = block_size;
