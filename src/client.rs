@@ -27,7 +27,7 @@ impl Dialer {
     pub fn tls(roots: Vec<Vec<u8>>) -> Self {
         Self {
             tls: Some(crate::tls::client_config(
-                roots.into_iter().map(Certificate::from_pem).collect(),
+                roots.into_iter().map(Certificate::from_pem),
             )),
         }
     }

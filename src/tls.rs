@@ -1,8 +1,10 @@
 //! The `tls` section of the peer's and the orderer's config files: the
-//! certificate and key a node serves its gRPC endpoints with, and the TLS
-//! CA certificates it trusts when it dials other nodes (orderers, peers of
-//! other organisations, other consenters). Fabric's `peer.tls.*` and
-//! `General.TLS.*` in one shape.
+//! certificate and key a node serves its gRPC endpoints with (and presents
+//! when it dials), and the TLS CA certificates it trusts when it dials
+//! other nodes (orderers, peers of other organisations, other consenters).
+//! Fabric's `peer.tls.*` and `General.TLS.*` in one shape. An orderer's
+//! cluster endpoint takes calls only from certificates of those CAs, as
+//! Fabric's cluster runs mutual TLS.
 //!
 //! Files are read and checked when the node starts, so a missing file or a
 //! PEM that holds no certificate is an error naming the key and the file,
@@ -53,33 +55,36 @@ impl TlsSection {
         if self.root_cas.is_empty() {
             bail!("{}: required when TLS is enabled", at("tls.rootCAs"));
         }
-        let roots = self
-            .root_cas
-            .iter()
-            .enumerate()
-            .map(|(index, path)| {
-                let key = format!("tls.rootCAs[{index}]");
-                let pem = read(&key, Some(path))?;
-                pem_block(&pem, "CERTIFICATE").with_context(|| at(&key))?;
-                Ok(Certificate::from_pem(pem))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let server = ServerTlsConfig::new().identity(Identity::from_pem(certificate, private_key));
+        let mut roots = Vec::with_capacity(self.root_cas.len());
+        for (index, path) in self.root_cas.iter().enumerate() {
+            let key = format!("tls.rootCAs[{index}]");
+            let pem = read(&key, Some(path))?;
+            pem_block(&pem, "CERTIFICATE").with_context(|| at(&key))?;
+            roots.push(pem);
+        }
+        let identity = Identity::from_pem(certificate, private_key);
+        let server = ServerTlsConfig::new().identity(identity.clone());
         // rustls parses the certificate and key here: a key that does not
         // fit its certificate's algorithm fails now, not at the first
         // client.
         tonic::transport::Server::builder()
             .tls_config(server.clone())
             .map_err(|error| anyhow!("{}: {error}", at("tls.privateKey")))?;
+        // The other consenters call with their certificates, issued by the
+        // same TLS CAs this node trusts when it calls them.
+        let cluster = server
+            .clone()
+            .client_ca_root(Certificate::from_pem(roots.concat()));
         Ok(Some(NodeTls {
             server,
-            client: client_config(roots),
+            client: client_config(roots.into_iter().map(Certificate::from_pem)).identity(identity),
+            cluster,
         }))
     }
 }
 
 /// A client TLS configuration trusting exactly `roots`.
-pub fn client_config(roots: Vec<Certificate>) -> ClientTlsConfig {
+pub fn client_config(roots: impl IntoIterator<Item = Certificate>) -> ClientTlsConfig {
     ClientTlsConfig::new().ca_certificates(roots)
 }
 

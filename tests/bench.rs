@@ -406,6 +406,34 @@ fn weft_network_up_serves_fabric_clients_over_tls_stops_on_ctrl_c_and_resumes() 
         "a plaintext client got through"
     );
 
+    // The Raft cluster port takes calls from the channel's consenters
+    // only: not from a client without a certificate, nor from one whose
+    // certificate the same TLS CA issued to someone else (the orderer
+    // org's admin); another orderer is served.
+    let orderers = data.join("crypto/ordererOrganizations/example.com");
+    let cluster = format!("127.0.0.1:{}", base + 3);
+    let pull = |certificate: Option<(&str, &str)>| {
+        cluster_pull(
+            &cluster,
+            &orderers.join("tlsca/tlsca.example.com-cert.pem"),
+            certificate.map(|(cert, key)| (orderers.join(cert), orderers.join(key))),
+        )
+    };
+    assert!(pull(None).is_err());
+    let admin = pull(Some((
+        "users/Admin@example.com/tls/client.crt",
+        "users/Admin@example.com/tls/client.key",
+    )))
+    .unwrap_err();
+    assert_eq!(admin.code(), tonic::Code::PermissionDenied, "{admin}");
+    assert!(admin.message().contains("mychannel"), "{admin}");
+    let genesis = pull(Some((
+        "orderers/orderer1.example.com/tls/server.crt",
+        "orderers/orderer1.example.com/tls/server.key",
+    )))
+    .unwrap();
+    assert!(!genesis.is_empty());
+
     // `weft bench --connect` drives the network with the transfer workload.
     let (last, results) = bench(
         dir.path(),
@@ -703,6 +731,52 @@ fn ctrl_c_while_a_network_starts_stops_the_nodes_started_so_far() {
 
 /// Runs `node <args>` in tests/js (Fabric's JavaScript clients); returns
 /// its standard output once it exited successfully.
+/// Pulls block 0 of mychannel from the Raft cluster endpoint at `address`
+/// over TLS, trusting `ca` and presenting `certificate` (PEM certificate
+/// and key files), if any; the block's bytes.
+fn cluster_pull(
+    address: &str,
+    ca: &Path,
+    certificate: Option<(std::path::PathBuf, std::path::PathBuf)>,
+) -> Result<Vec<u8>, tonic::Status> {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    use weft_protos::cluster::PullRequest;
+    use weft_protos::cluster::cluster_client::ClusterClient;
+
+    let mut tls =
+        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(std::fs::read(ca).unwrap()));
+    if let Some((cert, key)) = certificate {
+        tls = tls.identity(Identity::from_pem(
+            std::fs::read(cert).unwrap(),
+            std::fs::read(key).unwrap(),
+        ));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let channel = weft_protos::dial::endpoint(address, Some(&tls))
+            .unwrap()
+            .connect()
+            .await
+            .map_err(|error| tonic::Status::unavailable(error.to_string()))?;
+        let mut blocks = ClusterClient::new(channel)
+            .pull(PullRequest {
+                channel: "mychannel".to_owned(),
+                start: 0,
+                end: 1,
+            })
+            .await?
+            .into_inner();
+        let block = blocks
+            .message()
+            .await?
+            .ok_or_else(|| tonic::Status::not_found("no block"))?;
+        Ok(block.block.to_vec())
+    })
+}
+
 fn run_node<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> String {
     let output = Command::new("node")
         .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js"))

@@ -18,7 +18,7 @@ use weft_protos::block::{config_of_block, last_config_index};
 use weft_protos::common::{Block, Config};
 
 use crate::chain::ChainHandle;
-use crate::config::ChannelOrdererConfig;
+use crate::config::{ChannelOrdererConfig, Consensus};
 use crate::error::{Error, Result};
 use crate::metrics::OrdererMetrics;
 
@@ -30,6 +30,11 @@ pub(crate) struct ChannelConfig {
     pub block: u64,
     pub authority: ChannelAuthority,
     pub orderer: ChannelOrdererConfig,
+    /// The DER of each Raft consenter's client TLS certificate: who may
+    /// send this channel cluster traffic when the cluster runs mutual TLS.
+    /// A consenter whose certificate does not parse is left out (it cannot
+    /// be authenticated); empty for solo.
+    pub consenter_certificates: Vec<Vec<u8>>,
 }
 
 impl ChannelConfig {
@@ -45,12 +50,33 @@ impl ChannelConfig {
             block,
             reason: e.to_string(),
         })?;
+        let consenter_certificates = match &orderer.consensus {
+            Consensus::Solo => Vec::new(),
+            Consensus::EtcdRaft(metadata) => metadata
+                .consenters
+                .iter()
+                .filter_map(|consenter| {
+                    weft_msp::Certificate::from_pem(&consenter.client_tls_cert)
+                        .ok()
+                        .map(|certificate| certificate.der().to_vec())
+                })
+                .collect(),
+        };
         Ok(Self {
             config,
             block,
             authority,
             orderer,
+            consenter_certificates,
         })
+    }
+
+    /// Whether `der` is the client TLS certificate of one of the
+    /// channel's consenters.
+    pub fn is_consenter(&self, der: &[u8]) -> bool {
+        self.consenter_certificates
+            .iter()
+            .any(|certificate| certificate == der)
     }
 
     /// The configuration's sequence number: how many updates led to it.

@@ -76,12 +76,20 @@ pub struct NodeConfig {
     pub tls: Option<NodeTls>,
 }
 
-/// A node's TLS: the certificate and key it serves with, and the CA
-/// certificates it trusts when it dials other nodes.
+/// A node's TLS: how it serves its clients, how it dials other nodes,
+/// and how it serves the other consenters.
 #[derive(Debug, Clone)]
 pub struct NodeTls {
+    /// The node's certificate and key, and the client certificates asked
+    /// for, if any (Broadcast and Deliver, or a peer's services).
     pub server: ServerTlsConfig,
+    /// The CA certificates trusted when dialing other nodes, and the
+    /// node's certificate and key, presented to servers that ask.
     pub client: ClientTlsConfig,
+    /// Serving the other consenters (orderers only): the node's
+    /// certificate and key, and the CA certificates a caller's certificate
+    /// must come from; callers must present one.
+    pub cluster: ServerTlsConfig,
 }
 
 impl NodeConfig {
@@ -102,12 +110,12 @@ impl NodeConfig {
     }
 }
 
-/// A gRPC server builder, serving TLS when the node has it.
-fn grpc_server(tls: Option<&NodeTls>) -> Result<tonic::transport::Server> {
+/// A gRPC server builder, serving `tls` when the node has it.
+fn grpc_server(tls: Option<&ServerTlsConfig>) -> Result<tonic::transport::Server> {
     let builder = tonic::transport::Server::builder();
     Ok(match tls {
         None => builder,
-        Some(tls) => builder.tls_config(tls.server.clone())?,
+        Some(tls) => builder.tls_config(tls.clone())?,
     })
 }
 
@@ -286,11 +294,12 @@ impl Orderer {
                     channels: channels.clone(),
                     inboxes: Arc::new(inboxes),
                     shutdown: shutdown_signal.clone(),
+                    authenticate: config.tls.is_some(),
                 };
                 let mut stop = shutdown_signal.clone();
                 tracing::info!(address = %cluster_address, endpoint = %cluster.endpoint, "orderer serving cluster traffic");
                 Some(tokio::spawn(
-                    grpc_server(config.tls.as_ref())?
+                    grpc_server(config.tls.as_ref().map(|tls| &tls.cluster))?
                         .add_service(
                             ClusterServer::new(service)
                                 .max_decoding_message_size(config.message_bytes_max)
@@ -345,7 +354,7 @@ impl Orderer {
         };
         let mut stop = shutdown_signal;
         let server = tokio::spawn(
-            grpc_server(config.tls.as_ref())?
+            grpc_server(config.tls.as_ref().map(|tls| &tls.server))?
                 .add_service(
                     AtomicBroadcastServer::new(service)
                         .max_decoding_message_size(config.message_bytes_max)

@@ -15,11 +15,15 @@
 //! - A node catching up from a snapshot pulls the blocks it lacks from a
 //!   peer (`Pull`), as Fabric's etcdraft pulls them through Deliver.
 //!
-//! Nothing here is authenticated yet: the consenters' TLS certificates
-//! in the channel config are carried but not checked until mutual TLS
-//! arrives, so the cluster port must only be reachable by the orderers.
-//! Raft messages are decoded with raft-rs's codec (rust-protobuf 2), which
-//! is another reason the port must not face clients.
+//! With TLS on, the cluster runs mutual TLS as Fabric's does: the server
+//! asks every caller for a certificate from a trusted TLS CA, and each
+//! call may only touch channels that name that very certificate as a
+//! consenter's client TLS certificate in their current config (anything
+//! else is `PERMISSION_DENIED`, or `FORBIDDEN` for a forwarded envelope).
+//! In plaintext nothing is authenticated, so the cluster port must then
+//! only be reachable by the orderers. Raft messages are decoded with
+//! raft-rs's codec (rust-protobuf 2), which is another reason the port
+//! must not face clients.
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
@@ -44,6 +48,7 @@ use weft_protos::common::{Block, Status};
 
 use crate::broadcast::Refusal;
 use crate::chain::{Ack, ChainInput};
+use crate::channel::Channel;
 use crate::server::Channels;
 
 /// Raft messages queued for one peer before new ones are dropped.
@@ -491,6 +496,54 @@ pub(crate) struct ClusterService {
     /// Turns true when the orderer stops: open `Forward` streams end then,
     /// letting go of the channels (and their block stores).
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Whether callers are authenticated: true when the cluster serves
+    /// mutual TLS.
+    pub authenticate: bool,
+}
+
+/// Who called the cluster service.
+#[derive(Debug, Clone)]
+enum Caller {
+    /// Plaintext: anyone who reaches the port.
+    Anyone,
+    /// Mutual TLS: the DER of the certificate the caller presented.
+    Certified(Arc<[u8]>),
+}
+
+impl Caller {
+    fn of<T>(request: &Request<T>, authenticate: bool) -> Result<Self, GrpcStatus> {
+        if !authenticate {
+            return Ok(Self::Anyone);
+        }
+        // The handshake already refused callers without a certificate from
+        // a trusted CA; this only guards against a server set up otherwise.
+        let certificates = request.peer_certs().ok_or_else(|| {
+            GrpcStatus::unauthenticated("cluster calls need a consenter's client certificate")
+        })?;
+        let leaf = certificates.first().ok_or_else(|| {
+            GrpcStatus::unauthenticated("cluster calls need a consenter's client certificate")
+        })?;
+        Ok(Self::Certified(Arc::from(leaf.as_ref())))
+    }
+
+    /// Whether the caller is one of `channel`'s consenters (always, in
+    /// plaintext).
+    fn is_consenter_of(&self, channel: &Channel) -> bool {
+        match self {
+            Self::Anyone => true,
+            Self::Certified(der) => channel.config().is_consenter(der),
+        }
+    }
+}
+
+/// The refusal of a call touching `channel` by a caller who is not one of
+/// its consenters, logged.
+fn not_a_consenter(channel: &str) -> String {
+    tracing::warn!(
+        channel,
+        "refused cluster traffic from a TLS client that is not one of the channel's consenters"
+    );
+    format!("the caller's TLS certificate is not a consenter's of channel {channel:?}")
 }
 
 type BlockStream = Pin<Box<dyn Stream<Item = Result<PulledBlock, GrpcStatus>> + Send>>;
@@ -500,6 +553,7 @@ type AnswerStream = Pin<Box<dyn Stream<Item = Result<ForwardResponse, GrpcStatus
 /// to its channel's consenter, in order, and queues its promise.
 async fn take_forwarded(
     channels: Arc<Channels>,
+    caller: Caller,
     mut requests: Streaming<ForwardRequest>,
     acks: mpsc::Sender<Result<Ack, Refusal>>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
@@ -526,6 +580,13 @@ async fn take_forwarded(
                 }
                 continue;
             };
+            if !caller.is_consenter_of(&channel) {
+                let refusal = Refusal::new(Status::Forbidden, not_a_consenter(&channel.id));
+                if acks.send(Err(refusal)).await.is_err() {
+                    return;
+                }
+                continue;
+            }
             // The follower checked the envelope as Broadcast does; the
             // leader checks it again only if the config changed since.
             let input = if submission.is_config {
@@ -612,11 +673,26 @@ impl Cluster for ClusterService {
         &self,
         request: Request<StepRequest>,
     ) -> Result<Response<StepResponse>, GrpcStatus> {
+        let caller = Caller::of(&request, self.authenticate)?;
+        // The channel last found to be the caller's: a batch is mostly one
+        // channel's messages.
+        let mut checked: Option<String> = None;
         for message in request.into_inner().messages {
             let Some(inbox) = self.inboxes.get(&message.channel) else {
                 tracing::debug!(channel = %message.channel, "a raft message for a channel not ordered by raft here");
                 continue;
             };
+            if checked.as_deref() != Some(message.channel.as_str()) {
+                let Some(channel) = self.channels.get(&message.channel) else {
+                    continue;
+                };
+                if !caller.is_consenter_of(&channel) {
+                    return Err(GrpcStatus::permission_denied(not_a_consenter(
+                        &message.channel,
+                    )));
+                }
+                checked = Some(message.channel.clone());
+            }
             match raft::eraftpb::Message::parse_from_bytes(&message.message) {
                 // A full inbox drops the message; Raft resends.
                 Ok(decoded) => {
@@ -639,10 +715,12 @@ impl Cluster for ClusterService {
         &self,
         request: Request<Streaming<ForwardRequest>>,
     ) -> Result<Response<Self::ForwardStream>, GrpcStatus> {
+        let caller = Caller::of(&request, self.authenticate)?;
         let (acks, acks_out) = mpsc::channel(FORWARDED_IN_FLIGHT_MAX);
         let (answers, answers_out) = mpsc::channel(FORWARD_REQUESTS_BUFFERED);
         tokio::spawn(take_forwarded(
             self.channels.clone(),
+            caller,
             request.into_inner(),
             acks,
             self.shutdown.clone(),
@@ -659,11 +737,15 @@ impl Cluster for ClusterService {
         &self,
         request: Request<PullRequest>,
     ) -> Result<Response<Self::PullStream>, GrpcStatus> {
+        let caller = Caller::of(&request, self.authenticate)?;
         let request = request.into_inner();
         let channel = self
             .channels
             .get(&request.channel)
             .ok_or_else(|| GrpcStatus::not_found(format!("no channel {:?}", request.channel)))?;
+        if !caller.is_consenter_of(&channel) {
+            return Err(GrpcStatus::permission_denied(not_a_consenter(&channel.id)));
+        }
         let end = request
             .end
             .min(request.start.saturating_add(PULL_BLOCKS_MAX))
