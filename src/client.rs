@@ -4,8 +4,9 @@
 use std::net::SocketAddr;
 
 use anyhow::{Context, Result, anyhow, bail};
+use bytes::Bytes;
 use prost::Message;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use weft_msp::Signer;
 use weft_protos::common::HeaderType;
 use weft_protos::orderer::seek_info::SeekBehavior;
@@ -20,6 +21,9 @@ use weft_protos::protos::deliver_response::Type as PeerResponse;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Dialer {
     tls: Option<ClientTlsConfig>,
+    /// The SHA-256 of the client TLS certificate presented, if any, which
+    /// Deliver requests name (mutual TLS binds them to the connection).
+    tls_cert_hash: Bytes,
 }
 
 impl Dialer {
@@ -29,7 +33,21 @@ impl Dialer {
             tls: Some(crate::tls::client_config(
                 roots.into_iter().map(Certificate::from_pem),
             )),
+            tls_cert_hash: Bytes::new(),
         }
+    }
+
+    /// Presents `certificate` with its PKCS#8 `private_key` (PEM) to
+    /// servers that ask for client certificates; only over TLS.
+    pub fn presenting(self, certificate: Vec<u8>, private_key: Vec<u8>) -> Result<Self> {
+        let tls = self
+            .tls
+            .context("a client certificate is only presented over TLS")?;
+        let der = weft_msp::certificate_der(&certificate).context("the client TLS certificate")?;
+        Ok(Self {
+            tls: Some(tls.identity(Identity::from_pem(certificate, private_key))),
+            tls_cert_hash: weft_protos::hash::sha256(&der).to_vec().into(),
+        })
     }
 
     /// A gRPC connection to `address`.
@@ -59,13 +77,14 @@ pub(crate) async fn subscribe(
         behavior: SeekBehavior::BlockUntilReady as i32,
         ..SeekInfo::default()
     };
-    let request = weft_protos::tx::signed_envelope(
+    let request = weft_protos::tx::signed_envelope_bound(
         HeaderType::DeliverSeekInfo,
         channel,
         seek.encode_to_vec().into(),
         client,
         client.new_nonce()?,
         weft_msp::now(),
+        dialer.tls_cert_hash.clone(),
     )?;
     Ok(DeliverClient::new(dialer.connect(peer).await?)
         .deliver_filtered(tokio_stream::iter([request]))

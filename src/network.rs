@@ -146,6 +146,12 @@ pub struct UpArgs {
     /// each other over TLS too. Fixed when the network is created.
     #[arg(long)]
     pub tls: bool,
+    /// Like --tls, and every node also asks its clients for a TLS
+    /// certificate from one of the network's TLS CAs (mutual TLS); the
+    /// connection file names org1's user's TLS certificate for clients.
+    /// Fixed when the network is created.
+    #[arg(long)]
+    pub mutual_tls: bool,
 }
 
 impl UpArgs {
@@ -168,7 +174,8 @@ impl UpArgs {
                 .clone()
                 .unwrap_or_else(|| "10ms".to_owned()),
             block_size: self.block_size.unwrap_or(500),
-            tls: self.tls,
+            tls: self.tls || self.mutual_tls,
+            mutual_tls: self.mutual_tls,
             deployed: Vec::new(),
         })
     }
@@ -231,6 +238,11 @@ impl UpArgs {
                 "--tls",
                 self.tls.then(|| "on".to_owned()),
                 if plan.tls { "on" } else { "off" }.to_owned(),
+            ),
+            (
+                "--mutual-tls",
+                self.mutual_tls.then(|| "on".to_owned()),
+                if plan.mutual_tls { "on" } else { "off" }.to_owned(),
             ),
         ];
         for (option, asked, saved) in checks {

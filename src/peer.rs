@@ -107,6 +107,11 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         backoff_max: config.committer.reconnect_backoff_max.0,
         checkpoint_interval: config.ledger.checkpoint_interval.0,
         tls: config.tls.as_ref().map(|tls| tls.client.clone()),
+        tls_cert_hash: config
+            .tls
+            .as_ref()
+            .map(|tls| tls.certificate_hash.clone())
+            .unwrap_or_default(),
         ..IntakeConfig::new(config.orderers.clone())
     };
     let intake_config = match config.committer.block_source {
@@ -165,10 +170,18 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
             .tls_config(tls.server.clone())
             .context("peer.tls")?;
     }
+    let mut deliver = DeliverService::new(channels);
+    if config
+        .tls
+        .as_ref()
+        .is_some_and(|tls| tls.client_auth_required)
+    {
+        deliver = deliver.binding_requests_to_client_certificates();
+    }
     let grpc = tokio::spawn(
         grpc_server
             .add_service(
-                DeliverServer::new(DeliverService::new(channels))
+                DeliverServer::new(deliver)
                     .max_decoding_message_size(MESSAGE_BYTES_MAX)
                     .max_encoding_message_size(MESSAGE_BYTES_MAX),
             )

@@ -34,6 +34,15 @@ pub struct TlsSection {
     /// when enabled.
     #[serde(default, rename = "rootCAs")]
     pub root_cas: Vec<PathBuf>,
+    /// Ask every client for a certificate issued by one of
+    /// `clientRootCAs`, and require Deliver requests to name its hash.
+    /// Default false.
+    #[serde(default)]
+    pub client_auth_required: bool,
+    /// TLS CA certificates (PEM) of the clients; required when
+    /// `clientAuthRequired`.
+    #[serde(default, rename = "clientRootCAs")]
+    pub client_root_cas: Vec<PathBuf>,
 }
 
 impl TlsSection {
@@ -51,19 +60,35 @@ impl TlsSection {
         let certificate = read("tls.certificate", self.certificate.as_ref())?;
         let private_key = read("tls.privateKey", self.private_key.as_ref())?;
         pem_block(&certificate, "CERTIFICATE").with_context(|| at("tls.certificate"))?;
+        let certificate_der = weft_msp::certificate_der(&certificate)
+            .map_err(|error| anyhow!("{}: {error}", at("tls.certificate")))?;
         pem_block(&private_key, "PRIVATE KEY").with_context(|| at("tls.privateKey"))?;
         if self.root_cas.is_empty() {
             bail!("{}: required when TLS is enabled", at("tls.rootCAs"));
         }
-        let mut roots = Vec::with_capacity(self.root_cas.len());
-        for (index, path) in self.root_cas.iter().enumerate() {
-            let key = format!("tls.rootCAs[{index}]");
-            let pem = read(&key, Some(path))?;
-            pem_block(&pem, "CERTIFICATE").with_context(|| at(&key))?;
-            roots.push(pem);
-        }
+        let read_certificates = |key: &str, paths: &[PathBuf]| -> Result<Vec<Vec<u8>>> {
+            let mut pems = Vec::with_capacity(paths.len());
+            for (index, path) in paths.iter().enumerate() {
+                let key = format!("{key}[{index}]");
+                let pem = read(&key, Some(path))?;
+                pem_block(&pem, "CERTIFICATE").with_context(|| at(&key))?;
+                pems.push(pem);
+            }
+            Ok(pems)
+        };
+        let roots = read_certificates("tls.rootCAs", &self.root_cas)?;
         let identity = Identity::from_pem(certificate, private_key);
-        let server = ServerTlsConfig::new().identity(identity.clone());
+        let mut server = ServerTlsConfig::new().identity(identity.clone());
+        if self.client_auth_required {
+            if self.client_root_cas.is_empty() {
+                bail!(
+                    "{}: required when tls.clientAuthRequired is true",
+                    at("tls.clientRootCAs")
+                );
+            }
+            let client_roots = read_certificates("tls.clientRootCAs", &self.client_root_cas)?;
+            server = server.client_ca_root(Certificate::from_pem(client_roots.concat()));
+        }
         // rustls parses the certificate and key here: a key that does not
         // fit its certificate's algorithm fails now, not at the first
         // client.
@@ -79,6 +104,8 @@ impl TlsSection {
             server,
             client: client_config(roots.into_iter().map(Certificate::from_pem)).identity(identity),
             cluster,
+            client_auth_required: self.client_auth_required,
+            certificate_hash: weft_protos::hash::sha256(&certificate_der).to_vec().into(),
         }))
     }
 }

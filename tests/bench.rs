@@ -325,16 +325,18 @@ fn http_get(address: &str, path: &str) -> String {
 }
 
 #[test]
-fn weft_network_up_serves_fabric_clients_over_tls_stops_on_ctrl_c_and_resumes() {
+fn weft_network_up_serves_fabric_clients_over_mutual_tls_stops_on_ctrl_c_and_resumes() {
     // Goal: one command gives a newcomer a Raft-ordered two-organisation
     // network with the built-in chaincodes defined, every endpoint (and
-    // the Raft cluster) over TLS with `--tls`, and a connection file that
-    // Fabric's own Gateway client and `weft bench` use as they are; Ctrl-C
-    // stops it and a second `network up` resumes its ledger, still TLS.
+    // the Raft cluster) over mutual TLS with `--mutual-tls`, and a
+    // connection file that Fabric's own Gateway client and `weft bench`
+    // use as they are; Ctrl-C stops it and a second `network up` resumes
+    // its ledger, still mutual TLS. (Server-only TLS runs in the
+    // containers of deploy/containers.sh.)
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("net");
     let base = free_base_port(0);
-    let network = NetworkUp::start(&data, &["--tls", "--base-port", &base.to_string()]);
+    let network = NetworkUp::start(&data, &["--mutual-tls", "--base-port", &base.to_string()]);
     assert!(
         network.printed.contains("network ready"),
         "{}",
@@ -379,9 +381,10 @@ fn weft_network_up_serves_fabric_clients_over_tls_stops_on_ctrl_c_and_resumes() 
         assert!(Path::new(path.as_str().unwrap()).is_file(), "{path:?}");
     }
 
-    // Fabric's Gateway client, given the connection file's endpoint, user
-    // and TLS CA, submits and evaluates through org1's peer over TLS; the
-    // same client in plaintext is turned away.
+    // Fabric's Gateway client, given the connection file's endpoint, user,
+    // TLS CA and client TLS certificate, submits and evaluates through
+    // org1's peer over mutual TLS; the same client without its TLS
+    // certificate, or in plaintext, is turned away.
     let gateway_args = [
         "gateway.js",
         orgs[0]["peers"][0]["endpoint"].as_str().unwrap(),
@@ -390,21 +393,24 @@ fn weft_network_up_serves_fabric_clients_over_tls_stops_on_ctrl_c_and_resumes() 
         orgs[0]["user"]["privateKey"].as_str().unwrap(),
         "mychannel",
     ];
-    run_node(
-        gateway_args
-            .iter()
-            .copied()
-            .chain([orgs[0]["peers"][0]["tlsCaCert"].as_str().unwrap()]),
-    );
-    let plaintext = Command::new("node")
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js"))
-        .args(gateway_args)
-        .output()
-        .unwrap();
-    assert!(
-        !plaintext.status.success(),
-        "a plaintext client got through"
-    );
+    let tls_ca = orgs[0]["peers"][0]["tlsCaCert"].as_str().unwrap();
+    let client_tls = &connection["clientTls"];
+    run_node(gateway_args.iter().copied().chain([
+        tls_ca,
+        client_tls["certificate"].as_str().unwrap(),
+        client_tls["privateKey"].as_str().unwrap(),
+    ]));
+    for (refused, extra) in [
+        ("without a client certificate", vec![tls_ca]),
+        ("in plaintext", vec![]),
+    ] {
+        let output = Command::new("node")
+            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js"))
+            .args(gateway_args.iter().copied().chain(extra))
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "a client {refused} got through");
+    }
 
     // The Raft cluster port takes calls from the channel's consenters
     // only: not from a client without a certificate, nor from one whose
@@ -490,6 +496,7 @@ fn weft_network_up_serves_fabric_clients_over_tls_stops_on_ctrl_c_and_resumes() 
         network.printed
     );
     assert_eq!(connection_file(&data)["tls"], true);
+    assert!(connection_file(&data)["clientTls"].is_object());
     assert!(!network.printed.contains("approved"), "{}", network.printed);
     let resumed = metric(&http_get(&peer_ops, "/metrics"), "ledger_blockchain_height");
     assert!(resumed >= height, "{resumed} < {height}");

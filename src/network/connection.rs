@@ -36,8 +36,22 @@ pub struct ConnectionFile {
     /// Whether the endpoints speak TLS; each endpoint's `tlsCaCert` is
     /// the CA its TLS certificate chains to.
     pub tls: bool,
+    /// The TLS certificate and key clients present, for a network that
+    /// asks for client certificates (mutual TLS); absent, none is
+    /// presented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_tls: Option<ClientTls>,
     pub organizations: Vec<Organization>,
     pub orderers: Vec<Endpoint>,
+}
+
+/// A client's TLS certificate and PKCS#8 private key (PEM files), as
+/// cryptogen issues them under `users/<user>/tls/`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClientTls {
+    pub certificate: PathBuf,
+    pub private_key: PathBuf,
 }
 
 /// One peer organisation.
@@ -121,6 +135,10 @@ impl ConnectionFile {
         for orderer in &mut self.orderers {
             resolve(&mut orderer.tls_ca_cert);
         }
+        if let Some(client) = &mut self.client_tls {
+            resolve(&mut client.certificate);
+            resolve(&mut client.private_key);
+        }
     }
 
     /// Writes the file, with a comment saying what it is.
@@ -173,7 +191,20 @@ impl ConnectionFile {
                 roots.push(pem);
             }
         }
-        Ok(Dialer::tls(roots))
+        let dialer = Dialer::tls(roots);
+        match &self.client_tls {
+            None => Ok(dialer),
+            Some(client) => {
+                let read = |key: &str, path: &Path| {
+                    std::fs::read(path)
+                        .with_context(|| format!("clientTls.{key}: reading {}", path.display()))
+                };
+                dialer.presenting(
+                    read("certificate", &client.certificate)?,
+                    read("privateKey", &client.private_key)?,
+                )
+            }
+        }
     }
 }
 

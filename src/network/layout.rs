@@ -21,7 +21,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use super::connection::{ConnectionFile, Endpoint, Organization, User};
+use super::connection::{ClientTls, ConnectionFile, Endpoint, Organization, User};
 
 /// The chaincodes every peer has built in, defined on the channel at
 /// creation.
@@ -57,6 +57,10 @@ pub struct Plan {
     /// dials the others over TLS.
     #[serde(default)]
     pub tls: bool,
+    /// With `tls`: every node asks its clients for a certificate from one
+    /// of the network's TLS CAs.
+    #[serde(default)]
+    pub mutual_tls: bool,
     /// The chaincodes whose definitions have been committed.
     #[serde(default)]
     pub deployed: Vec<String>,
@@ -428,11 +432,24 @@ impl Plan {
             .iter()
             .map(|root| format!("../crypto/{root}"))
             .collect();
-        format!(
+        let mut text = format!(
             "  tls:\n    enabled: true\n    certificate: ../crypto/{node_dir}/tls/server.crt\n\
              \x20   privateKey: ../crypto/{node_dir}/tls/server.key\n    rootCAs: [{}]\n",
             roots.join(", ")
-        )
+        );
+        if self.mutual_tls {
+            let client_roots: Vec<String> = self
+                .tls_cas()
+                .iter()
+                .map(|root| format!("../crypto/{root}"))
+                .collect();
+            let _ = write!(
+                text,
+                "    clientAuthRequired: true\n    clientRootCAs: [{}]\n",
+                client_roots.join(", ")
+            );
+        }
+        text
     }
 
     /// Every TLS CA certificate of the network, under `crypto/`: the
@@ -544,6 +561,14 @@ impl Plan {
             chaincodes: self.deployed.clone(),
             endorsement_policy: Some(self.policy.clone()),
             tls: self.tls,
+            client_tls: self.mutual_tls.then(|| {
+                let user = crypto
+                    .join("peerOrganizations/org1.example.com/users/User1@org1.example.com/tls");
+                ClientTls {
+                    certificate: user.join("client.crt"),
+                    private_key: user.join("client.key"),
+                }
+            }),
             organizations,
             orderers,
         })
@@ -588,6 +613,7 @@ mod tests {
             batch_timeout: "10ms".to_owned(),
             block_size: 500,
             tls: false,
+            mutual_tls: false,
             deployed: Vec::new(),
         }
     }

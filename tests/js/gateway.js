@@ -2,11 +2,13 @@
 // (@hyperledger/fabric-gateway), unchanged: submit, evaluate, commit
 // status and chaincode events against the built-in `kv` chaincode.
 //
-//   node gateway.js <peer host:port> <mspId> <cert.pem> <key.pem> <channel> [tls-ca.pem]
+//   node gateway.js <peer host:port> <mspId> <cert.pem> <key.pem> <channel> \
+//       [tls-ca.pem [client-tls.crt client-tls.key]]
 //
 // With a TLS CA certificate, the client connects over TLS and checks the
 // peer's certificate against it, as Fabric's samples do; without, in
-// plaintext.
+// plaintext. With a client TLS certificate and key too, it presents them
+// (mutual TLS) and names the certificate's hash, as Fabric's clients do.
 // Prints one JSON object with what the client saw; exits non-zero on any
 // error. tests/peer.rs runs it against `weft peer start`.
 'use strict';
@@ -17,13 +19,20 @@ const grpc = require('@grpc/grpc-js');
 const { connect, signers } = require('@hyperledger/fabric-gateway');
 
 async function main() {
-    const [address, mspId, certPath, keyPath, channelName, tlsCaPath] = process.argv.slice(2);
+    const [address, mspId, certPath, keyPath, channelName, tlsCaPath, tlsCertPath, tlsKeyPath] =
+        process.argv.slice(2);
+    const clientTls = tlsCertPath
+        ? { cert: fs.readFileSync(tlsCertPath), key: fs.readFileSync(tlsKeyPath) }
+        : undefined;
     const credentials = tlsCaPath
-        ? grpc.credentials.createSsl(fs.readFileSync(tlsCaPath))
+        ? grpc.credentials.createSsl(fs.readFileSync(tlsCaPath), clientTls?.key, clientTls?.cert)
         : grpc.credentials.createInsecure();
     const client = new grpc.Client(address, credentials);
     const gateway = connect({
         client,
+        tlsClientCertificateHash: clientTls
+            ? crypto.createHash('sha256').update(new crypto.X509Certificate(clientTls.cert).raw).digest()
+            : undefined,
         identity: { mspId, credentials: fs.readFileSync(certPath) },
         signer: signers.newPrivateKeySigner(crypto.createPrivateKey(fs.readFileSync(keyPath))),
         evaluateOptions: () => ({ deadline: Date.now() + 10000 }),

@@ -19,6 +19,16 @@ use crate::{BlockStore, Error, Result, SeekRange, SeekStep};
 /// The largest seek request accepted, in bytes of payload.
 pub const SEEK_REQUEST_BYTES_MAX: usize = 1024 * 1024;
 
+/// Whether a Deliver service binds requests to their connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsBinding {
+    /// Clients need not present TLS certificates: nothing to check.
+    Unbound,
+    /// Clients must present TLS certificates; the one this connection
+    /// presented (DER), if any.
+    Required(Option<Bytes>),
+}
+
 /// A Deliver request as received: a signed envelope of type
 /// DELIVER_SEEK_INFO whose payload data is an `orderer.SeekInfo`. Decoded
 /// but not yet authorised: the service checks that `creator` signed the
@@ -29,6 +39,9 @@ pub struct SeekRequest {
     /// The requester's serialized identity.
     pub creator: Bytes,
     pub seek: SeekInfo,
+    /// The SHA-256 of the TLS certificate the requester says it connects
+    /// with (`ChannelHeader.tls_cert_hash`); empty if it says none.
+    pub tls_cert_hash: Bytes,
 }
 
 impl SeekRequest {
@@ -60,8 +73,42 @@ impl SeekRequest {
             channel_id: channel_header.channel_id,
             creator: signature_header.creator,
             seek,
+            tls_cert_hash: channel_header.tls_cert_hash,
         })
     }
+
+    /// Checks the request's binding to its connection, as Fabric does
+    /// when clients must present TLS certificates: the request names the
+    /// hash of the very certificate (DER) the client presented, so a
+    /// request signed for one connection cannot be replayed on another.
+    pub fn check_tls_binding(&self, binding: &TlsBinding) -> std::result::Result<(), String> {
+        let TlsBinding::Required(presented) = binding else {
+            return Ok(());
+        };
+        let certificate = presented
+            .as_ref()
+            .ok_or("the connection carries no client TLS certificate")?;
+        let actual = weft_protos::hash::sha256(certificate);
+        if self.tls_cert_hash.is_empty() {
+            return Err(
+                "the request names no TLS certificate hash (ChannelHeader.tls_cert_hash), \
+                 which mutual TLS requires"
+                    .to_owned(),
+            );
+        }
+        if self.tls_cert_hash.as_ref() != actual.as_slice() {
+            return Err(format!(
+                "the request names TLS certificate hash {}, but the client connected with {}",
+                hex(&self.tls_cert_hash),
+                hex(&actual)
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// How a Deliver request ended.
@@ -121,5 +168,41 @@ where
             SeekStep::NotFound => return Ok(StreamEnd::Status(Status::NotFound)),
             SeekStep::Finished => return Ok(StreamEnd::Status(Status::Success)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn request(tls_cert_hash: &[u8]) -> SeekRequest {
+        SeekRequest {
+            channel_id: "mychannel".to_owned(),
+            creator: Bytes::new(),
+            seek: SeekInfo::default(),
+            tls_cert_hash: Bytes::copy_from_slice(tls_cert_hash),
+        }
+    }
+
+    #[test]
+    fn under_mutual_tls_a_request_must_name_its_clients_certificate() {
+        let certificate = Bytes::from_static(b"the client's certificate, DER");
+        let hash = weft_protos::hash::sha256(&certificate);
+        let binding = TlsBinding::Required(Some(certificate));
+        assert!(request(&hash).check_tls_binding(&binding).is_ok());
+        let other = request(&weft_protos::hash::sha256(b"another certificate"))
+            .check_tls_binding(&binding)
+            .unwrap_err();
+        assert!(other.contains("but the client connected with"), "{other}");
+        assert!(request(b"").check_tls_binding(&binding).is_err());
+        assert!(
+            request(&hash)
+                .check_tls_binding(&TlsBinding::Required(None))
+                .is_err()
+        );
+        // Without mutual TLS nothing is checked.
+        assert!(request(b"").check_tls_binding(&TlsBinding::Unbound).is_ok());
     }
 }

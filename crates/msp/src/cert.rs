@@ -29,6 +29,21 @@ pub struct Certificate {
     common_name: Option<String>,
 }
 
+/// The DER of the first PEM `CERTIFICATE` block of `pem`, whatever its
+/// key type: for TLS certificates, which are compared and hashed rather
+/// than used to verify signatures.
+pub fn certificate_der(pem: &[u8]) -> Result<Vec<u8>, IdentityError> {
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem)
+        .map_err(|e| IdentityError::BadCertificate(format!("malformed PEM: {e}")))?;
+    if block.label != "CERTIFICATE" {
+        return Err(IdentityError::BadCertificate(format!(
+            "PEM block is {:?}, not CERTIFICATE",
+            block.label
+        )));
+    }
+    Ok(block.contents)
+}
+
 impl Certificate {
     /// Parses a DER certificate. Keys other than ECDSA P-256 are rejected.
     pub fn from_der(der: &[u8]) -> Result<Self, IdentityError> {
@@ -109,15 +124,7 @@ impl Certificate {
 
     /// Parses the first PEM `CERTIFICATE` block of `pem`.
     pub fn from_pem(pem: &[u8]) -> Result<Self, IdentityError> {
-        let (_, block) = x509_parser::pem::parse_x509_pem(pem)
-            .map_err(|e| IdentityError::BadCertificate(format!("malformed PEM: {e}")))?;
-        if block.label != "CERTIFICATE" {
-            return Err(IdentityError::BadCertificate(format!(
-                "PEM block is {:?}, not CERTIFICATE",
-                block.label
-            )));
-        }
-        Self::from_der(&block.contents)
+        Self::from_der(&certificate_der(pem)?)
     }
 
     /// The certificate's DER encoding.

@@ -40,7 +40,7 @@ pub mod testing;
 mod tests;
 
 pub use cache::{CacheStats, IdentityCache};
-pub use cert::Certificate;
+pub use cert::{Certificate, certificate_der};
 pub use error::{IdentityError, MspError, SignatureError};
 pub use identity::{Identity, NodeRole};
 pub use manager::MspManager;

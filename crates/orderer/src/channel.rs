@@ -55,11 +55,7 @@ impl ChannelConfig {
             Consensus::EtcdRaft(metadata) => metadata
                 .consenters
                 .iter()
-                .filter_map(|consenter| {
-                    weft_msp::Certificate::from_pem(&consenter.client_tls_cert)
-                        .ok()
-                        .map(|certificate| certificate.der().to_vec())
-                })
+                .filter_map(|consenter| weft_msp::certificate_der(&consenter.client_tls_cert).ok())
                 .collect(),
         };
         Ok(Self {

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status as GrpcStatus, Streaming};
-use weft_ledger::deliver::{SeekRequest, StreamEnd, stream_range};
+use weft_ledger::deliver::{SeekRequest, StreamEnd, TlsBinding, stream_range};
 use weft_ledger::resolve_seek;
 use weft_policy::SignedData;
 use weft_protos::common::{Block, Envelope, Status};
@@ -42,6 +42,7 @@ pub(crate) type ResponseStream =
 pub(crate) fn serve(
     requests: Streaming<Envelope>,
     remote: Option<SocketAddr>,
+    binding: TlsBinding,
     context: CheckContext,
     mut shutdown: watch::Receiver<bool>,
 ) -> ResponseStream {
@@ -49,7 +50,7 @@ pub(crate) fn serve(
     tokio::spawn(async move {
         tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => {}
-            () = answer_all(requests, remote, &context, &sender) => {}
+            () = answer_all(requests, remote, &binding, &context, &sender) => {}
         }
     });
     Box::pin(ReceiverStream::new(receiver))
@@ -58,6 +59,7 @@ pub(crate) fn serve(
 async fn answer_all(
     mut requests: Streaming<Envelope>,
     remote: Option<SocketAddr>,
+    binding: &TlsBinding,
     context: &CheckContext,
     sender: &mpsc::Sender<Result<DeliverResponse, GrpcStatus>>,
 ) {
@@ -71,7 +73,7 @@ async fn answer_all(
                 return;
             }
         };
-        let status = match answer(&envelope, context, sender).await {
+        let status = match answer(&envelope, binding, context, sender).await {
             Ok(StreamEnd::Status(status)) => status,
             Ok(StreamEnd::Disconnected) => return,
             Err((status, info)) => {
@@ -92,10 +94,14 @@ async fn answer_all(
 /// the reason for the log.
 async fn answer(
     envelope: &Envelope,
+    binding: &TlsBinding,
     context: &CheckContext,
     sender: &mpsc::Sender<Result<DeliverResponse, GrpcStatus>>,
 ) -> Result<StreamEnd, (Status, String)> {
     let request = SeekRequest::decode(envelope).map_err(|reason| (Status::BadRequest, reason))?;
+    request
+        .check_tls_binding(binding)
+        .map_err(|reason| (Status::BadRequest, reason))?;
     let channel = context.channels.get(&request.channel_id).ok_or_else(|| {
         (
             Status::NotFound,

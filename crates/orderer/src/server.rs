@@ -28,6 +28,7 @@ use weft_protos::tx::Sign;
 use weft_protos::view::Limits;
 
 use crate::broadcast::{self, CheckContext};
+use weft_ledger::deliver::TlsBinding;
 use weft_protos::cluster::cluster_server::ClusterServer;
 
 use crate::chain::{self, ChainTask, Consenter};
@@ -90,6 +91,12 @@ pub struct NodeTls {
     /// certificate and key, and the CA certificates a caller's certificate
     /// must come from; callers must present one.
     pub cluster: ServerTlsConfig,
+    /// Whether `server` asks clients for certificates. Deliver requests
+    /// must then name the hash of the certificate their client presented.
+    pub client_auth_required: bool,
+    /// The SHA-256 of the node's certificate (DER), which its own Deliver
+    /// requests name to bind them to its connection.
+    pub certificate_hash: bytes::Bytes,
 }
 
 impl NodeConfig {
@@ -351,6 +358,10 @@ impl Orderer {
                 metrics: metrics.clone(),
             },
             shutdown: shutdown_signal.clone(),
+            client_auth_required: config
+                .tls
+                .as_ref()
+                .is_some_and(|tls| tls.client_auth_required),
         };
         let mut stop = shutdown_signal;
         let server = tokio::spawn(
@@ -647,6 +658,9 @@ fn existing_channels(ledgers: &Path) -> Result<Vec<String>> {
 struct Service {
     context: CheckContext,
     shutdown: watch::Receiver<bool>,
+    /// Clients present TLS certificates, and Deliver requests are bound
+    /// to them.
+    client_auth_required: bool,
 }
 
 #[tonic::async_trait]
@@ -672,9 +686,15 @@ impl AtomicBroadcast for Service {
         request: Request<Streaming<Envelope>>,
     ) -> Result<Response<Self::DeliverStream>, GrpcStatus> {
         let remote = request.remote_addr();
+        let binding = if self.client_auth_required {
+            TlsBinding::Required(weft_protos::dial::client_certificate(&request))
+        } else {
+            TlsBinding::Unbound
+        };
         Ok(Response::new(deliver::serve(
             request.into_inner(),
             remote,
+            binding,
             self.context.clone(),
             self.shutdown.clone(),
         )))

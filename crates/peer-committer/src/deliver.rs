@@ -20,7 +20,7 @@ use prost::Message;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
-use weft_ledger::deliver::{SeekRequest, StreamEnd, stream_range};
+use weft_ledger::deliver::{SeekRequest, StreamEnd, TlsBinding, stream_range};
 use weft_ledger::{BlockStore, resolve_seek};
 use weft_policy::SignedData;
 use weft_protos::common::{Block, BlockMetadataIndex, Envelope, Status};
@@ -91,6 +91,9 @@ enum Shape {
 pub struct DeliverService {
     channels: Channels,
     now: fn() -> weft_msp::UnixTime,
+    /// Clients present TLS certificates, and requests must be bound to
+    /// them.
+    client_auth_required: bool,
 }
 
 impl DeliverService {
@@ -98,19 +101,36 @@ impl DeliverService {
         Self {
             channels,
             now: weft_msp::now,
+            client_auth_required: false,
         }
     }
 
-    fn serve(&self, requests: Streaming<Envelope>, shape: Shape) -> ResponseStream {
+    /// For a server that asks clients for TLS certificates: every request
+    /// must then name the hash of its client's certificate
+    /// (`ChannelHeader.tls_cert_hash`), as Fabric requires under mutual
+    /// TLS, or it is answered BAD_REQUEST.
+    pub fn binding_requests_to_client_certificates(mut self) -> Self {
+        self.client_auth_required = true;
+        self
+    }
+
+    fn serve(&self, request: Request<Streaming<Envelope>>, shape: Shape) -> ResponseStream {
+        let binding = if self.client_auth_required {
+            TlsBinding::Required(weft_protos::dial::client_certificate(&request))
+        } else {
+            TlsBinding::Unbound
+        };
+        let requests = request.into_inner();
         let (sender, receiver) = tokio::sync::mpsc::channel(RESPONSES_IN_FLIGHT_MAX);
         let service = self.clone();
-        tokio::spawn(async move { service.answer_all(requests, shape, sender).await });
+        tokio::spawn(async move { service.answer_all(requests, binding, shape, sender).await });
         Box::pin(ReceiverStream::new(receiver))
     }
 
     async fn answer_all(
         &self,
         mut requests: Streaming<Envelope>,
+        binding: TlsBinding,
         shape: Shape,
         sender: tokio::sync::mpsc::Sender<Result<DeliverResponse, GrpcStatus>>,
     ) {
@@ -123,7 +143,7 @@ impl DeliverService {
                     return;
                 }
             };
-            let status = match self.answer(envelope, shape, &sender).await {
+            let status = match self.answer(envelope, &binding, shape, &sender).await {
                 Ok(StreamEnd::Status(status)) => status,
                 Ok(StreamEnd::Disconnected) => return,
                 Err(status) => status,
@@ -147,11 +167,16 @@ impl DeliverService {
     async fn answer(
         &self,
         envelope: Envelope,
+        binding: &TlsBinding,
         shape: Shape,
         sender: &tokio::sync::mpsc::Sender<Result<DeliverResponse, GrpcStatus>>,
     ) -> Result<StreamEnd, Status> {
         let request = SeekRequest::decode(&envelope).map_err(|reason| {
             tracing::info!(%reason, "deliver: malformed request");
+            Status::BadRequest
+        })?;
+        request.check_tls_binding(binding).map_err(|reason| {
+            tracing::warn!(%reason, "deliver: request not bound to its TLS connection");
             Status::BadRequest
         })?;
         let channel = self
@@ -286,26 +311,20 @@ impl Deliver for DeliverService {
         &self,
         request: Request<Streaming<Envelope>>,
     ) -> Result<Response<Self::DeliverStream>, GrpcStatus> {
-        Ok(Response::new(
-            self.serve(request.into_inner(), Shape::Block),
-        ))
+        Ok(Response::new(self.serve(request, Shape::Block)))
     }
 
     async fn deliver_filtered(
         &self,
         request: Request<Streaming<Envelope>>,
     ) -> Result<Response<Self::DeliverFilteredStream>, GrpcStatus> {
-        Ok(Response::new(
-            self.serve(request.into_inner(), Shape::Filtered),
-        ))
+        Ok(Response::new(self.serve(request, Shape::Filtered)))
     }
 
     async fn deliver_with_private_data(
         &self,
         request: Request<Streaming<Envelope>>,
     ) -> Result<Response<Self::DeliverWithPrivateDataStream>, GrpcStatus> {
-        Ok(Response::new(
-            self.serve(request.into_inner(), Shape::WithPrivateData),
-        ))
+        Ok(Response::new(self.serve(request, Shape::WithPrivateData)))
     }
 }

@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use prost::Message;
 use tokio::sync::{Notify, mpsc, watch};
@@ -96,6 +97,10 @@ pub struct IntakeConfig {
     /// TLS towards the source's endpoints (their CA certificates); `None`
     /// dials in plaintext.
     pub tls: Option<ClientTlsConfig>,
+    /// The SHA-256 of the TLS certificate the peer presents, named in its
+    /// Deliver requests so that a source requiring client certificates
+    /// accepts them; empty without TLS.
+    pub tls_cert_hash: Bytes,
     /// How often the world state is made durable (a checkpoint); on restart
     /// the blocks after the last checkpoint are replayed from the block
     /// store.
@@ -116,6 +121,7 @@ impl IntakeConfig {
             backoff_max: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
             tls: None,
+            tls_cert_hash: Bytes::new(),
             checkpoint_interval: Duration::from_secs(1),
         }
     }
@@ -565,7 +571,7 @@ impl Fetcher {
     /// A Deliver request for blocks `start..` forever, signed by the peer.
     fn seek_request(&self, start: u64) -> Result<weft_protos::common::Envelope, String> {
         let nonce = self.signer.new_nonce().map_err(|e| e.to_string())?;
-        weft_protos::tx::signed_envelope(
+        weft_protos::tx::signed_envelope_bound(
             HeaderType::DeliverSeekInfo,
             &self.channel_id,
             weft_protos::tx::seek_range(start, u64::MAX)
@@ -574,6 +580,7 @@ impl Fetcher {
             self.signer.as_ref(),
             nonce,
             weft_msp::now(),
+            self.config.tls_cert_hash.clone(),
         )
         .map_err(|e| e.to_string())
     }

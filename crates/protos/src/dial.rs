@@ -4,6 +4,8 @@
 //! Fabric's clients check a node's TLS certificate).
 //!
 //! Building an [`Endpoint`] does no I/O; connecting to it does.
+//! [`client_certificate`] is the server's side: which certificate the
+//! caller presented.
 
 use tonic::transport::{ClientTlsConfig, Endpoint};
 
@@ -16,6 +18,14 @@ pub fn endpoint(
         None => Endpoint::from_shared(format!("http://{address}")),
         Some(tls) => Endpoint::from_shared(format!("https://{address}"))?.tls_config(tls.clone()),
     }
+}
+
+/// The DER of the TLS certificate the caller of `request` presented, if
+/// it came over TLS with one.
+pub fn client_certificate<T>(request: &tonic::Request<T>) -> Option<bytes::Bytes> {
+    let certificates = request.peer_certs()?;
+    let leaf = certificates.first()?;
+    Some(bytes::Bytes::copy_from_slice(leaf.as_ref()))
 }
 
 #[cfg(test)]

@@ -361,6 +361,29 @@ pub fn signed_envelope(
     nonce: Bytes,
     timestamp_seconds: i64,
 ) -> Result<Envelope, SignError> {
+    signed_envelope_bound(
+        header_type,
+        channel_id,
+        data,
+        signer,
+        nonce,
+        timestamp_seconds,
+        Bytes::new(),
+    )
+}
+
+/// [`signed_envelope`] bound to the client's TLS connection: the channel
+/// header names `tls_cert_hash`, the SHA-256 of the TLS certificate the
+/// client presents, which Deliver services require under mutual TLS.
+pub fn signed_envelope_bound(
+    header_type: HeaderType,
+    channel_id: &str,
+    data: Bytes,
+    signer: &dyn Sign,
+    nonce: Bytes,
+    timestamp_seconds: i64,
+    tls_cert_hash: Bytes,
+) -> Result<Envelope, SignError> {
     let creator = signer.identity();
     let channel_header = ChannelHeader {
         r#type: header_type as i32,
@@ -370,6 +393,7 @@ pub fn signed_envelope(
             seconds: timestamp_seconds,
             nanos: 0,
         }),
+        tls_cert_hash,
         ..ChannelHeader::default()
     };
     let payload = Payload {

@@ -507,7 +507,7 @@ enum Caller {
     /// Plaintext: anyone who reaches the port.
     Anyone,
     /// Mutual TLS: the DER of the certificate the caller presented.
-    Certified(Arc<[u8]>),
+    Certified(Bytes),
 }
 
 impl Caller {
@@ -517,13 +517,11 @@ impl Caller {
         }
         // The handshake already refused callers without a certificate from
         // a trusted CA; this only guards against a server set up otherwise.
-        let certificates = request.peer_certs().ok_or_else(|| {
-            GrpcStatus::unauthenticated("cluster calls need a consenter's client certificate")
-        })?;
-        let leaf = certificates.first().ok_or_else(|| {
-            GrpcStatus::unauthenticated("cluster calls need a consenter's client certificate")
-        })?;
-        Ok(Self::Certified(Arc::from(leaf.as_ref())))
+        weft_protos::dial::client_certificate(request)
+            .map(Self::Certified)
+            .ok_or_else(|| {
+                GrpcStatus::unauthenticated("cluster calls need a consenter's client certificate")
+            })
     }
 
     /// Whether the caller is one of `channel`'s consenters (always, in
