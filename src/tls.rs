@@ -59,7 +59,6 @@ impl TlsSection {
         };
         let certificate = read("tls.certificate", self.certificate.as_ref())?;
         let private_key = read("tls.privateKey", self.private_key.as_ref())?;
-        pem_block(&certificate, "CERTIFICATE").with_context(|| at("tls.certificate"))?;
         let certificate_der = weft_msp::certificate_der(&certificate)
             .map_err(|error| anyhow!("{}: {error}", at("tls.certificate")))?;
         pem_block(&private_key, "PRIVATE KEY").with_context(|| at("tls.privateKey"))?;

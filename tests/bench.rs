@@ -666,14 +666,7 @@ fn ctrl_c_stops_weft_bench_and_the_network_it_started() {
         }
     }
     assert!(printed.contains("weft bench: workload"), "{printed}");
-    Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success());
-    assert!(stderr.contains("interrupted"), "{stderr}");
+    interrupt_expecting_failure(child);
     let plan = std::fs::read_to_string(dir.path().join("network/network.yaml")).unwrap();
     let base: u16 = plan
         .lines()
@@ -712,14 +705,7 @@ fn ctrl_c_while_a_network_starts_stops_the_nodes_started_so_far() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "{stderr}");
-    assert!(stderr.contains("interrupted"), "{stderr}");
+    interrupt_expecting_failure(child);
     // No process names the network's directory in its command line.
     let needle = data.to_str().unwrap().as_bytes();
     let left: Vec<String> = std::fs::read_dir("/proc")
@@ -738,6 +724,19 @@ fn ctrl_c_while_a_network_starts_stops_the_nodes_started_so_far() {
 
 /// Runs `node <args>` in tests/js (Fabric's JavaScript clients); returns
 /// its standard output once it exited successfully.
+/// Ctrl-C to a command still starting or measuring: it must exit with
+/// failure, saying on standard error that it was interrupted.
+fn interrupt_expecting_failure(child: std::process::Child) {
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+}
+
 /// Pulls block 0 of mychannel from the Raft cluster endpoint at `address`
 /// over TLS, trusting `ca` and presenting `certificate` (PEM certificate
 /// and key files), if any; the block's bytes.

@@ -428,25 +428,24 @@ impl Plan {
         if !self.tls {
             return String::new();
         }
-        let roots: Vec<String> = roots
-            .iter()
-            .map(|root| format!("../crypto/{root}"))
-            .collect();
+        // A YAML list of files under `crypto/`, relative to the node's folder.
+        let list = |files: &[String]| {
+            let paths: Vec<String> = files
+                .iter()
+                .map(|file| format!("../crypto/{file}"))
+                .collect();
+            paths.join(", ")
+        };
         let mut text = format!(
             "  tls:\n    enabled: true\n    certificate: ../crypto/{node_dir}/tls/server.crt\n\
              \x20   privateKey: ../crypto/{node_dir}/tls/server.key\n    rootCAs: [{}]\n",
-            roots.join(", ")
+            list(roots)
         );
         if self.mutual_tls {
-            let client_roots: Vec<String> = self
-                .tls_cas()
-                .iter()
-                .map(|root| format!("../crypto/{root}"))
-                .collect();
             let _ = write!(
                 text,
                 "    clientAuthRequired: true\n    clientRootCAs: [{}]\n",
-                client_roots.join(", ")
+                list(&self.tls_cas())
             );
         }
         text

@@ -29,6 +29,18 @@ pub enum TlsBinding {
     Required(Option<Bytes>),
 }
 
+impl TlsBinding {
+    /// `Required` with the certificate `presented` returns when the
+    /// server asks clients for certificates; `Unbound` otherwise.
+    pub fn when(client_auth_required: bool, presented: impl FnOnce() -> Option<Bytes>) -> Self {
+        if client_auth_required {
+            Self::Required(presented())
+        } else {
+            Self::Unbound
+        }
+    }
+}
+
 /// A Deliver request as received: a signed envelope of type
 /// DELIVER_SEEK_INFO whose payload data is an `orderer.SeekInfo`. Decoded
 /// but not yet authorised: the service checks that `creator` signed the

@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{ClientTlsConfig, ServerTlsConfig};
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
+use weft_ledger::deliver::TlsBinding;
 use weft_ledger::{BlockStore, Durability, StoreConfig};
 use weft_protos::common::{Block, Envelope};
 use weft_protos::orderer::atomic_broadcast_server::{AtomicBroadcast, AtomicBroadcastServer};
@@ -28,7 +29,6 @@ use weft_protos::tx::Sign;
 use weft_protos::view::Limits;
 
 use crate::broadcast::{self, CheckContext};
-use weft_ledger::deliver::TlsBinding;
 use weft_protos::cluster::cluster_server::ClusterServer;
 
 use crate::chain::{self, ChainTask, Consenter};
@@ -686,11 +686,9 @@ impl AtomicBroadcast for Service {
         request: Request<Streaming<Envelope>>,
     ) -> Result<Response<Self::DeliverStream>, GrpcStatus> {
         let remote = request.remote_addr();
-        let binding = if self.client_auth_required {
-            TlsBinding::Required(weft_protos::dial::client_certificate(&request))
-        } else {
-            TlsBinding::Unbound
-        };
+        let binding = TlsBinding::when(self.client_auth_required, || {
+            weft_protos::dial::client_certificate(&request)
+        });
         Ok(Response::new(deliver::serve(
             request.into_inner(),
             remote,

@@ -115,11 +115,9 @@ impl DeliverService {
     }
 
     fn serve(&self, request: Request<Streaming<Envelope>>, shape: Shape) -> ResponseStream {
-        let binding = if self.client_auth_required {
-            TlsBinding::Required(weft_protos::dial::client_certificate(&request))
-        } else {
-            TlsBinding::Unbound
-        };
+        let binding = TlsBinding::when(self.client_auth_required, || {
+            weft_protos::dial::client_certificate(&request)
+        });
         let requests = request.into_inner();
         let (sender, receiver) = tokio::sync::mpsc::channel(RESPONSES_IN_FLIGHT_MAX);
         let service = self.clone();
