@@ -94,15 +94,8 @@ operations_ports=(8443 8444 8445 9443 9444 9445 9446)
 
 # ------------------------------------------------------------- packages ----
 step "packages (docker.io, docker-compose, debootstrap from Debian)"
-missing=()
-command -v dockerd >/dev/null || missing+=(docker.io)
-command -v docker-compose >/dev/null || missing+=(docker-compose)
-command -v debootstrap >/dev/null || missing+=(debootstrap)
-if ((${#missing[@]})); then
-  echo "installing ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+. deploy/packages.sh
+install_missing_packages dockerd:docker.io docker-compose:docker-compose debootstrap:debootstrap
 command -v docker >/dev/null || die "docker.io is installed but no docker client is on PATH"
 echo "dockerd: $(dockerd --version)"
 echo "docker-compose: $(docker-compose version --short)"

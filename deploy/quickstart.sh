@@ -13,8 +13,15 @@
 # The network lives in target/quickstart (replaced on each run; logs in
 # target/quickstart/network/<node>/node.log) and stops when the workload
 # ends. WEFT_DURATION sets how long the workload runs (default 20s).
+#
+# Needs Rust (rustup); the Debian packages the build needs besides (protoc,
+# libclang, g++, make) are installed when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+. deploy/packages.sh
+install_missing_packages "${WEFT_BUILD_PACKAGES[@]}"
+command -v cargo >/dev/null || { echo "error: cargo is missing; install Rust with rustup" >&2; exit 1; }
 
 cargo build --release --quiet --bin weft
 data=target/quickstart

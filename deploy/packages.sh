@@ -1,0 +1,45 @@
+# shellcheck shell=bash
+# Sourced by the repository's scripts (quickstart, CI, containers): installs
+# the Debian packages a script needs and the machine lacks, so that nothing
+# has to be installed by hand on a fresh Debian machine.
+#
+#   . deploy/packages.sh
+#   install_missing_packages protoc:protobuf-compiler libclang-dev
+#
+# Each argument is `COMMAND:PACKAGE` (the package is wanted when the command
+# is not on PATH, so a tool installed some other way is left alone) or a
+# bare `PACKAGE` (wanted when dpkg does not list it as installed: libraries).
+# Installing needs root; otherwise sudo is used when present, and failing
+# that the script stops with the apt-get command to run.
+
+# The packages building weft needs besides Rust: protoc compiles the Fabric
+# schema, libclang generates RocksDB's bindings, g++ and make build RocksDB.
+# shellcheck disable=SC2034 # used by the scripts that source this file
+WEFT_BUILD_PACKAGES=(protoc:protobuf-compiler libclang-dev g++:g++ make:make)
+
+install_missing_packages() {
+  local wanted missing=()
+  for wanted in "$@"; do
+    if [[ $wanted == *:* ]]; then
+      command -v "${wanted%%:*}" >/dev/null || missing+=("${wanted#*:}")
+    else
+      dpkg-query -W -f='${Status}' "$wanted" 2>/dev/null | grep -q 'ok installed' || missing+=("$wanted")
+    fi
+  done
+  ((${#missing[@]})) || return 0
+
+  local as_root=()
+  if ((EUID != 0)); then
+    if command -v sudo >/dev/null; then
+      as_root=(sudo)
+    else
+      echo "error: missing Debian packages; as root, run:" >&2
+      echo "  apt-get install ${missing[*]}" >&2
+      return 1
+    fi
+  fi
+  echo "installing Debian packages: ${missing[*]}"
+  "${as_root[@]}" apt-get update -qq
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
