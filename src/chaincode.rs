@@ -69,6 +69,38 @@ pub struct DeployArgs {
     /// each. With any, every connection is made over TLS trusting these.
     #[arg(long = "tls-ca")]
     tls_cas: Vec<PathBuf>,
+    /// A client TLS certificate (PEM) to present to nodes that require
+    /// mutual TLS (their `tls.clientAuthRequired`), with --tls-key.
+    #[arg(long = "tls-cert", requires_all = ["tls_key", "tls_cas"])]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PKCS#8 PEM) of --tls-cert.
+    #[arg(long = "tls-key", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+}
+
+impl DeployArgs {
+    /// How to reach the peers and the orderer: in plaintext without
+    /// --tls-ca; over TLS trusting those CAs, presenting --tls-cert if given.
+    fn dialer(&self) -> Result<Dialer> {
+        if self.tls_cas.is_empty() {
+            return Ok(Dialer::default());
+        }
+        let read = |option: &str, path: &Path| {
+            std::fs::read(path).with_context(|| format!("{option}: reading {}", path.display()))
+        };
+        let roots = self
+            .tls_cas
+            .iter()
+            .map(|path| read("--tls-ca", path))
+            .collect::<Result<Vec<_>>>()?;
+        let dialer = Dialer::tls(roots);
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(certificate), Some(key)) => dialer
+                .presenting(read("--tls-cert", certificate)?, read("--tls-key", key)?)
+                .context("--tls-cert"),
+            _ => Ok(dialer),
+        }
+    }
 }
 
 /// An organisation that approves: its admin, and its peer.
@@ -150,19 +182,7 @@ pub fn deploy(args: &DeployArgs) -> Result<()> {
         validation_parameter,
         approvers,
         orderer: args.orderer,
-        dialer: if args.tls_cas.is_empty() {
-            Dialer::default()
-        } else {
-            let roots = args
-                .tls_cas
-                .iter()
-                .map(|path| {
-                    std::fs::read(path)
-                        .with_context(|| format!("--tls-ca: reading {}", path.display()))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Dialer::tls(roots)
-        },
+        dialer: args.dialer()?,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

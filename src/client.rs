@@ -1,5 +1,6 @@
 //! Fabric client plumbing shared by the commands that act as a client
-//! (`weft bench`, `weft chaincode deploy`): connections and commit events.
+//! (`weft bench`, `weft chaincode deploy`): connections, commit events and
+//! the orderers' chain of block headers.
 
 use std::net::SocketAddr;
 
@@ -9,7 +10,9 @@ use prost::Message;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use weft_msp::Signer;
 use weft_protos::common::HeaderType;
-use weft_protos::orderer::seek_info::SeekBehavior;
+use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
+use weft_protos::orderer::deliver_response::Type as OrdererResponse;
+use weft_protos::orderer::seek_info::{SeekBehavior, SeekContentType};
 use weft_protos::orderer::seek_position::Type as SeekType;
 use weft_protos::orderer::{SeekInfo, SeekNewest, SeekPosition, SeekSpecified};
 use weft_protos::protos::FilteredBlock;
@@ -67,6 +70,56 @@ pub(crate) async fn subscribe(
     channel: &str,
     client: &Signer,
 ) -> Result<tonic::Streaming<weft_protos::protos::DeliverResponse>> {
+    let request = seek_from_newest(dialer, channel, client, SeekContentType::Block)?;
+    Ok(DeliverClient::new(dialer.connect(peer).await?)
+        .deliver_filtered(tokio_stream::iter([request]))
+        .await
+        .context("the peer refused the DeliverFiltered request")?
+        .into_inner())
+}
+
+/// The orderer's blocks from the newest on, headers and signatures only
+/// (Fabric's HEADER_WITH_SIG): when each block left the orderer.
+pub(crate) async fn follow_headers(
+    dialer: &Dialer,
+    orderer: SocketAddr,
+    channel: &str,
+    client: &Signer,
+) -> Result<tonic::Streaming<weft_protos::orderer::DeliverResponse>> {
+    let request = seek_from_newest(dialer, channel, client, SeekContentType::HeaderWithSig)?;
+    Ok(AtomicBroadcastClient::new(dialer.connect(orderer).await?)
+        .deliver(tokio_stream::iter([request]))
+        .await
+        .context("the orderer refused the Deliver request")?
+        .into_inner())
+}
+
+/// The number of the next block of an orderer's Deliver stream.
+pub(crate) async fn next_block_number(
+    blocks: &mut tonic::Streaming<weft_protos::orderer::DeliverResponse>,
+) -> Result<u64> {
+    let response = blocks
+        .message()
+        .await
+        .context("an orderer's block stream failed")?
+        .ok_or_else(|| anyhow!("an orderer ended its block stream"))?;
+    match response.r#type {
+        Some(OrdererResponse::Block(block)) => block
+            .header
+            .map(|header| header.number)
+            .ok_or_else(|| anyhow!("an orderer sent a block without a header")),
+        other => bail!("an orderer answered {other:?} where a block was due"),
+    }
+}
+
+/// A signed request for every block from the newest on, as they come,
+/// bound to the dialer's client TLS certificate.
+fn seek_from_newest(
+    dialer: &Dialer,
+    channel: &str,
+    client: &Signer,
+    content_type: SeekContentType,
+) -> Result<weft_protos::common::Envelope> {
     let seek = SeekInfo {
         start: Some(SeekPosition {
             r#type: Some(SeekType::Newest(SeekNewest {})),
@@ -75,9 +128,10 @@ pub(crate) async fn subscribe(
             r#type: Some(SeekType::Specified(SeekSpecified { number: u64::MAX })),
         }),
         behavior: SeekBehavior::BlockUntilReady as i32,
+        content_type: content_type as i32,
         ..SeekInfo::default()
     };
-    let request = weft_protos::tx::signed_envelope_bound(
+    Ok(weft_protos::tx::signed_envelope_bound(
         HeaderType::DeliverSeekInfo,
         channel,
         seek.encode_to_vec().into(),
@@ -85,12 +139,7 @@ pub(crate) async fn subscribe(
         client.new_nonce()?,
         weft_msp::now(),
         dialer.tls_cert_hash.clone(),
-    )?;
-    Ok(DeliverClient::new(dialer.connect(peer).await?)
-        .deliver_filtered(tokio_stream::iter([request]))
-        .await
-        .context("the peer refused the DeliverFiltered request")?
-        .into_inner())
+    )?)
 }
 
 /// The next filtered block of a peer's event stream.

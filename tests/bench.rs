@@ -9,6 +9,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/node.rs"]
+mod node;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -161,8 +164,7 @@ fn weft_bench_endorser_gets_every_proposal_endorsed_native_and_through_the_shim(
         .unwrap()
         .port();
     let address = format!("127.0.0.1:{port}");
-    let mut chaincode = Command::new("node")
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js"))
+    let mut chaincode = node::node()
         .args(["chaincode.js", &address, "kvshim:1"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -293,13 +295,19 @@ impl Drop for NetworkUp {
     }
 }
 
-/// A base port whose network ports are free, distinct per test process.
+/// A base port for a test's network whose ports are free. A network
+/// spans base..=base+25 and base+2001..=base+2002 (org2's peer); bases
+/// stay within 10000..15000, below the ranges `weft bench` picks for
+/// networks of its own (17050 on) and the kernel's ephemeral ports (32768
+/// on), so that while a test's network is stopped and resumed neither
+/// takes its ports. `offset` keeps one process's tests apart, the process
+/// ID concurrent test runs.
 fn free_base_port(offset: u16) -> u16 {
-    let base = 30_000 + (std::process::id() % 1_000) as u16 * 20 + offset;
-    for candidate in (base..60_000).step_by(997) {
-        let free = (0..2_u16)
-            .flat_map(|org| [candidate + org * 2000, candidate + org * 2000 + 1])
-            .chain((0..40).map(|o| candidate + o))
+    let start = 10_000 + (std::process::id() % 10) as u16 * 400 + offset;
+    for candidate in (start..15_000).step_by(31) {
+        let free = [0, 2000]
+            .into_iter()
+            .flat_map(|span| (0..26).map(move |port| candidate + span + port))
             .all(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
         if free {
             return candidate;
@@ -404,8 +412,7 @@ fn weft_network_up_serves_fabric_clients_over_mutual_tls_stops_on_ctrl_c_and_res
         ("without a client certificate", vec![tls_ca]),
         ("in plaintext", vec![]),
     ] {
-        let output = Command::new("node")
-            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js"))
+        let output = node::node()
             .args(gateway_args.iter().copied().chain(extra))
             .output()
             .unwrap();
@@ -439,6 +446,63 @@ fn weft_network_up_serves_fabric_clients_over_mutual_tls_stops_on_ctrl_c_and_res
     )))
     .unwrap();
     assert!(!genesis.is_empty());
+
+    // An operator redefines `kv` with `weft chaincode deploy`, which
+    // presents the client TLS certificate it is given; without one, the
+    // nodes turn it away before anything is approved.
+    let crypto = data.join("crypto");
+    let deploy = |client_certificate: bool| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_weft"));
+        command
+            .args([
+                "chaincode",
+                "deploy",
+                "--channel",
+                "mychannel",
+                "--name",
+                "kv",
+            ])
+            .args(["--sequence", "2", "--policy", "OR('Org1MSP.peer')"])
+            .arg("--peers")
+            .arg(format!(
+                "org1={},org2={}",
+                orgs[0]["peers"][0]["endpoint"].as_str().unwrap(),
+                orgs[1]["peers"][0]["endpoint"].as_str().unwrap()
+            ))
+            .args([
+                "--orderer",
+                connection["orderers"][0]["endpoint"].as_str().unwrap(),
+            ])
+            .arg("--crypto")
+            .arg(&crypto)
+            .arg("--tls-ca")
+            .arg(orderers.join("tlsca/tlsca.example.com-cert.pem"));
+        for org in ["org1", "org2"] {
+            command.arg("--tls-ca").arg(crypto.join(format!(
+                "peerOrganizations/{org}.example.com/tlsca/tlsca.{org}.example.com-cert.pem"
+            )));
+        }
+        if client_certificate {
+            command
+                .args(["--tls-cert", client_tls["certificate"].as_str().unwrap()])
+                .args(["--tls-key", client_tls["privateKey"].as_str().unwrap()]);
+        }
+        command.output().unwrap()
+    };
+    let refused = deploy(false);
+    assert!(!refused.status.success());
+    assert!(!String::from_utf8_lossy(&refused.stdout).contains("approved"));
+    let deployed = deploy(true);
+    let stdout = String::from_utf8_lossy(&deployed.stdout);
+    assert!(
+        deployed.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&deployed.stderr)
+    );
+    assert!(
+        stdout.contains("chaincode kv version 1.0 sequence 2 committed on channel mychannel"),
+        "{stdout}"
+    );
 
     // `weft bench --connect` drives the network with the transfer workload.
     let (last, results) = bench(
@@ -554,14 +618,26 @@ fn weft_bench_runs_the_papers_workloads_with_no_failures() {
 #[test]
 fn weft_bench_starts_a_network_of_its_own() {
     // Goal: with no connection file, `weft bench` builds, runs and stops a
-    // network itself (the README's main job, shortened); a sweep of block
-    // sizes gets a network for each and measures every rate on each.
+    // network itself (the README's main job, shortened), here one that
+    // requires mutual TLS of its clients; a sweep of block sizes gets a
+    // network for each and measures every rate on each.
     let dir = tempfile::tempdir().unwrap();
     let (last, results) = bench(
         dir.path(),
-        &["--orderers", "1", "--duration", "2s", "--clients", "4"],
+        &[
+            "--orderers",
+            "1",
+            "--mutual-tls",
+            "--duration",
+            "2s",
+            "--clients",
+            "4",
+        ],
     );
     assert!(last.starts_with("committed "), "{last}");
+    let network = connection_file(&dir.path().join("work/network"));
+    assert_eq!(network["tls"], true, "{network}");
+    assert!(network["clientTls"].is_object(), "{network}");
     assert_eq!(results["workload"], "transfer");
     assert!(results["valid"].as_u64().unwrap() > 0, "{results}");
     assert!(
@@ -784,8 +860,7 @@ fn cluster_pull(
 }
 
 fn run_node<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> String {
-    let output = Command::new("node")
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js"))
+    let output = node::node()
         .args(args)
         .output()
         .expect("node runs (CI installs it)");

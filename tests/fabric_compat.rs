@@ -15,11 +15,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/node.rs"]
+mod node;
+
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::Mutex;
+use std::path::Path;
 
 use bytes::Bytes;
 use prost::Message;
@@ -1146,58 +1147,11 @@ fn config_policy(policy_type: policy::PolicyType, value: Vec<u8>) -> ConfigPolic
 // ---------------------------------------------------------------------------------------------
 // Helpers: running Fabric's JavaScript
 
-fn js_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js")
-}
-
-/// Makes sure `tests/js/node_modules` holds Fabric's protobufs, running
-/// `npm ci` once if not. Fails (never skips) without Node.js or npm.
-fn ensure_node_modules() {
-    // Tests run in parallel threads; one `npm ci` at a time.
-    static INSTALL: Mutex<()> = Mutex::new(());
-    let _guard = INSTALL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-
-    let node = Command::new("node").arg("--version").output();
-    assert!(
-        node.as_ref().is_ok_and(|out| out.status.success()),
-        "Node.js is required for the Fabric wire-compatibility tests (CI installs it): \
-         `node --version` failed: {node:?}"
-    );
-    let installed = js_dir().join("node_modules/@hyperledger/fabric-protos/package.json");
-    if installed.is_file() {
-        return;
-    }
-    let npm = Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund"])
-        .current_dir(js_dir())
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "npm is required to install tests/js's dependencies \
-                 (CI installs it): cannot run `npm ci`: {e}"
-            )
-        });
-    assert!(
-        npm.status.success(),
-        "`npm ci` in tests/js failed ({}):\n{}",
-        npm.status,
-        String::from_utf8_lossy(&npm.stderr)
-    );
-    assert!(
-        installed.is_file(),
-        "`npm ci` did not install @hyperledger/fabric-protos"
-    );
-}
-
 /// Runs `node tests/js/SCRIPT DIR`; returns its stdout and stderr.
 fn run_node(script: &str, dir: &Path) -> (String, String) {
-    ensure_node_modules();
-    let output = Command::new("node")
-        .arg(js_dir().join(script))
+    let output = node::node()
+        .arg(script)
         .arg(dir)
-        .current_dir(js_dir())
         .output()
         .unwrap_or_else(|e| panic!("cannot run node {script}: {e}"));
     let stdout = String::from_utf8(output.stdout).expect("utf-8 stdout");

@@ -11,6 +11,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/node.rs"]
+mod node;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -315,9 +318,7 @@ async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
     let user = network
         .dir
         .join("crypto/peerOrganizations/org1.example.com/users/User1@org1.example.com/msp");
-    let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
-    let output = Command::new("node")
-        .current_dir(&js)
+    let output = node::node()
         .arg("gateway.js")
         .arg(org1.grpc.to_string())
         .arg("Org1MSP")
@@ -534,6 +535,74 @@ async fn an_endorser_replica_follows_its_validating_peer_without_validating_agai
         ),
         (last + 1) as f64
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_node_configs_run_an_orderer_and_a_peer_that_commits_what_it_orders() {
+    // Goal: config/orderer.yaml and config/peer.yaml work as they are,
+    // beside the crypto folder and genesis block that the README's
+    // commands make, with only their ports moved by environment variables
+    // (as an operator does on a machine whose ports are taken): the
+    // orderer orders mychannel and org1's peer commits what it orders.
+    let dir = tempfile::tempdir().unwrap();
+    let network = Network::create(dir.path());
+    weft(
+        dir.path(),
+        &[
+            "channel",
+            "genesis",
+            "--config",
+            "channel.yaml",
+            "--profile",
+            "TwoOrgs",
+            "--channel",
+            "mychannel",
+            "--output",
+            "mychannel.block",
+        ],
+    );
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for file in ["orderer.yaml", "peer.yaml"] {
+        std::fs::copy(root.join("config").join(file), config.join(file)).unwrap();
+    }
+    let orderer = Node::start_with_env(
+        "orderer",
+        &config.join("orderer.yaml"),
+        &dir.path().join("orderer0.log"),
+        &[
+            ("ORDERER_ORDERER_LISTENADDRESS", "127.0.0.1:0"),
+            ("ORDERER_OPERATIONS_LISTENADDRESS", "127.0.0.1:0"),
+        ],
+    );
+    let orderers = format!("[\"{}\"]", orderer.grpc);
+    let peer = Node::start_with_env(
+        "peer",
+        &config.join("peer.yaml"),
+        &dir.path().join("peer0.org1.log"),
+        &[
+            ("CORE_PEER_LISTENADDRESS", "127.0.0.1:0"),
+            ("CORE_OPERATIONS_LISTENADDRESS", "127.0.0.1:0"),
+            ("CORE_ORDERERS", &orderers),
+        ],
+    );
+
+    let both = [&network.org1_peer, &network.org2_peer];
+    let put = network.put_on("mychannel", "shipped", None, &both);
+    assert_eq!(broadcast(orderer.grpc, &[put]).await, [Status::Success]);
+    let codes = committed_codes_on("mychannel", peer.grpc, &network.client, 1).await;
+    assert_eq!(codes, [TxValidationCode::Valid]);
+    for node in ["orderer0", "peer0.org1"] {
+        assert!(
+            dir.path()
+                .join("data")
+                .join(node)
+                .join("ledgers/mychannel")
+                .is_dir(),
+            "{node} keeps its ledgers where its config says"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1067,9 +1136,16 @@ struct Node {
 impl Node {
     /// Starts the node and reads the addresses from its `ready` line.
     fn start(role: &str, config: &Path, log: &Path) -> Self {
+        Self::start_with_env(role, config, log, &[])
+    }
+
+    /// Starts the node with environment variables `env` set (overrides
+    /// of keys of its config file).
+    fn start_with_env(role: &str, config: &Path, log: &Path, env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
             .args([role, "start", "--config"])
             .arg(config)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(log).unwrap())
             .spawn()
@@ -1157,10 +1233,8 @@ impl ShimChaincode {
 
     /// Starts the chaincode on `address` and waits until it listens.
     fn start_at(dir: &Path, address: SocketAddr) -> Self {
-        let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
         let log = dir.join(format!("chaincode-{}.log", address.port()));
-        let mut child = Command::new("node")
-            .current_dir(&js)
+        let mut child = node::node()
             .arg("chaincode.js")
             .arg(address.to_string())
             .arg("notes_1.0:0123abcd")

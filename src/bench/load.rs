@@ -44,7 +44,7 @@ use weft_protos::protos::endorser_client::EndorserClient;
 use weft_protos::tx::{Invocation, Proposal};
 
 use super::{quantile, summary_line};
-use crate::client::{Dialer, next_block, subscribe};
+use crate::client::{Dialer, follow_headers, next_block, next_block_number, subscribe};
 use crate::network::connection::ConnectionFile;
 
 /// How long a transaction may take from proposal to commit event.
@@ -176,6 +176,10 @@ pub struct OwnNetworkArgs {
     /// over TLS.
     #[arg(long)]
     pub tls: bool,
+    /// Like --tls, and every node asks its clients for a TLS certificate
+    /// (mutual TLS); the bench presents one and binds its requests to it.
+    #[arg(long)]
+    pub mutual_tls: bool,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -210,9 +214,10 @@ pub fn run(args: &LoadArgs) -> Result<()> {
             if !args.network.block_sizes.is_empty() {
                 bail!("--block-size: the network of --connect has its own block size");
             }
-            if args.network.tls {
+            if args.network.tls || args.network.mutual_tls {
                 bail!(
-                    "--tls: the connection file of --connect says whether its network speaks TLS"
+                    "--tls, --mutual-tls: the connection file of --connect says whether its \
+                     network speaks TLS"
                 );
             }
             let connection = ConnectionFile::load(path)?;
@@ -327,6 +332,7 @@ fn start_network(
         block_size: Some(block_size),
         batch_timeout: Some(options.batch_timeout.clone()),
         tls: options.tls,
+        mutual_tls: options.mutual_tls,
         ..crate::network::UpArgs::default()
     };
     if !up.dir.join("network.yaml").exists() {
@@ -403,8 +409,16 @@ impl Broadcaster {
 /// A transaction waiting for its commit events.
 struct Awaited {
     peers_left: usize,
-    first: Option<(Instant, i32)>,
-    done: Option<oneshot::Sender<(Instant, i32)>>,
+    first: Option<Commit>,
+    done: Option<oneshot::Sender<Commit>>,
+}
+
+/// A transaction's first commit event.
+#[derive(Debug, Clone, Copy)]
+struct Commit {
+    at: Instant,
+    code: i32,
+    block: u64,
 }
 
 /// Commit events of every watched peer, routed to the transactions that
@@ -415,7 +429,7 @@ struct CommitRouter {
 }
 
 impl CommitRouter {
-    fn expect(&self, tx_id: &str, peers: usize) -> oneshot::Receiver<(Instant, i32)> {
+    fn expect(&self, tx_id: &str, peers: usize) -> oneshot::Receiver<Commit> {
         let (done, committed) = oneshot::channel();
         if let Ok(mut waiting) = self.waiting.lock() {
             waiting.insert(
@@ -436,14 +450,14 @@ impl CommitRouter {
         }
     }
 
-    fn committed(&self, tx_id: &str, code: i32, at: Instant) {
+    fn committed(&self, tx_id: &str, commit: Commit) {
         let Ok(mut waiting) = self.waiting.lock() else {
             return;
         };
         let Some(awaited) = waiting.get_mut(tx_id) else {
             return;
         };
-        awaited.first.get_or_insert((at, code));
+        awaited.first.get_or_insert(commit);
         awaited.peers_left = awaited.peers_left.saturating_sub(1);
         if awaited.peers_left == 0
             && let Some(mut awaited) = waiting.remove(tx_id)
@@ -459,13 +473,20 @@ impl CommitRouter {
 struct TxRecord {
     endorse: Duration,
     broadcast: Duration,
-    commit: Duration,
+    /// From the orderer's acknowledgement to the first commit event.
+    order_and_commit: Duration,
+    acknowledged_at: Instant,
     committed_at: Instant,
     code: i32,
     bytes: usize,
     /// Index of its channel in the client's channels.
     channel: usize,
+    block: u64,
 }
+
+/// When each block (channel index, number) left the orderer the bench
+/// follows: where ordering ends and commit begins.
+type OrderedAt = std::sync::Mutex<HashMap<(usize, u64), Instant>>;
 
 /// Everything a transaction needs, shared by all clients.
 struct Client {
@@ -531,8 +552,8 @@ impl Client {
             let name = Status::try_from(status).map_or("an unknown status", |s| s.as_str_name());
             return Err(format!("the orderer answered {name}"));
         }
-        let ordered = Instant::now();
-        let (committed_at, code) = tokio::time::timeout(TRANSACTION_WAIT_MAX, committed)
+        let acknowledged_at = Instant::now();
+        let commit = tokio::time::timeout(TRANSACTION_WAIT_MAX, committed)
             .await
             .map_err(|_| {
                 self.router.forget(&proposal.tx_id);
@@ -541,12 +562,14 @@ impl Client {
             .map_err(|_| "the commit event streams ended".to_owned())?;
         Ok(TxRecord {
             endorse: endorsed - started,
-            broadcast: ordered - endorsed,
-            commit: committed_at.saturating_duration_since(ordered),
-            committed_at,
-            code,
+            broadcast: acknowledged_at - endorsed,
+            order_and_commit: commit.at.saturating_duration_since(acknowledged_at),
+            acknowledged_at,
+            committed_at: commit.at,
+            code: commit.code,
             bytes,
             channel: slot % self.channels.len(),
+            block: commit.block,
         })
     }
 }
@@ -793,11 +816,33 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
                 while let Ok(block) = next_block(&mut stream).await {
                     let at = Instant::now();
                     for tx in &block.filtered_transactions {
-                        router.committed(&tx.txid, tx.tx_validation_code, at);
+                        let commit = Commit {
+                            at,
+                            code: tx.tx_validation_code,
+                            block: block.number,
+                        };
+                        router.committed(&tx.txid, commit);
                     }
                 }
             });
         }
+    }
+    // Block headers from the first orderer, to split ordering from commit.
+    let ordered_at = Arc::new(OrderedAt::default());
+    let first_orderer = *connection
+        .orderer_addresses()?
+        .first()
+        .context("the connection file lists no orderer")?;
+    for (index, channel) in channels.iter().enumerate() {
+        let mut stream = follow_headers(&dialer, first_orderer, channel, &orgs[0].user).await?;
+        let ordered_at = ordered_at.clone();
+        tokio::spawn(async move {
+            while let Ok(number) = next_block_number(&mut stream).await {
+                if let Ok(mut ordered_at) = ordered_at.lock() {
+                    ordered_at.insert((index, number), Instant::now());
+                }
+            }
+        });
     }
     let mut broadcasters = Vec::new();
     for orderer in connection.orderer_addresses()? {
@@ -862,6 +907,7 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
         &before,
         &after,
         client_cpu,
+        &ordered_at.lock().map(|map| map.clone()).unwrap_or_default(),
     ))
 }
 
@@ -1179,7 +1225,12 @@ struct Results {
     latency_ms: Percentiles,
     endorse_ms: Percentiles,
     broadcast_ms: Percentiles,
-    order_and_commit_ms: Percentiles,
+    /// From the orderer's acknowledgement until the block holding the
+    /// transaction leaves the orderer (with Raft, the acknowledgement
+    /// already waits until the block is decided).
+    ordering_ms: Percentiles,
+    /// From the block leaving the orderer to the first commit event.
+    commit_ms: Percentiles,
     /// Per committed transaction and peer, from the peers' metrics.
     peer_validate_ms: f64,
     peer_mvcc_ms: f64,
@@ -1208,6 +1259,7 @@ impl Results {
         before: &Scrape,
         after: &Scrape,
         client_cpu: f64,
+        ordered_at: &HashMap<(usize, u64), Instant>,
     ) -> Self {
         let window_end = started + args.duration;
         let in_window: Vec<&TxRecord> = records
@@ -1234,7 +1286,17 @@ impl Results {
         let total = |pick: fn(&TxRecord) -> Duration| -> Vec<Duration> {
             in_window.iter().map(|record| pick(record)).collect()
         };
-        let latencies = total(|r| r.endorse + r.broadcast + r.commit);
+        let latencies = total(|r| r.endorse + r.broadcast + r.order_and_commit);
+        // Ordering ends when the transaction's block leaves the orderer.
+        let split = |phase: fn(&TxRecord, Instant) -> Duration| -> Vec<Duration> {
+            in_window
+                .iter()
+                .filter_map(|record| {
+                    let ordered = ordered_at.get(&(record.channel, record.block))?;
+                    Some(phase(record, *ordered))
+                })
+                .collect()
+        };
         // Metrics cover every transaction of the window and the drain.
         let all_committed = records.len().max(1) as f64;
         let per_tx_peer =
@@ -1265,7 +1327,12 @@ impl Results {
             latency_ms: Percentiles::of(latencies.clone()),
             endorse_ms: Percentiles::of(total(|r| r.endorse)),
             broadcast_ms: Percentiles::of(total(|r| r.broadcast)),
-            order_and_commit_ms: Percentiles::of(total(|r| r.commit)),
+            ordering_ms: Percentiles::of(split(|r, ordered| {
+                ordered.saturating_duration_since(r.acknowledged_at)
+            })),
+            commit_ms: Percentiles::of(split(|r, ordered| {
+                r.committed_at.saturating_duration_since(ordered)
+            })),
             peer_validate_ms: per_tx_peer(after.validate - before.validate),
             peer_mvcc_ms: per_tx_peer(after.mvcc - before.mvcc),
             peer_ledger_ms: per_tx_peer(after.ledger - before.ledger),
@@ -1347,11 +1414,8 @@ impl Results {
         );
         row(&mut text, "endorsement (ms)", pct(&self.endorse_ms));
         row(&mut text, "broadcast (ms)", pct(&self.broadcast_ms));
-        row(
-            &mut text,
-            "ordering and commit (ms)",
-            pct(&self.order_and_commit_ms),
-        );
+        row(&mut text, "ordering (ms)", pct(&self.ordering_ms));
+        row(&mut text, "commit (ms)", pct(&self.commit_ms));
         row(
             &mut text,
             "peer VSCC / MVCC / ledger per tx (ms)",

@@ -11,8 +11,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use prost::Message;
-use weft_protos::common::{ChannelHeader, Envelope, HeaderType, Payload, SignatureHeader, Status};
+use weft_protos::block::is_config_block;
+use weft_protos::common::{
+    Block, ChannelHeader, Envelope, HeaderType, Payload, SignatureHeader, Status,
+};
 use weft_protos::orderer::SeekInfo;
+use weft_protos::orderer::seek_info::SeekContentType;
 
 use crate::{BlockStore, Error, Result, SeekRange, SeekStep};
 
@@ -117,6 +121,20 @@ impl SeekRequest {
         }
         Ok(())
     }
+
+    /// `block` as the request asked for it (`SeekInfo.content_type`):
+    /// whole for BLOCK; for HEADER_WITH_SIG only its header and metadata
+    /// (the orderers' signatures), as Fabric sends them to clients that
+    /// follow a chain without its transactions. Config blocks always go
+    /// whole, since such clients still follow the channel's config.
+    pub fn content(&self, mut block: Block) -> Block {
+        if self.seek.content_type == SeekContentType::HeaderWithSig as i32
+            && !is_config_block(&block)
+        {
+            block.data = None;
+        }
+        block
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -216,5 +234,44 @@ mod tests {
         );
         // Without mutual TLS nothing is checked.
         assert!(request(b"").check_tls_binding(&TlsBinding::Unbound).is_ok());
+    }
+
+    #[test]
+    fn headers_only_requests_get_transaction_blocks_without_their_data() {
+        let envelope = |header_type: HeaderType| {
+            let channel_header = ChannelHeader {
+                r#type: header_type as i32,
+                ..ChannelHeader::default()
+            };
+            let payload = Payload {
+                header: Some(weft_protos::common::Header {
+                    channel_header: channel_header.encode_to_vec().into(),
+                    signature_header: Bytes::new(),
+                }),
+                data: Bytes::from_static(b"the transaction"),
+            };
+            Envelope {
+                payload: payload.encode_to_vec().into(),
+                signature: Bytes::new(),
+            }
+            .encode_to_vec()
+            .into()
+        };
+        let transactions = weft_protos::block::new_block(
+            7,
+            b"previous",
+            vec![envelope(HeaderType::EndorserTransaction)],
+        );
+        let config =
+            weft_protos::block::new_block(8, b"previous", vec![envelope(HeaderType::Config)]);
+        let mut headers_only = request(b"");
+        headers_only.seek.content_type = SeekContentType::HeaderWithSig as i32;
+
+        let stripped = headers_only.content(transactions.clone());
+        assert_eq!(stripped.data, None);
+        assert_eq!(stripped.header, transactions.header);
+        assert_eq!(stripped.metadata, transactions.metadata);
+        assert_eq!(headers_only.content(config.clone()), config);
+        assert_eq!(request(b"").content(transactions.clone()), transactions);
     }
 }

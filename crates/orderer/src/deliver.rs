@@ -124,7 +124,7 @@ async fn answer(
     let range = resolve_seek(&request.seek, channel.store.height())
         .map_err(|e| (e.status(), e.to_string()))?;
     stream_range(channel.store.clone(), range, channel.store.subscribe(), |_, bytes| {
-        let response = block_response(bytes);
+        let response = block_response(&request, bytes);
         async move {
             match response {
                 Some(response) => sender.send(Ok(response)).await.is_ok(),
@@ -139,10 +139,10 @@ async fn answer(
     })
 }
 
-fn block_response(bytes: Bytes) -> Option<DeliverResponse> {
+fn block_response(request: &SeekRequest, bytes: Bytes) -> Option<DeliverResponse> {
     match Block::decode(bytes) {
         Ok(block) => Some(DeliverResponse {
-            r#type: Some(ResponseType::Block(block)),
+            r#type: Some(ResponseType::Block(request.content(block))),
         }),
         Err(error) => {
             tracing::error!(%error, "deliver: a stored block does not decode");

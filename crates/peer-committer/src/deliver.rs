@@ -193,13 +193,12 @@ impl DeliverService {
             .map_err(|_| Status::Forbidden)?;
         let range =
             resolve_seek(&request.seek, *channel.committed.borrow()).map_err(|e| e.status())?;
-        let channel_id = request.channel_id.clone();
         stream_range(
             channel.ledger.clone(),
             range,
             channel.committed.clone(),
             |_, bytes| {
-                let response = shape_block(&channel_id, bytes, shape);
+                let response = shape_block(&request, bytes, shape);
                 async move {
                     match response {
                         Some(response) => sender.send(Ok(response)).await.is_ok(),
@@ -217,7 +216,7 @@ impl DeliverService {
 }
 
 /// The response for one stored block, in the shape the client asked for.
-fn shape_block(channel_id: &str, bytes: Bytes, shape: Shape) -> Option<DeliverResponse> {
+fn shape_block(request: &SeekRequest, bytes: Bytes, shape: Shape) -> Option<DeliverResponse> {
     let block = match Block::decode(bytes) {
         Ok(block) => block,
         Err(error) => {
@@ -226,12 +225,12 @@ fn shape_block(channel_id: &str, bytes: Bytes, shape: Shape) -> Option<DeliverRe
         }
     };
     let r#type = match shape {
-        Shape::Block => ResponseType::Block(block),
+        Shape::Block => ResponseType::Block(request.content(block)),
         Shape::WithPrivateData => ResponseType::BlockAndPrivateData(BlockAndPrivateData {
-            block: Some(block),
+            block: Some(request.content(block)),
             private_data_map: Default::default(),
         }),
-        Shape::Filtered => ResponseType::FilteredBlock(filtered(channel_id, block)),
+        Shape::Filtered => ResponseType::FilteredBlock(filtered(&request.channel_id, block)),
     };
     Some(DeliverResponse {
         r#type: Some(r#type),

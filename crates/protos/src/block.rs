@@ -18,8 +18,9 @@ use bytes::Bytes;
 use prost::Message;
 
 use crate::common::{
-    Block, BlockData, BlockHeader, BlockMetadata, BlockMetadataIndex, Config, LastConfig, Metadata,
-    MetadataSignature, OrdererBlockMetadata, SignatureHeader,
+    Block, BlockData, BlockHeader, BlockMetadata, BlockMetadataIndex, ChannelHeader, Config,
+    Envelope, HeaderType, LastConfig, Metadata, MetadataSignature, OrdererBlockMetadata, Payload,
+    SignatureHeader,
 };
 use crate::hash;
 use crate::tx::{Sign, SignError};
@@ -158,6 +159,21 @@ pub fn config_of_envelope(raw: Bytes) -> Option<(String, Config)> {
     }
 }
 
+/// Whether `block` is a config block: its first envelope's channel header
+/// says CONFIG. Only the headers are decoded, not the transaction.
+pub fn is_config_block(block: &Block) -> bool {
+    let header_type = || -> Option<i32> {
+        let raw = block.data.as_ref()?.data.first()?.clone();
+        let payload = Payload::decode(Envelope::decode(raw).ok()?.payload).ok()?;
+        Some(
+            ChannelHeader::decode(payload.header?.channel_header)
+                .ok()?
+                .r#type,
+        )
+    };
+    header_type() == Some(HeaderType::Config as i32)
+}
+
 /// Writes `value` into metadata slot `index` of `block`, creating the five
 /// slots first if the block lacks them.
 pub fn set_metadata_slot(block: &mut Block, index: BlockMetadataIndex, value: Bytes) {
@@ -223,6 +239,15 @@ mod tests {
         let metadata = block.metadata.unwrap().metadata;
         assert_eq!(metadata.len(), METADATA_SLOTS);
         assert!(metadata.iter().all(Bytes::is_empty));
+    }
+
+    #[test]
+    fn config_blocks_are_told_from_transaction_blocks_by_their_header() {
+        assert!(is_config_block(&fixture("ch10-block-0.block")));
+        assert!(!is_config_block(&fixture("ch10-block-3.block")));
+        assert!(!is_config_block(&new_block(1, b"previous", Vec::new())));
+        let garbage = new_block(1, b"previous", vec![Bytes::from_static(b"\xff\xff")]);
+        assert!(!is_config_block(&garbage));
     }
 
     #[test]
