@@ -635,6 +635,16 @@ fn weft_bench_starts_a_network_of_its_own() {
         ],
     );
     assert!(last.starts_with("committed "), "{last}");
+    // Each phase is timed at the client; commit starts when the block
+    // leaves the orderer, which the bench follows.
+    let phase = |name: &str, quantile: &str| results[name][quantile].as_f64().unwrap();
+    assert!(phase("commit_ms", "p50") > 0.0, "{results}");
+    for name in ["endorse_ms", "broadcast_ms", "ordering_ms", "commit_ms"] {
+        assert!(
+            phase(name, "p50") <= phase("latency_ms", "p99"),
+            "{name}: {results}"
+        );
+    }
     let network = connection_file(&dir.path().join("work/network"));
     assert_eq!(network["tls"], true, "{network}");
     assert!(network["clientTls"].is_object(), "{network}");
