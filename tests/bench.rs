@@ -957,7 +957,8 @@ fn caliper_network_config(connection: &serde_json::Value, dir: &Path) -> std::pa
 #[test]
 fn hyperledger_caliper_runs_kv_and_smallbank_rounds_against_weft_network_up() {
     // Goal: the standard Fabric benchmark tool, Hyperledger Caliper 0.6
-    // with its Fabric 2.5 Gateway connector, drives a `weft network up`
+    // bound to fabric:2.5 (its Gateway connector, with the Gateway client
+    // that binding installs: tests/js/caliper), drives a `weft network up`
     // network unchanged, configured from the connection file it writes:
     // rounds of kv puts, smallbank account creations and smallbank
     // operations, every transaction endorsed, ordered and committed.
@@ -1004,25 +1005,33 @@ fn hyperledger_caliper_runs_kv_and_smallbank_rounds_against_weft_network_up() {
     });
     std::fs::write(&bench_config, serde_yaml::to_string(&bench).unwrap()).unwrap();
 
-    let stdout = run_node([
-        std::ffi::OsStr::new("node_modules/@hyperledger/caliper-cli/caliper.js"),
-        "launch".as_ref(),
-        "manager".as_ref(),
-        "--caliper-flow-only-test".as_ref(),
-        "--caliper-workspace".as_ref(),
-        // Relative to tests/js, where node runs.
-        "caliper".as_ref(),
-        "--caliper-networkconfig".as_ref(),
-        network_config.as_os_str(),
-        "--caliper-benchconfig".as_ref(),
-        bench_config.as_os_str(),
-        "--caliper-report-path".as_ref(),
-        dir.path().join("report.html").as_os_str(),
+    let caliper = node::caliper_node()
+        .args([
+            "node_modules/@hyperledger/caliper-cli/caliper.js",
+            "launch",
+            "manager",
+            "--caliper-flow-only-test",
+            // The workload modules' folder, where node runs.
+            "--caliper-workspace",
+            ".",
+        ])
+        .arg("--caliper-networkconfig")
+        .arg(&network_config)
+        .arg("--caliper-benchconfig")
+        .arg(&bench_config)
+        .arg("--caliper-report-path")
+        .arg(dir.path().join("report.html"))
         // Caliper waits this long after each round for its progress
         // report (5 s by default).
-        "--caliper-progress-reporting-interval".as_ref(),
-        "1000".as_ref(),
-    ]);
+        .args(["--caliper-progress-reporting-interval", "1000"])
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&caliper.stdout);
+    assert!(
+        caliper.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&caliper.stderr)
+    );
     // Caliper's report table: | Name | Succ | Fail | ...
     let results = stdout
         .split("### All test results ###")

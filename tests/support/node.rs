@@ -1,12 +1,15 @@
-//! Fabric's own JavaScript code for the end-to-end tests: protobufs, the
-//! Gateway client, the chaincode shim and Caliper, pinned in
-//! `tests/js/package-lock.json` and run with `node` in `tests/js`.
+//! Fabric's own JavaScript code for the end-to-end tests, run with `node`:
+//! protobufs, the Gateway client and the chaincode shim in `tests/js`;
+//! Hyperledger Caliper 0.6 in `tests/js/caliper`, with exactly the packages
+//! its `fabric:2.5` binding installs (`caliper bind --caliper-bind-sut
+//! fabric:2.5`), apart from the newer Gateway client the other tests use.
+//! Each folder pins its packages in its `package-lock.json`.
 //!
-//! The first test that needs them installs the packages with `npm ci`, so
-//! that the README's test command works on a fresh clone with nothing but
-//! Node.js and npm on the machine.
+//! The first test that needs a folder's packages installs them with
+//! `npm ci`, so that the README's test command works on a fresh clone with
+//! nothing but Node.js and npm on the machine.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
@@ -17,21 +20,31 @@ pub fn js_dir() -> PathBuf {
 
 /// `node` run in `tests/js`, its packages installed.
 pub fn node() -> Command {
-    install_packages();
+    node_in(&js_dir())
+}
+
+/// `node` run in `tests/js/caliper`, Caliper and its binding installed.
+#[allow(dead_code)] // Only the bench tests run Caliper.
+pub fn caliper_node() -> Command {
+    node_in(&js_dir().join("caliper"))
+}
+
+fn node_in(dir: &Path) -> Command {
+    install_packages(dir);
     let mut command = Command::new("node");
-    command.current_dir(js_dir());
+    command.current_dir(dir);
     command
 }
 
-/// Runs `npm ci` in `tests/js` unless an earlier run completed (npm writes
+/// Runs `npm ci` in `dir` unless an earlier run completed (npm writes
 /// `node_modules/.package-lock.json` last).
-fn install_packages() {
+fn install_packages(dir: &Path) {
     // Tests run on parallel threads; one install at a time, and only one.
     static INSTALL: Mutex<()> = Mutex::new(());
     let _guard = INSTALL
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if js_dir().join("node_modules/.package-lock.json").is_file() {
+    if dir.join("node_modules/.package-lock.json").is_file() {
         return;
     }
     let version = Command::new("node").arg("--version").output();
@@ -45,12 +58,13 @@ fn install_packages() {
     let npm = Command::new("npm")
         .args(["ci", "--omit=optional", "--no-audit", "--no-fund"])
         .args(["--loglevel=error"])
-        .current_dir(js_dir())
+        .current_dir(dir)
         .output()
-        .unwrap_or_else(|e| panic!("npm is required to install tests/js's packages: {e}"));
+        .unwrap_or_else(|e| panic!("npm is required to install the tests' packages: {e}"));
     assert!(
         npm.status.success(),
-        "`npm ci` in tests/js failed ({}):\n{}",
+        "`npm ci` in {} failed ({}):\n{}",
+        dir.display(),
         npm.status,
         String::from_utf8_lossy(&npm.stderr)
     );
