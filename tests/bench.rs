@@ -573,7 +573,7 @@ fn weft_bench_runs_the_papers_workloads_with_no_failures() {
     // with the outcome it should have: all VALID where transactions do not
     // contend, some MVCC conflicts where 100 keys are shared.
     let dir = tempfile::tempdir().unwrap();
-    let (network, data) = solo_network(dir.path(), 100);
+    let (network, data) = solo_network(dir.path(), 100, &[]);
     let connection = data.join("connection.yaml");
     let run = |workload: &str, extra: &[&str]| -> serde_json::Value {
         let mut args = vec!["--workload", workload, "--duration", "2s"];
@@ -775,7 +775,7 @@ fn ctrl_c_while_a_network_starts_stops_the_nodes_started_so_far() {
     // it started, says it was interrupted and exits with failure.
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("net");
-    let base = free_base_port(300);
+    let base = free_base_port(400);
     let child = Command::new(env!("CARGO_BIN_EXE_weft"))
         .args(["network", "up", "--base-port", &base.to_string(), "--dir"])
         .arg(&data)
@@ -883,16 +883,19 @@ fn run_node<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Str
     stdout
 }
 
-/// `weft network up` with a solo orderer in `dir`/net, on ports of its own
-/// (`port_offset` tells concurrent tests apart); returns the network and
-/// its data directory.
-fn solo_network(dir: &Path, port_offset: u16) -> (NetworkUp, std::path::PathBuf) {
+/// `weft network up` with a solo orderer and `options` in `dir`/net, on
+/// ports of its own (`port_offset` tells concurrent tests apart); returns
+/// the network and its data directory.
+fn solo_network(
+    dir: &Path,
+    port_offset: u16,
+    options: &[&str],
+) -> (NetworkUp, std::path::PathBuf) {
     let data = dir.join("net");
-    let base = free_base_port(port_offset);
-    let network = NetworkUp::start(
-        &data,
-        &["--orderers", "1", "--base-port", &base.to_string()],
-    );
+    let base = free_base_port(port_offset).to_string();
+    let mut args = vec!["--orderers", "1", "--base-port", &base];
+    args.extend_from_slice(options);
+    let network = NetworkUp::start(&data, &args);
     (network, data)
 }
 
@@ -963,7 +966,7 @@ fn hyperledger_caliper_runs_kv_and_smallbank_rounds_against_weft_network_up() {
     // rounds of kv puts, smallbank account creations and smallbank
     // operations, every transaction endorsed, ordered and committed.
     let dir = tempfile::tempdir().unwrap();
-    let (network, data) = solo_network(dir.path(), 200);
+    let (network, data) = solo_network(dir.path(), 200, &[]);
     let connection = connection_file(&data);
     let network_config = caliper_network_config(&connection, dir.path());
     // (label, transactions, workload module, its arguments)
@@ -1066,7 +1069,8 @@ fn raw_protocol_clients_endorse_broadcast_and_deliver_as_on_fabric() {
     // seek to Newest answered at once by the newest block and SUCCESS, on
     // the peer and on the orderer.
     let dir = tempfile::tempdir().unwrap();
-    let (network, data) = solo_network(dir.path(), 300);
+    // Every node a thread of the one `network up` process (--in-process).
+    let (network, data) = solo_network(dir.path(), 300, &["--in-process"]);
     let connection = connection_file(&data);
     let stdout = run_node(["raw.js".to_owned(), connection.to_string()]);
     let seen: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
