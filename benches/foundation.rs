@@ -1,7 +1,7 @@
 //! Criterion benchmarks of the foundation: identity validation with and
 //! without the identity cache, policy evaluation for the endorsement
-//! policies of Thakkar et al. (Table III), and the typed decode of a real
-//! 100-transaction Fabric block.
+//! policies of Thakkar et al. (Table III), the typed decode of a real
+//! 100-transaction Fabric block, and the block store's TxID lookup.
 //!
 //! Run with `cargo bench --bench foundation`; figures are recorded in
 //! docs/benchmarks.md. Names follow `module::operation/parameter=value`.
@@ -162,5 +162,73 @@ fn block_decode(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, creator_validation, policy_evaluation, block_decode);
+/// An envelope whose channel header carries `tx_id`, as the store indexes.
+fn envelope_with_tx_id(tx_id: &str) -> Bytes {
+    use prost::Message;
+    use weft_protos::common::{ChannelHeader, Envelope, Header, Payload};
+    let channel_header = ChannelHeader {
+        tx_id: tx_id.to_owned(),
+        ..ChannelHeader::default()
+    };
+    let payload = Payload {
+        header: Some(Header {
+            channel_header: channel_header.encode_to_vec().into(),
+            signature_header: Bytes::new(),
+        }),
+        data: Bytes::new(),
+    };
+    Envelope {
+        payload: payload.encode_to_vec().into(),
+        signature: Bytes::new(),
+    }
+    .encode_to_vec()
+    .into()
+}
+
+/// The duplicate-TxID check the endorser and the committer make for every
+/// transaction (and the store again when it appends): a lookup of a TxID
+/// the ledger does not hold, with 100,000 TxIDs in the store's memtable.
+fn tx_id_lookup(c: &mut Criterion) {
+    use weft_ledger::{BlockStore, Durability, StoreConfig};
+    const BLOCKS: u64 = 200;
+    const TXS_PER_BLOCK: u64 = 500;
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        BlockStore::open(&StoreConfig::new(dir.path()).with_durability(Durability::None)).unwrap();
+    let mut previous_hash = Vec::new();
+    for number in 0..BLOCKS {
+        let envelopes = (0..TXS_PER_BLOCK)
+            .map(|index| envelope_with_tx_id(&format!("{:064x}", number * TXS_PER_BLOCK + index)))
+            .collect();
+        let block = weft_protos::block::new_block(number, &previous_hash, envelopes);
+        previous_hash =
+            weft_protos::hash::block_header_hash(block.header.as_ref().unwrap()).to_vec();
+        store.append(&block).unwrap();
+    }
+    let mut group = c.benchmark_group("ledger::contains_tx_id");
+    let mut next = 0u64;
+    group.bench_function("absent/indexed=100000", |b| {
+        b.iter(|| {
+            next += 1;
+            let tx_id = format!("{:064x}", u64::MAX - next);
+            assert!(!store.contains_tx_id(black_box(&tx_id)).unwrap());
+        });
+    });
+    group.bench_function("present/indexed=100000", |b| {
+        b.iter(|| {
+            next += 7_919;
+            let tx_id = format!("{:064x}", next % (BLOCKS * TXS_PER_BLOCK));
+            assert!(store.contains_tx_id(black_box(&tx_id)).unwrap());
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    creator_validation,
+    policy_evaluation,
+    block_decode,
+    tx_id_lookup
+);
 criterion_main!(benches);

@@ -886,11 +886,7 @@ fn run_node<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Str
 /// `weft network up` with a solo orderer and `options` in `dir`/net, on
 /// ports of its own (`port_offset` tells concurrent tests apart); returns
 /// the network and its data directory.
-fn solo_network(
-    dir: &Path,
-    port_offset: u16,
-    options: &[&str],
-) -> (NetworkUp, std::path::PathBuf) {
+fn solo_network(dir: &Path, port_offset: u16, options: &[&str]) -> (NetworkUp, std::path::PathBuf) {
     let data = dir.join("net");
     let base = free_base_port(port_offset).to_string();
     let mut args = vec!["--orderers", "1", "--base-port", &base];
