@@ -94,6 +94,7 @@ operations_ports=(8443 8444 8445 9443 9444 9445 9446)
 
 # ------------------------------------------------------------- packages ----
 step "packages (docker.io, docker-compose, debootstrap from Debian)"
+# shellcheck source=deploy/packages.sh
 . deploy/packages.sh
 install_missing_packages dockerd:docker.io docker-compose:docker-compose debootstrap:debootstrap
 command -v docker >/dev/null || die "docker.io is installed but no docker client is on PATH"

@@ -19,6 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# shellcheck source=deploy/packages.sh
 . deploy/packages.sh
 install_missing_packages "${WEFT_BUILD_PACKAGES[@]}"
 command -v cargo >/dev/null || { echo "error: cargo is missing; install Rust with rustup" >&2; exit 1; }
