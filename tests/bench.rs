@@ -18,6 +18,12 @@ use std::process::Command;
 /// Runs `weft bench <args>` with `--json` and `--dir` in `dir`; returns the
 /// last line printed and the JSON results.
 fn bench(dir: &Path, args: &[&str]) -> (String, serde_json::Value) {
+    let (stdout, results) = bench_printing(dir, args);
+    (stdout.lines().last().unwrap().to_owned(), results)
+}
+
+/// Like [`bench`], returning everything printed.
+fn bench_printing(dir: &Path, args: &[&str]) -> (String, serde_json::Value) {
     let json = dir.join("results.json");
     let output = Command::new(env!("CARGO_BIN_EXE_weft"))
         .arg("bench")
@@ -35,7 +41,7 @@ fn bench(dir: &Path, args: &[&str]) -> (String, serde_json::Value) {
         String::from_utf8_lossy(&output.stderr)
     );
     let results = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    (stdout.lines().last().unwrap().to_owned(), results)
+    (stdout.into_owned(), results)
 }
 
 #[test]
@@ -622,7 +628,7 @@ fn weft_bench_starts_a_network_of_its_own() {
     // requires mutual TLS of its clients; a sweep of block sizes gets a
     // network for each and measures every rate on each.
     let dir = tempfile::tempdir().unwrap();
-    let (last, results) = bench(
+    let (printed, results) = bench_printing(
         dir.path(),
         &[
             "--orderers",
@@ -634,7 +640,25 @@ fn weft_bench_starts_a_network_of_its_own() {
             "4",
         ],
     );
+    let last = printed.lines().last().unwrap();
     assert!(last.starts_with("committed "), "{last}");
+    // The Markdown report names every phase and component.
+    for row in [
+        "| throughput (tx/s) |",
+        "| latency p50 / p95 / p99 (ms) |",
+        "| endorsement (ms) |",
+        "| broadcast (ms) |",
+        "| ordering (ms) |",
+        "| commit (ms) |",
+        "| peer VSCC / MVCC / ledger per tx (ms) |",
+        "| server CPU per tx (ms) |",
+    ] {
+        assert!(printed.contains(row), "{row} missing from\n{printed}");
+    }
+    assert!(
+        printed.contains("| CPU seconds | bench client "),
+        "{printed}"
+    );
     // Each phase is timed at the client; commit starts when the block
     // leaves the orderer, which the bench follows.
     let phase = |name: &str, quantile: &str| results[name][quantile].as_f64().unwrap();
