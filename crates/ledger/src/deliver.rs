@@ -238,32 +238,8 @@ mod tests {
 
     #[test]
     fn headers_only_requests_get_transaction_blocks_without_their_data() {
-        let envelope = |header_type: HeaderType| {
-            let channel_header = ChannelHeader {
-                r#type: header_type as i32,
-                ..ChannelHeader::default()
-            };
-            let payload = Payload {
-                header: Some(weft_protos::common::Header {
-                    channel_header: channel_header.encode_to_vec().into(),
-                    signature_header: Bytes::new(),
-                }),
-                data: Bytes::from_static(b"the transaction"),
-            };
-            Envelope {
-                payload: payload.encode_to_vec().into(),
-                signature: Bytes::new(),
-            }
-            .encode_to_vec()
-            .into()
-        };
-        let transactions = weft_protos::block::new_block(
-            7,
-            b"previous",
-            vec![envelope(HeaderType::EndorserTransaction)],
-        );
-        let config =
-            weft_protos::block::new_block(8, b"previous", vec![envelope(HeaderType::Config)]);
+        let transactions = crate::testing::fixture("ch10-block-3.block");
+        let config = crate::testing::fixture("ch10-block-0.block");
         let mut headers_only = request(b"");
         headers_only.seek.content_type = SeekContentType::HeaderWithSig as i32;
 
