@@ -54,5 +54,5 @@ pub use keys::TxLocation;
 pub use seek::{SeekRange, SeekStep, resolve_seek};
 pub use store::{BlockStore, Blocks};
 
-#[cfg(test)]
-mod testing;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

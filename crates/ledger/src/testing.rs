@@ -1,4 +1,8 @@
 //! Test helpers: the real Fabric fixture blocks and synthetic chains.
+//! Available with the `testing` feature (for benches and other crates'
+//! tests); nothing here is compiled into the node.
+
+#![allow(clippy::expect_used, clippy::panic)]
 
 use std::path::PathBuf;
 
@@ -10,10 +14,11 @@ use weft_protos::common::{
 };
 use weft_protos::hash::{block_data_hash, block_header_hash};
 
+#[cfg(test)]
 use crate::config::{Durability, StoreConfig};
 
 /// A real Fabric 2.5 block from `tests/fixtures/fabric-2.5/`.
-pub(crate) fn fixture(name: &str) -> Block {
+pub fn fixture(name: &str) -> Block {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/fixtures/fabric-2.5")
         .join(name);
@@ -23,7 +28,7 @@ pub(crate) fn fixture(name: &str) -> Block {
 
 /// Channel ch10 as the peer holds it: blocks 0–4, with the peer's copies
 /// (which carry a TRANSACTIONS_FILTER) where the fixtures have them.
-pub(crate) fn ch10_peer_chain() -> Vec<Block> {
+pub fn ch10_peer_chain() -> Vec<Block> {
     [
         "ch10-block-0.block",
         "ch10-block-1.from-peer.block",
@@ -37,7 +42,7 @@ pub(crate) fn ch10_peer_chain() -> Vec<Block> {
 }
 
 /// Channel ch100 as the orderer serves it: blocks 0–4, no filters.
-pub(crate) fn ch100_orderer_chain() -> Vec<Block> {
+pub fn ch100_orderer_chain() -> Vec<Block> {
     [
         "ch100-block-0.block",
         "ch100-block-1.block",
@@ -51,13 +56,14 @@ pub(crate) fn ch100_orderer_chain() -> Vec<Block> {
 }
 
 /// A store config in `dir` with the given durability.
-pub(crate) fn config(dir: &tempfile::TempDir, durability: Durability) -> StoreConfig {
+#[cfg(test)]
+pub fn config(dir: &tempfile::TempDir, durability: Durability) -> StoreConfig {
     StoreConfig::new(dir.path().join("ledger")).with_durability(durability)
 }
 
 /// An envelope whose channel header carries `tx_id`, padded with
 /// `padding_bytes` of payload data. Not signed: the store does not check.
-pub(crate) fn envelope(tx_id: &str, padding_bytes: usize) -> Bytes {
+pub fn envelope(tx_id: &str, padding_bytes: usize) -> Bytes {
     let channel_header = ChannelHeader {
         r#type: HeaderType::EndorserTransaction as i32,
         channel_id: "testchannel".into(),
@@ -82,7 +88,7 @@ pub(crate) fn envelope(tx_id: &str, padding_bytes: usize) -> Bytes {
 /// A well-formed block `number` after `previous` (None for block 0)
 /// holding one envelope per TxID, with a TRANSACTIONS_FILTER if `filter`
 /// is given.
-pub(crate) fn synthetic_block(
+pub fn synthetic_block(
     number: u64,
     previous: Option<&Block>,
     tx_ids: &[&str],
@@ -111,7 +117,7 @@ pub(crate) fn synthetic_block(
 
 /// A chain of `count` synthetic blocks with `txs_per_block` unique TxIDs
 /// each (`{prefix}-{block}-{tx}`).
-pub(crate) fn synthetic_chain(prefix: &str, count: u64, txs_per_block: usize) -> Vec<Block> {
+pub fn synthetic_chain(prefix: &str, count: u64, txs_per_block: usize) -> Vec<Block> {
     let mut chain: Vec<Block> = Vec::new();
     for number in 0..count {
         let ids: Vec<String> = (0..txs_per_block)
@@ -125,6 +131,6 @@ pub(crate) fn synthetic_chain(prefix: &str, count: u64, txs_per_block: usize) ->
 }
 
 /// The header of a block, which every test block has.
-pub(crate) fn header(block: &Block) -> &BlockHeader {
+pub fn header(block: &Block) -> &BlockHeader {
     block.header.as_ref().expect("block has a header")
 }
