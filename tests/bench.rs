@@ -832,8 +832,6 @@ fn ctrl_c_while_a_network_starts_stops_the_nodes_started_so_far() {
     assert!(std::net::TcpListener::bind(("127.0.0.1", base)).is_ok());
 }
 
-/// Runs `node <args>` in tests/js (Fabric's JavaScript clients); returns
-/// its standard output once it exited successfully.
 /// Ctrl-C to a command still starting or measuring: it must exit with
 /// failure, saying on standard error that it was interrupted.
 fn interrupt_expecting_failure(child: std::process::Child) {
@@ -893,18 +891,10 @@ fn cluster_pull(
     })
 }
 
+/// Runs `node <args>` in tests/js (Fabric's JavaScript clients); returns
+/// its standard output once it exited successfully.
 fn run_node<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> String {
-    let output = node::node()
-        .args(args)
-        .output()
-        .expect("node runs (CI installs it)");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
+    node::stdout_of(node::node().args(args))
 }
 
 /// `weft network up` with a solo orderer and `options` in `dir`/net, on
@@ -1028,32 +1018,26 @@ fn hyperledger_caliper_runs_kv_and_smallbank_rounds_against_weft_network_up() {
     });
     std::fs::write(&bench_config, serde_yaml::to_string(&bench).unwrap()).unwrap();
 
-    let caliper = node::caliper_node()
-        .args([
-            "node_modules/@hyperledger/caliper-cli/caliper.js",
-            "launch",
-            "manager",
-            "--caliper-flow-only-test",
-            // The workload modules' folder, where node runs.
-            "--caliper-workspace",
-            ".",
-        ])
-        .arg("--caliper-networkconfig")
-        .arg(&network_config)
-        .arg("--caliper-benchconfig")
-        .arg(&bench_config)
-        .arg("--caliper-report-path")
-        .arg(dir.path().join("report.html"))
-        // Caliper waits this long after each round for its progress
-        // report (5 s by default).
-        .args(["--caliper-progress-reporting-interval", "1000"])
-        .output()
-        .expect("node runs");
-    let stdout = String::from_utf8_lossy(&caliper.stdout);
-    assert!(
-        caliper.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&caliper.stderr)
+    let stdout = node::stdout_of(
+        node::caliper_node()
+            .args([
+                "node_modules/@hyperledger/caliper-cli/caliper.js",
+                "launch",
+                "manager",
+                "--caliper-flow-only-test",
+                // The workload modules' folder, where node runs.
+                "--caliper-workspace",
+                ".",
+            ])
+            .arg("--caliper-networkconfig")
+            .arg(&network_config)
+            .arg("--caliper-benchconfig")
+            .arg(&bench_config)
+            .arg("--caliper-report-path")
+            .arg(dir.path().join("report.html"))
+            // Caliper waits this long after each round for its progress
+            // report (5 s by default).
+            .args(["--caliper-progress-reporting-interval", "1000"]),
     );
     // Caliper's report table: | Name | Succ | Fail | ...
     let results = stdout

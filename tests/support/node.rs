@@ -9,6 +9,9 @@
 //! `npm ci`, so that the README's test command works on a fresh clone with
 //! nothing but Node.js and npm on the machine.
 
+// Each test crate that includes this module uses a part of it.
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
@@ -24,9 +27,24 @@ pub fn node() -> Command {
 }
 
 /// `node` run in `tests/js/caliper`, Caliper and its binding installed.
-#[allow(dead_code)] // Only the bench tests run Caliper.
 pub fn caliper_node() -> Command {
     node_in(&js_dir().join("caliper"))
+}
+
+/// Runs `command` to the end and returns its standard output; fails the
+/// test, showing both streams, unless it succeeded.
+pub fn stdout_of(command: &mut Command) -> String {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{command:?} failed ({}):\n{stdout}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
 }
 
 fn node_in(dir: &Path) -> Command {
