@@ -318,20 +318,14 @@ async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
     let user = network
         .dir
         .join("crypto/peerOrganizations/org1.example.com/users/User1@org1.example.com/msp");
-    let output = node::node()
-        .arg("gateway.js")
-        .arg(org1.grpc.to_string())
-        .arg("Org1MSP")
-        .arg(user.join("signcerts/User1@org1.example.com-cert.pem"))
-        .arg(user.join("keystore/priv_sk"))
-        .arg(CHANNEL)
-        .output()
-        .expect("node runs (CI installs it)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
+    let stdout = node::stdout_of(
+        node::node()
+            .arg("gateway.js")
+            .arg(org1.grpc.to_string())
+            .arg("Org1MSP")
+            .arg(user.join("signcerts/User1@org1.example.com-cert.pem"))
+            .arg(user.join("keystore/priv_sk"))
+            .arg(CHANNEL),
     );
     let seen: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     let key = seen["key"].as_str().unwrap();
@@ -546,21 +540,7 @@ async fn the_shipped_node_configs_run_an_orderer_and_a_peer_that_commits_what_it
     // orderer orders mychannel and org1's peer commits what it orders.
     let dir = tempfile::tempdir().unwrap();
     let network = Network::create(dir.path());
-    weft(
-        dir.path(),
-        &[
-            "channel",
-            "genesis",
-            "--config",
-            "channel.yaml",
-            "--profile",
-            "TwoOrgs",
-            "--channel",
-            "mychannel",
-            "--output",
-            "mychannel.block",
-        ],
-    );
+    genesis(dir.path(), "mychannel", "mychannel.block");
     let config = dir.path().join("config");
     std::fs::create_dir(&config).unwrap();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -825,36 +805,8 @@ impl Network {
                 "crypto",
             ],
         );
-        weft(
-            dir,
-            &[
-                "channel",
-                "genesis",
-                "--config",
-                "channel.yaml",
-                "--profile",
-                "TwoOrgs",
-                "--channel",
-                CHANNEL,
-                "--output",
-                "ledger.block",
-            ],
-        );
-        weft(
-            dir,
-            &[
-                "channel",
-                "genesis",
-                "--config",
-                "channel.yaml",
-                "--profile",
-                "TwoOrgs",
-                "--channel",
-                SECOND_CHANNEL,
-                "--output",
-                "second.block",
-            ],
-        );
+        genesis(dir, CHANNEL, "ledger.block");
+        genesis(dir, SECOND_CHANNEL, "second.block");
         let users = dir.join("crypto/peerOrganizations/org1.example.com/users");
         Self {
             dir: dir.to_owned(),
@@ -1109,6 +1061,26 @@ fn peer_msp_path(org: &str) -> String {
 
 fn signer(dir: &Path, msp_id: &str) -> Signer {
     weft_msp::folder::load_signer(dir, msp_id).unwrap().unwrap()
+}
+
+/// `weft channel genesis` of profile TwoOrgs in `dir` (from its
+/// channel.yaml): the genesis block of `channel`, written to `output`.
+fn genesis(dir: &Path, channel: &str, output: &str) {
+    weft(
+        dir,
+        &[
+            "channel",
+            "genesis",
+            "--config",
+            "channel.yaml",
+            "--profile",
+            "TwoOrgs",
+            "--channel",
+            channel,
+            "--output",
+            output,
+        ],
+    );
 }
 
 fn weft(dir: &Path, args: &[&str]) {
