@@ -31,6 +31,15 @@ pub trait Chaincode: Send + Sync {
     /// Runs one invocation. A response status of 400 or more is an error:
     /// the proposal is not endorsed.
     fn invoke(&self, stub: &mut Stub<'_>) -> Response;
+
+    /// Whether `invoke` waits on a process outside the peer (an external
+    /// chaincode server). The endorser runs such an invocation on the
+    /// blocking pool; any other it runs on the task that received the
+    /// proposal, since handing a few microseconds of work to another
+    /// thread costs more than the work.
+    fn runs_remotely(&self) -> bool {
+        false
+    }
 }
 
 /// A successful response carrying `payload`.

@@ -123,30 +123,74 @@ impl Endorser {
         self.channels.read().get(channel_id).cloned()
     }
 
-    /// Answers one signed proposal, as `protos.Endorser/ProcessProposal`.
+    /// Answers one signed proposal, as `protos.Endorser/ProcessProposal`,
+    /// on the calling thread.
     pub fn process_proposal(&self, signed: &SignedProposal) -> ProposalResponse {
         let received = Instant::now();
         let mut trace = ProposalTrace::default();
-        let response = match self.endorse(signed, &mut trace, received) {
-            Ok(response) => response,
-            Err(message) => {
-                tracing::info!(%message, "proposal refused");
-                refusal(message)
+        let answer = self
+            .check(signed, &mut trace, received)
+            .and_then(|checked| self.execute(checked, &mut trace));
+        self.finish(answer, &trace, received)
+    }
+
+    /// Answers one signed proposal from async code: the checks and a
+    /// built-in chaincode run on the calling task, an external chaincode
+    /// (which waits on its server) on the runtime's blocking pool.
+    pub async fn answer(self: &Arc<Self>, signed: SignedProposal) -> ProposalResponse {
+        let received = Instant::now();
+        let mut trace = ProposalTrace::default();
+        let answer = match self.check(&signed, &mut trace, received) {
+            Ok(checked) if checked.chaincode.runs_remotely() => {
+                let endorser = self.clone();
+                let mut remote_trace = trace.clone();
+                let executed = tokio::task::spawn_blocking(move || {
+                    let answer = endorser.execute(checked, &mut remote_trace);
+                    (answer, remote_trace)
+                })
+                .await;
+                match executed {
+                    Ok((answer, executed_trace)) => {
+                        trace = executed_trace;
+                        answer
+                    }
+                    Err(e) => Err(format!("the endorsement task failed: {e}")),
+                }
             }
+            Ok(checked) => self.execute(checked, &mut trace),
+            Err(message) => Err(message),
         };
+        self.finish(answer, &trace, received)
+    }
+
+    /// The response for `answer`, logged and counted.
+    fn finish(
+        &self,
+        answer: Result<ProposalResponse, String>,
+        trace: &ProposalTrace,
+        received: Instant,
+    ) -> ProposalResponse {
+        let response = answer.unwrap_or_else(|message| {
+            tracing::info!(%message, "proposal refused");
+            refusal(message)
+        });
         if let Some(metrics) = &self.metrics {
             let endorsed = response.endorsement.is_some();
-            metrics.proposal_answered(&trace, endorsed, received.elapsed());
+            metrics.proposal_answered(trace, endorsed, received.elapsed());
         }
         response
     }
 
-    fn endorse(
+    /// Fabric's checks before simulation: the proposal decodes, is for a
+    /// joined channel, carries a TxID its nonce and creator give, is signed
+    /// by a member allowed to propose, is not a replay, and names a
+    /// chaincode this peer runs.
+    fn check(
         &self,
         signed: &SignedProposal,
         trace: &mut ProposalTrace,
         received: Instant,
-    ) -> Result<ProposalResponse, String> {
+    ) -> Result<Checked, String> {
         let proposal =
             ReceivedProposal::decode(signed).map_err(|e| format!("malformed proposal: {e}"))?;
         let header = &proposal.channel_header;
@@ -191,12 +235,33 @@ impl Endorser {
             return Err(format!("duplicate transaction found [{}]", header.tx_id));
         }
         let name = proposal.chaincode_id.name.as_str();
-        let chaincode = self.chaincodes.get(name).ok_or_else(|| {
+        let chaincode = self.chaincodes.get(name).cloned().ok_or_else(|| {
             format!("chaincode definition for {name:?} not found on channel {channel_id}")
         })?;
+        let checked_at = Instant::now();
+        trace.check = checked_at - received;
+        Ok(Checked {
+            proposal,
+            channel,
+            chaincode,
+            checked_at,
+        })
+    }
 
-        let checked = Instant::now();
-        trace.check = checked - received;
+    /// Simulates a checked proposal on a snapshot of the world state and
+    /// endorses the result.
+    fn execute(
+        &self,
+        checked: Checked,
+        trace: &mut ProposalTrace,
+    ) -> Result<ProposalResponse, String> {
+        let Checked {
+            proposal,
+            channel,
+            chaincode,
+            checked_at,
+        } = checked;
+        let name = proposal.chaincode_id.name.as_str();
         let snapshot = channel.state().snapshot();
         let mut stub = Stub::new(&proposal, name, snapshot.as_ref()).with_channel(channel.as_ref());
         // As Fabric: an invocation of a chaincode defined through
@@ -216,7 +281,7 @@ impl Endorser {
         }
         let invoked = std::panic::catch_unwind(AssertUnwindSafe(|| chaincode.invoke(&mut stub)));
         let simulated = Instant::now();
-        trace.simulate = Some(simulated - checked);
+        trace.simulate = Some(simulated - checked_at);
         let response = invoked.map_err(|_| format!("chaincode {name} panicked"))?;
         if response.status >= 400 {
             tracing::debug!(chaincode = name, status = response.status, message = %response.message, "chaincode refused");
@@ -251,6 +316,14 @@ impl Endorser {
         trace.sign = Some(simulated.elapsed());
         endorsed
     }
+}
+
+/// A proposal that passed the checks, with what executing it needs.
+struct Checked {
+    proposal: ReceivedProposal,
+    channel: Arc<dyn JoinedChannel>,
+    chaincode: Arc<dyn Chaincode>,
+    checked_at: Instant,
 }
 
 /// Fabric's answer to a proposal it will not endorse.
@@ -348,7 +421,7 @@ mod tests {
     struct Harness {
         _dir: tempfile::TempDir,
         client: weft_msp::Signer,
-        endorser: Endorser,
+        endorser: Arc<Endorser>,
     }
 
     impl Harness {
@@ -374,12 +447,18 @@ mod tests {
             Self {
                 _dir: dir,
                 client: org.signer(NodeRole::Client),
-                endorser,
+                endorser: Arc::new(endorser),
             }
         }
 
         /// The endorser's answer to a signed proposal invoking `chaincode`.
         fn propose(&self, chaincode: &str, args: &[&str]) -> ProposalResponse {
+            self.endorser
+                .process_proposal(&self.signed_proposal(chaincode, args))
+        }
+
+        /// A client's signed proposal invoking `chaincode` with `args`.
+        fn signed_proposal(&self, chaincode: &str, args: &[&str]) -> SignedProposal {
             let invocation = Invocation {
                 channel_id: "ch",
                 chaincode,
@@ -391,9 +470,53 @@ mod tests {
                 timestamp_seconds: weft_msp::now(),
             };
             let proposal = Proposal::new(&invocation, self.client.serialized_identity().clone());
-            self.endorser
-                .process_proposal(&proposal.signed(&self.client).unwrap())
+            proposal.signed(&self.client).unwrap()
         }
+    }
+
+    /// A chaincode that notes the thread each invocation ran on.
+    struct NotesThread {
+        remote: bool,
+        ran_on: parking_lot::Mutex<Vec<std::thread::ThreadId>>,
+    }
+
+    impl Chaincode for NotesThread {
+        fn invoke(&self, _stub: &mut Stub<'_>) -> Response {
+            self.ran_on.lock().push(std::thread::current().id());
+            success(Bytes::new())
+        }
+
+        fn runs_remotely(&self) -> bool {
+            self.remote
+        }
+    }
+
+    #[tokio::test]
+    async fn answer_runs_a_builtin_chaincode_on_the_calling_task_and_an_external_one_off_it() {
+        let local = Arc::new(NotesThread {
+            remote: false,
+            ran_on: Default::default(),
+        });
+        let remote = Arc::new(NotesThread {
+            remote: true,
+            ran_on: Default::default(),
+        });
+        let harness = Harness::new(vec![
+            ("local".to_owned(), local.clone()),
+            ("remote".to_owned(), remote.clone()),
+        ]);
+        for chaincode in ["local", "remote"] {
+            let signed = harness.signed_proposal(chaincode, &["run"]);
+            let answer = harness.endorser.answer(signed).await;
+            assert_eq!(answer.response.unwrap().status, 200, "{chaincode}");
+            assert!(answer.endorsement.is_some(), "{chaincode}");
+        }
+        // A current-thread runtime: every task runs on this thread.
+        let here = std::thread::current().id();
+        assert_eq!(*local.ran_on.lock(), [here]);
+        let remote_threads = remote.ran_on.lock().clone();
+        assert_eq!(remote_threads.len(), 1);
+        assert_ne!(remote_threads[0], here);
     }
 
     #[test]

@@ -17,8 +17,8 @@
 //! query is read whole when asked (and recorded as exhausted) and handed
 //! to the chaincode a page at a time.
 //!
-//! **Threads.** [`Chaincode::invoke`] runs on the endorser's blocking
-//! pool: it sends TRANSACTION and then waits on its own queue for the
+//! **Threads.** [`Chaincode::invoke`] runs on the async runtime's
+//! blocking pool ([`Chaincode::runs_remotely`]): it sends TRANSACTION and then waits on its own queue for the
 //! chaincode's requests, which a task reading the stream routes by TxID.
 //! One stream thus serves as many concurrent proposals as there are
 //! blocking threads.
@@ -221,6 +221,10 @@ impl Chaincode for ExternalChaincode {
             tracing::warn!(chaincode = %self.config.name, tx_id = stub.tx_id(), %failure, "external chaincode failed");
             error(failure.to_string())
         })
+    }
+
+    fn runs_remotely(&self) -> bool {
+        true
     }
 }
 

@@ -111,12 +111,9 @@ impl GatewayService {
             .ok_or_else(|| Status::not_found(format!("channel {channel_id:?} not found")))
     }
 
-    /// This peer's answer to `proposal`, computed off the async runtime.
-    async fn endorse_locally(&self, proposal: SignedProposal) -> Result<ProposalResponse, Status> {
-        let endorser = self.endorser.clone();
-        tokio::task::spawn_blocking(move || endorser.process_proposal(&proposal))
-            .await
-            .map_err(|e| Status::internal(format!("the endorsement task failed: {e}")))
+    /// This peer's answer to `proposal`.
+    async fn endorse_locally(&self, proposal: SignedProposal) -> ProposalResponse {
+        self.endorser.answer(proposal).await
     }
 
     /// The organisations to endorse with: those the client named, or the
@@ -202,7 +199,7 @@ impl Gateway for GatewayService {
         let mut failures = Vec::new();
         for msp_id in organisations {
             let response = if msp_id == self.config.local_msp_id {
-                self.endorse_locally(signed.clone()).await?
+                self.endorse_locally(signed.clone()).await
             } else {
                 let Some((_, address)) = self.config.peers.iter().find(|(id, _)| *id == msp_id)
                 else {
@@ -347,7 +344,7 @@ impl Gateway for GatewayService {
         let signed = request
             .proposed_transaction
             .ok_or_else(|| Status::invalid_argument("a proposed transaction is required"))?;
-        let response = self.endorse_locally(signed).await?;
+        let response = self.endorse_locally(signed).await;
         let result = response.response.unwrap_or_default();
         if result.status >= 400 {
             return Err(Status::aborted(format!(

@@ -1,6 +1,6 @@
-//! `protos.Endorser` over gRPC. Each proposal is checked, simulated and
-//! signed on the blocking pool, so that signature work never stalls the
-//! runtime serving other requests.
+//! `protos.Endorser` over gRPC. Each proposal is answered by
+//! [`Endorser::answer`]: on the task that received it, unless its chaincode
+//! is external and waits on its server.
 
 use std::sync::Arc;
 
@@ -28,11 +28,8 @@ impl EndorserRpc for EndorserService {
         &self,
         request: Request<SignedProposal>,
     ) -> Result<Response<ProposalResponse>, Status> {
-        let endorser = self.endorser.clone();
-        let signed = request.into_inner();
-        tokio::task::spawn_blocking(move || endorser.process_proposal(&signed))
-            .await
-            .map(Response::new)
-            .map_err(|e| Status::internal(format!("the endorsement task failed: {e}")))
+        Ok(Response::new(
+            self.endorser.answer(request.into_inner()).await,
+        ))
     }
 }
