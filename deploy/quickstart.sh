@@ -25,8 +25,9 @@ install_missing_packages "${WEFT_BUILD_PACKAGES[@]}"
 command -v cargo >/dev/null || { echo "error: cargo is missing; install Rust with rustup" >&2; exit 1; }
 
 cargo build --release --quiet --bin weft
+weft=${CARGO_TARGET_DIR:-target}/release/weft
 data=target/quickstart
 rm -rf "$data"
 mkdir -p "$data"
-exec target/release/weft bench --workload transfer --clients 64 \
+exec "$weft" bench --workload transfer --clients 64 \
   --duration "${WEFT_DURATION:-20s}" --dir "$data" --json "$data/results.json" "$@"

@@ -22,9 +22,7 @@ pub fn load_yaml<T: DeserializeOwned>(path: &Path, env_prefix: &str) -> Result<T
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut document: serde_yaml::Value = serde_yaml::from_str(&text)
         .with_context(|| format!("{}: not valid YAML", path.display()))?;
-    let overrides = std::env::vars().filter(|(name, _)| name.starts_with(env_prefix));
-    apply_overrides(&mut document, env_prefix, overrides)
-        .with_context(|| format!("overriding {}", path.display()))?;
+    override_from_environment(&mut document, env_prefix, path)?;
     serde_path_to_error::deserialize(document).map_err(|error| {
         let key = error.path().to_string();
         if key == "." {
@@ -33,6 +31,18 @@ pub fn load_yaml<T: DeserializeOwned>(path: &Path, env_prefix: &str) -> Result<T
             anyhow!("{}: {key}: {}", path.display(), error.inner())
         }
     })
+}
+
+/// Applies the environment's `<prefix>SECTION_KEY` variables to
+/// `document`, read from the file `path`, as [`load_yaml`] does.
+pub fn override_from_environment(
+    document: &mut serde_yaml::Value,
+    env_prefix: &str,
+    path: &Path,
+) -> Result<()> {
+    let overrides = std::env::vars().filter(|(name, _)| name.starts_with(env_prefix));
+    apply_overrides(document, env_prefix, overrides)
+        .with_context(|| format!("overriding {}", path.display()))
 }
 
 /// Applies `<prefix>SECTION_KEY=value` overrides to `document`. A variable

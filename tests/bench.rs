@@ -18,30 +18,85 @@ use std::process::Command;
 /// Runs `weft bench <args>` with `--json` and `--dir` in `dir`; returns the
 /// last line printed and the JSON results.
 fn bench(dir: &Path, args: &[&str]) -> (String, serde_json::Value) {
-    let (stdout, results) = bench_printing(dir, args);
-    (stdout.lines().last().unwrap().to_owned(), results)
+    let run = bench_printing(dir, args);
+    (run.last_line().to_owned(), run.results)
 }
 
-/// Like [`bench`], returning everything printed.
-fn bench_printing(dir: &Path, args: &[&str]) -> (String, serde_json::Value) {
+/// What one `weft bench` run printed and wrote.
+struct BenchRun {
+    stdout: String,
+    /// The progress lines and logs.
+    stderr: String,
+    /// Its `--json` file.
+    results: serde_json::Value,
+}
+
+impl BenchRun {
+    /// The last line, which scripts read, checked to have its format.
+    fn last_line(&self) -> &str {
+        let last = self.stdout.lines().last().unwrap_or_default();
+        Summary::parse(last);
+        last
+    }
+}
+
+/// Runs `weft bench` with `args` (and a network directory under `dir`
+/// unless it connects to one), requiring success.
+fn bench_printing(dir: &Path, args: &[&str]) -> BenchRun {
     let json = dir.join("results.json");
-    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .arg("bench")
-        .args(args)
-        .arg("--json")
-        .arg(&json)
-        .arg("--dir")
-        .arg(dir.join("work"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let mut command = Command::new(env!("CARGO_BIN_EXE_weft"));
+    command.arg("bench").args(args).arg("--json").arg(&json);
+    if !args.contains(&"--connect") {
+        command.arg("--dir").arg(dir.join("work"));
+    }
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stdout}{stderr}");
     let results = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    (stdout.into_owned(), results)
+    BenchRun {
+        stdout,
+        stderr,
+        results,
+    }
+}
+
+/// The last line every bench prints: `<verb> <N> tx in <S> s: <X> tx/s,
+/// p50 <a> ms, p95 <b> ms, p99 <c> ms`.
+#[derive(Debug)]
+struct Summary {
+    verb: String,
+    transactions: u64,
+    seconds: f64,
+    per_second: f64,
+    p50_ms: f64,
+}
+
+impl Summary {
+    /// The figures of `line`; a panic naming the line if it has another
+    /// format.
+    fn parse(line: &str) -> Self {
+        let parsed = (|| {
+            let (verb, rest) = line.split_once(' ')?;
+            let (transactions, rest) = rest.split_once(" tx in ")?;
+            let (seconds, rest) = rest.split_once(" s: ")?;
+            let (per_second, rest) = rest.split_once(" tx/s, p50 ")?;
+            let (p50, rest) = rest.split_once(" ms, p95 ")?;
+            let (p95, p99) = rest.split_once(" ms, p99 ")?;
+            let p99 = p99.strip_suffix(" ms")?;
+            let number = |text: &str| text.parse::<f64>().ok().filter(|n| *n >= 0.0);
+            let (p50_ms, p95_ms, p99_ms) = (number(p50)?, number(p95)?, number(p99)?);
+            (p50_ms <= p95_ms && p95_ms <= p99_ms).then_some(())?;
+            Some(Self {
+                verb: verb.to_owned(),
+                transactions: transactions.parse().ok()?,
+                seconds: number(seconds)?,
+                per_second: number(per_second)?,
+                p50_ms,
+            })
+        })();
+        parsed.unwrap_or_else(|| panic!("not a bench's last line: {line:?}"))
+    }
 }
 
 #[test]
@@ -510,30 +565,60 @@ fn weft_network_up_serves_fabric_clients_over_mutual_tls_stops_on_ctrl_c_and_res
         "{stdout}"
     );
 
-    // `weft bench --connect` drives the network with the transfer workload.
-    let (last, results) = bench(
+    // `weft bench --connect` drives the network with the transfer workload,
+    // showing its progress every 2 s and ending with the line scripts read.
+    let connect = ["--connect", connection_path.to_str().unwrap()];
+    let run = bench_printing(
         dir.path(),
-        &[
-            "--duration",
-            "3s",
-            "--clients",
-            "8",
-            "--connect",
-            connection_path.to_str().unwrap(),
-        ],
+        &[&["--duration", "3s", "--clients", "8"], &connect[..]].concat(),
     );
-    assert!(
-        last.starts_with("committed ") && last.contains(" tx/s, p50 "),
-        "{last}"
-    );
+    let results = &run.results;
+    let summary = Summary::parse(run.last_line());
+    assert_eq!(summary.verb, "committed");
     let committed = results["committed"].as_u64().unwrap();
     assert!(committed > 0, "{results}");
+    assert_eq!(summary.transactions, committed);
+    assert!(
+        summary.seconds >= 3.0 && summary.p50_ms > 0.0,
+        "{summary:?}"
+    );
+    let throughput = results["throughput"].as_f64().unwrap();
+    assert!((summary.per_second - throughput).abs() < 1.0, "{summary:?}");
+    // `  2.0 s: 1234 committed, 617 tx/s, 8 in flight`
+    let progress = run.stderr.lines().any(|line| {
+        line.contains(" s: ") && line.contains(" committed, ") && line.ends_with(" in flight")
+    });
+    assert!(progress, "no progress line in\n{}", run.stderr);
     assert_eq!(results["valid"].as_u64().unwrap(), committed, "{results}");
     assert_eq!(results["orderers"], 3);
-    assert!(
-        results["cpu_seconds"]["orderers"].as_f64().unwrap() > 0.0,
-        "{results}"
-    );
+    // The peers' own figures, from their metrics.
+    for figure in ["peer_validate_ms", "peer_mvcc_ms", "peer_ledger_ms"] {
+        assert!(
+            results[figure].as_f64().unwrap() > 0.0,
+            "{figure}: {results}"
+        );
+    }
+    for component in ["orderers", "peers", "bench client"] {
+        let seconds = results["cpu_seconds"][component].as_f64().unwrap();
+        assert!(seconds > 0.0, "{component}: {results}");
+    }
+    // A connection file makes the network: the options that would make
+    // another are refused, naming themselves.
+    for (option, value) in [("--orderers", "1"), ("--policy", "all"), ("--tls", "")] {
+        let mut args = vec!["bench", option];
+        args.extend((!value.is_empty()).then_some(value));
+        let refused = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(args)
+            .args(connect)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{option}: {stderr}");
+        assert!(
+            stderr.contains(option) && stderr.contains("--connect"),
+            "{option}: {stderr}"
+        );
+    }
 
     let peer_ops = orgs[0]["peers"][0]["operations"]
         .as_str()
@@ -597,7 +682,7 @@ fn weft_bench_runs_the_papers_workloads_with_no_failures() {
         );
         results
     };
-    for workload in ["1w", "3w", "5rw", "read-insert", "smallbank"] {
+    for workload in ["1w", "3w", "5w", "3rw", "5rw", "read-insert", "smallbank"] {
         let results = run(workload, &["--clients", "4"]);
         assert_eq!(
             results["valid"], results["committed"],
@@ -628,7 +713,7 @@ fn weft_bench_starts_a_network_of_its_own() {
     // requires mutual TLS of its clients; a sweep of block sizes gets a
     // network for each and measures every rate on each.
     let dir = tempfile::tempdir().unwrap();
-    let (printed, results) = bench_printing(
+    let run = bench_printing(
         dir.path(),
         &[
             "--orderers",
@@ -640,8 +725,11 @@ fn weft_bench_starts_a_network_of_its_own() {
             "4",
         ],
     );
-    let last = printed.lines().last().unwrap();
-    assert!(last.starts_with("committed "), "{last}");
+    let (printed, results) = (&run.stdout, &run.results);
+    assert_eq!(
+        Summary::parse(run.last_line()).transactions,
+        results["committed"].as_u64().unwrap()
+    );
     // The Markdown report names every phase and component.
     for row in [
         "| throughput (tx/s) |",

@@ -167,16 +167,19 @@ fn the_shipped_configs_make_a_channel_whose_policies_admit_its_users() {
     let channel_yaml = dir.path().join("channel.yaml");
     std::fs::copy(root.join("config/channel.yaml"), &channel_yaml).unwrap();
     let block_path = dir.path().join("mychannel.block");
-    let run = weft(&[
-        "channel",
-        "genesis",
-        "--config",
-        channel_yaml.to_str().unwrap(),
-        "--channel",
-        "mychannel",
-        "--output",
-        block_path.to_str().unwrap(),
-    ]);
+    // An environment variable overrides a key the profile inherits, as
+    // configtxgen's CONFIGTX_ variables do.
+    let run = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["channel", "genesis", "--config"])
+        .arg(&channel_yaml)
+        .args(["--channel", "mychannel", "--output"])
+        .arg(&block_path)
+        .env(
+            "CONFIGTX_PROFILES_TWOORGS_ORDERER_BATCHSIZE_MAXMESSAGECOUNT",
+            "7",
+        )
+        .output()
+        .unwrap();
     assert!(
         run.status.success(),
         "{}",
@@ -185,6 +188,13 @@ fn the_shipped_configs_make_a_channel_whose_policies_admit_its_users() {
 
     let (_, config) = config_envelope_of(&read_block(&block_path));
     let channel_group = config.config.unwrap().channel_group.unwrap();
+    let batch_size = weft_protos::orderer::BatchSize::decode(
+        channel_group.groups["Orderer"].values["BatchSize"]
+            .value
+            .clone(),
+    )
+    .unwrap();
+    assert_eq!(batch_size.max_message_count, 7);
     let mut msps = Vec::new();
     for section in ["Orderer", "Application"] {
         for org in channel_group.groups[section].groups.values() {

@@ -140,7 +140,8 @@ pub struct LoadArgs {
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// The network the bench starts (without --connect).
+    /// The network the bench starts: refused with --connect, whose
+    /// network is already made (except --channels).
     #[command(flatten)]
     pub network: OwnNetworkArgs,
 }
@@ -149,13 +150,13 @@ pub struct LoadArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct OwnNetworkArgs {
     /// Orderers (3: a Raft cluster; 1: solo).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, conflicts_with = "connect")]
     pub orderers: usize,
     /// Peer organisations.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, conflicts_with = "connect")]
     pub orgs: usize,
     /// The chaincodes' endorsement policy [default: any one organisation].
-    #[arg(long)]
+    #[arg(long, conflicts_with = "connect")]
     pub policy: Option<String>,
     /// Channels: with --connect, the first N of the connection file's
     /// [default: all]; otherwise the channels of the network the bench
@@ -164,21 +165,21 @@ pub struct OwnNetworkArgs {
     pub channels: Option<usize>,
     /// Transactions per block at most [default: 500]; a list (10,100,500)
     /// starts a network for each and measures every rate on each.
-    #[arg(long = "block-size", value_delimiter = ',')]
+    #[arg(long = "block-size", value_delimiter = ',', conflicts_with = "connect")]
     pub block_sizes: Vec<u32>,
     /// How long the orderers wait to fill a block.
-    #[arg(long, default_value = "10ms")]
+    #[arg(long, default_value = "10ms", conflicts_with = "connect")]
     pub batch_timeout: String,
     /// Keep the network in this directory instead of a temporary one.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "connect")]
     pub dir: Option<PathBuf>,
     /// Every endpoint of the network serves TLS, and the bench dials it
     /// over TLS.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "connect")]
     pub tls: bool,
     /// Like --tls, and every node asks its clients for a TLS certificate
     /// (mutual TLS); the bench presents one and binds its requests to it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "connect")]
     pub mutual_tls: bool,
 }
 
@@ -211,15 +212,6 @@ pub fn run(args: &LoadArgs) -> Result<()> {
     let mut runs = Vec::new();
     match &args.connect {
         Some(path) => {
-            if !args.network.block_sizes.is_empty() {
-                bail!("--block-size: the network of --connect has its own block size");
-            }
-            if args.network.tls || args.network.mutual_tls {
-                bail!(
-                    "--tls, --mutual-tls: the connection file of --connect says whether its \
-                     network speaks TLS"
-                );
-            }
             let connection = ConnectionFile::load(path)?;
             for rate in &rates {
                 runs.push(measure(args, *rate, &connection, None)?);
@@ -354,7 +346,6 @@ struct Org {
     user: Arc<Signer>,
     endorser: EndorserClient<Channel>,
     peer: SocketAddr,
-    operations: SocketAddr,
 }
 
 /// One Broadcast stream and the transactions awaiting its answers, in
@@ -802,7 +793,6 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
             user,
             endorser: EndorserClient::new(dialer.connect(peer).await?),
             peer,
-            operations: organization.peers[0].operations_address()?,
         });
     }
     let plans = endorsement_plans(connection, &orgs, args.clients)?;
@@ -882,7 +872,7 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
     );
     prepare(&client, &slots).await?;
 
-    let before = scrape(&client.orgs, connection)?;
+    let before = scrape(connection)?;
     let client_cpu_before = own_cpu_seconds();
     let progress = Arc::new(Progress::default());
     let started = Instant::now();
@@ -893,7 +883,7 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
         Some(rate) => open_loop(&client, slots, deadline, rate, &progress).await,
     };
     reporter.abort();
-    let after = scrape(&client.orgs, connection)?;
+    let after = scrape(connection)?;
     let client_cpu = own_cpu_seconds() - client_cpu_before;
     Ok(Results::new(
         args,
@@ -1157,10 +1147,13 @@ struct Scrape {
     peers: usize,
 }
 
-fn scrape(orgs: &[Org], connection: &ConnectionFile) -> Result<Scrape> {
+/// Every node's metrics: each peer of every organisation (not only the
+/// ones the bench sends proposals to) and each orderer.
+fn scrape(connection: &ConnectionFile) -> Result<Scrape> {
     let mut scrape = Scrape::default();
-    for org in orgs {
-        let metrics = super::http_get(org.operations, "/metrics")?;
+    let peers = connection.organizations.iter().flat_map(|org| &org.peers);
+    for peer in peers {
+        let metrics = super::http_get(peer.operations_address()?, "/metrics")?;
         scrape.peer_cpu += super::metric_sum(&metrics, "process_cpu_seconds_total");
         scrape.validate += super::metric_sum(&metrics, "weft_committer_validate_seconds_sum");
         scrape.mvcc += super::metric_sum(&metrics, "weft_committer_mvcc_seconds_sum");

@@ -259,9 +259,14 @@ fn default_msp_type() -> String {
     "bccsp".to_owned()
 }
 
-/// Reads `path`, resolves anchors and merge keys, and picks the profile
-/// `name` (or the only profile when `name` is `None`). Returns the profile
-/// and the key path it was found at, for error messages.
+/// The prefix of the environment variables that override keys of the
+/// file (configtxgen's): `CONFIGTX_PROFILES_TWOORGS_ORDERER_BATCHTIMEOUT`.
+const ENV_PREFIX: &str = "CONFIGTX_";
+
+/// Reads `path`, resolves anchors and merge keys, applies environment
+/// overrides, and picks the profile `name` (or the only profile when `name`
+/// is `None`). Returns the profile and the key path it was found at, for
+/// error messages.
 pub fn load(path: &Path, name: Option<&str>) -> Result<(Profile, String)> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -270,6 +275,9 @@ pub fn load(path: &Path, name: Option<&str>) -> Result<(Profile, String)> {
     document
         .apply_merge()
         .with_context(|| format!("{}: resolving `<<:` merge keys", path.display()))?;
+    // After merging, so that a profile's inherited keys can be overridden
+    // through it, as configtxgen's CONFIGTX_ variables do.
+    crate::settings::override_from_environment(&mut document, ENV_PREFIX, path)?;
     let profiles = document
         .get("Profiles")
         .and_then(serde_yaml::Value::as_mapping)
