@@ -305,6 +305,12 @@ cp deploy/connection.yaml "$WEFT_MATERIAL/connection.yaml"
   --duration "$duration" --clients "$clients" --json "$work/bench.json" | tee "$work/bench.out"
 last=$(tail -n1 "$work/bench.out")
 [[ $last == committed* ]] || die "the workload's last line is not its result: $last"
+# Every transaction committed VALID, none failed on the way.
+json_field() { sed -n "s/^  \"$1\": \(.*\),\$/\1/p" "$work/bench.json"; }
+committed=$(json_field committed)
+[[ $committed =~ ^[0-9]+$ && $committed -gt 0 ]] || die "nothing committed: $last"
+[[ $(json_field valid) == "$committed" ]] || die "not every transaction VALID: see $work/bench.json"
+[[ $(json_field failures) == "{}" ]] || die "transactions failed: see $work/bench.json"
 
 # Every node, endorsing or not, must have every block: the orderers'
 # height is the chain's, the peers catch up to it.
