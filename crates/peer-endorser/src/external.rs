@@ -18,10 +18,10 @@
 //! to the chaincode a page at a time.
 //!
 //! **Threads.** [`Chaincode::invoke`] runs on the async runtime's
-//! blocking pool ([`Chaincode::runs_remotely`]): it sends TRANSACTION and then waits on its own queue for the
-//! chaincode's requests, which a task reading the stream routes by TxID.
-//! One stream thus serves as many concurrent proposals as there are
-//! blocking threads.
+//! blocking pool ([`Chaincode::runs_remotely`]): it sends TRANSACTION and
+//! then waits on its own queue for the chaincode's requests, which a task
+//! reading the stream routes by TxID. One stream thus serves as many
+//! concurrent proposals as there are blocking threads.
 //!
 //! **Failures.** An unreachable chaincode, one that disconnects or errors
 //! mid-transaction, or one that takes longer than the execute timeout
