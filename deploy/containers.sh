@@ -305,7 +305,11 @@ cp deploy/connection.yaml "$WEFT_MATERIAL/connection.yaml"
   --duration "$duration" --clients "$clients" --json "$work/bench.json" | tee "$work/bench.out"
 last=$(tail -n1 "$work/bench.out")
 [[ $last == committed* ]] || die "the workload's last line is not its result: $last"
-# Every transaction committed VALID, none failed on the way.
+# Every transaction committed VALID, none failed on the way. The JSON of one
+# measurement is an object pretty-printed by serde_json: each top-level
+# field on a line of its own, two spaces in, followed by a comma (none of
+# these three is the last field); a non-empty map spans lines and so reads
+# as empty here.
 json_field() { sed -n "s/^  \"$1\": \(.*\),\$/\1/p" "$work/bench.json"; }
 committed=$(json_field committed)
 [[ $committed =~ ^[0-9]+$ && $committed -gt 0 ]] || die "nothing committed: $last"

@@ -40,7 +40,10 @@ pub fn override_from_environment(
     env_prefix: &str,
     path: &Path,
 ) -> Result<()> {
-    let overrides = std::env::vars().filter(|(name, _)| name.starts_with(env_prefix));
+    // Variables that are not UTF-8 cannot name a key; they are skipped.
+    let overrides = std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+        .filter(|(name, _)| name.starts_with(env_prefix));
     apply_overrides(document, env_prefix, overrides)
         .with_context(|| format!("overriding {}", path.display()))
 }

@@ -17,8 +17,11 @@ use std::process::Command;
 
 /// Runs `weft bench <args>` with `--json` and `--dir` in `dir`; returns the
 /// last line printed and the JSON results.
+/// Runs `weft bench` with `args`, requiring success and a last line in
+/// the format scripts read; returns that line and the JSON results.
 fn bench(dir: &Path, args: &[&str]) -> (String, serde_json::Value) {
     let run = bench_printing(dir, args);
+    run.summary();
     (run.last_line().to_owned(), run.results)
 }
 
@@ -32,11 +35,14 @@ struct BenchRun {
 }
 
 impl BenchRun {
-    /// The last line, which scripts read, checked to have its format.
+    /// The last line, which scripts read.
     fn last_line(&self) -> &str {
-        let last = self.stdout.lines().last().unwrap_or_default();
-        Summary::parse(last);
-        last
+        self.stdout.lines().last().unwrap_or_default()
+    }
+
+    /// The figures of the last line; a panic if it has another format.
+    fn summary(&self) -> Summary {
+        Summary::parse(self.last_line())
     }
 }
 
@@ -570,16 +576,16 @@ fn weft_network_up_serves_fabric_clients_over_mutual_tls_stops_on_ctrl_c_and_res
     let connect = ["--connect", connection_path.to_str().unwrap()];
     let run = bench_printing(
         dir.path(),
-        &[&["--duration", "3s", "--clients", "8"], &connect[..]].concat(),
+        &[&["--duration", "4s", "--clients", "8"], &connect[..]].concat(),
     );
     let results = &run.results;
-    let summary = Summary::parse(run.last_line());
+    let summary = run.summary();
     assert_eq!(summary.verb, "committed");
     let committed = results["committed"].as_u64().unwrap();
     assert!(committed > 0, "{results}");
     assert_eq!(summary.transactions, committed);
     assert!(
-        summary.seconds >= 3.0 && summary.p50_ms > 0.0,
+        summary.seconds >= 4.0 && summary.p50_ms > 0.0,
         "{summary:?}"
     );
     let throughput = results["throughput"].as_f64().unwrap();
@@ -727,7 +733,7 @@ fn weft_bench_starts_a_network_of_its_own() {
     );
     let (printed, results) = (&run.stdout, &run.results);
     assert_eq!(
-        Summary::parse(run.last_line()).transactions,
+        run.summary().transactions,
         results["committed"].as_u64().unwrap()
     );
     // The Markdown report names every phase and component.

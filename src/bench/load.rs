@@ -148,6 +148,9 @@ pub struct LoadArgs {
 
 /// The network `weft bench` starts when no connection file is given.
 #[derive(Debug, Clone, clap::Args)]
+#[command(
+    next_help_heading = "The network the bench starts (not with --connect, except --channels)"
+)]
 pub struct OwnNetworkArgs {
     /// Orderers (3: a Raft cluster; 1: solo).
     #[arg(long, default_value_t = 3, conflicts_with = "connect")]
@@ -1153,7 +1156,8 @@ fn scrape(connection: &ConnectionFile) -> Result<Scrape> {
     let mut scrape = Scrape::default();
     let peers = connection.organizations.iter().flat_map(|org| &org.peers);
     for peer in peers {
-        let metrics = super::http_get(peer.operations_address()?, "/metrics")?;
+        let metrics = super::http_get(peer.operations_address()?, "/metrics")
+            .with_context(|| format!("reading the metrics of {}", peer.name))?;
         scrape.peer_cpu += super::metric_sum(&metrics, "process_cpu_seconds_total");
         scrape.validate += super::metric_sum(&metrics, "weft_committer_validate_seconds_sum");
         scrape.mvcc += super::metric_sum(&metrics, "weft_committer_mvcc_seconds_sum");
@@ -1162,7 +1166,8 @@ fn scrape(connection: &ConnectionFile) -> Result<Scrape> {
         scrape.peers += 1;
     }
     for orderer in &connection.orderers {
-        let metrics = super::http_get(orderer.operations_address()?, "/metrics")?;
+        let metrics = super::http_get(orderer.operations_address()?, "/metrics")
+            .with_context(|| format!("reading the metrics of {}", orderer.name))?;
         scrape.orderer_cpu += super::metric_sum(&metrics, "process_cpu_seconds_total");
     }
     Ok(scrape)

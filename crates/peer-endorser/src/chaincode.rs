@@ -32,11 +32,9 @@ pub trait Chaincode: Send + Sync {
     /// the proposal is not endorsed.
     fn invoke(&self, stub: &mut Stub<'_>) -> Response;
 
-    /// Whether `invoke` waits on a process outside the peer (an external
-    /// chaincode server). The endorser runs such an invocation on the
-    /// blocking pool; any other it runs on the task that received the
-    /// proposal, since handing a few microseconds of work to another
-    /// thread costs more than the work.
+    /// Whether `invoke` blocks its thread waiting on a process outside the
+    /// peer (an external chaincode server), so must run where blocking is
+    /// allowed (see [`Endorser::answer`](crate::Endorser::answer)).
     fn runs_remotely(&self) -> bool {
         false
     }

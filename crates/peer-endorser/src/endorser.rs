@@ -123,47 +123,62 @@ impl Endorser {
         self.channels.read().get(channel_id).cloned()
     }
 
-    /// Answers one signed proposal, as `protos.Endorser/ProcessProposal`,
-    /// on the calling thread.
-    pub fn process_proposal(&self, signed: &SignedProposal) -> ProposalResponse {
-        let received = Instant::now();
-        let mut trace = ProposalTrace::default();
-        let answer = self
-            .check(signed, &mut trace, received)
-            .and_then(|checked| self.execute(checked, &mut trace));
-        self.finish(answer, &trace, received)
-    }
-
-    /// Answers one signed proposal from async code: the checks and a
-    /// built-in chaincode run on the calling task, an external chaincode
-    /// (which waits on its server) on the runtime's blocking pool.
+    /// Answers one signed proposal, as `protos.Endorser/ProcessProposal`.
+    ///
+    /// **Where the work runs.** Checks, simulation and signing run on the
+    /// task that received the proposal: a tenth of a millisecond or two,
+    /// where handing every proposal to the blocking pool grew the peer to
+    /// hundreds of threads under load and spent a sixth of its CPU on
+    /// switching between them. Two kinds go to the blocking pool: an
+    /// external chaincode's invocation, which waits on its server
+    /// ([`Chaincode::runs_remotely`]), and a proposal of more than
+    /// [`INLINE_PROPOSAL_BYTES_MAX`], whose hashing alone would hold up the
+    /// tasks sharing the thread. A panic in any of it is answered as a
+    /// refusal, as a chaincode's is.
     pub async fn answer(self: &Arc<Self>, signed: SignedProposal) -> ProposalResponse {
         let received = Instant::now();
         let mut trace = ProposalTrace::default();
-        let answer = match self.check(&signed, &mut trace, received) {
-            Ok(checked) if checked.chaincode.runs_remotely() => {
-                let endorser = self.clone();
-                let mut remote_trace = trace.clone();
-                let executed = tokio::task::spawn_blocking(move || {
-                    let answer = endorser.execute(checked, &mut remote_trace);
-                    (answer, remote_trace)
+        if signed.proposal_bytes.len() > INLINE_PROPOSAL_BYTES_MAX {
+            let endorser = self.clone();
+            return self
+                .off_task(move || {
+                    let answer = unpanicked(|| {
+                        let checked = endorser.check(&signed, &mut trace, received)?;
+                        endorser.execute(checked, &mut trace)
+                    });
+                    endorser.finish(answer, &trace, received)
                 })
                 .await;
-                match executed {
-                    Ok((answer, executed_trace)) => {
-                        trace = executed_trace;
-                        answer
-                    }
-                    Err(e) => Err(format!("the endorsement task failed: {e}")),
-                }
-            }
-            Ok(checked) => self.execute(checked, &mut trace),
-            Err(message) => Err(message),
+        }
+        let checked = match unpanicked(|| self.check(&signed, &mut trace, received)) {
+            Ok(checked) => checked,
+            Err(message) => return self.finish(Err(message), &trace, received),
         };
+        if checked.chaincode.runs_remotely() {
+            let endorser = self.clone();
+            return self
+                .off_task(move || {
+                    let answer = unpanicked(|| endorser.execute(checked, &mut trace));
+                    endorser.finish(answer, &trace, received)
+                })
+                .await;
+        }
+        let answer = unpanicked(|| self.execute(checked, &mut trace));
         self.finish(answer, &trace, received)
     }
 
-    /// The response for `answer`, logged and counted.
+    /// Runs `answer` (which logs and counts its response) on the blocking
+    /// pool; it completes even if the client stops waiting.
+    async fn off_task(
+        &self,
+        answer: impl FnOnce() -> ProposalResponse + Send + 'static,
+    ) -> ProposalResponse {
+        tokio::task::spawn_blocking(answer)
+            .await
+            .unwrap_or_else(|e| refusal(format!("the endorsement task failed: {e}")))
+    }
+
+    /// The response to a proposal, logged and counted.
     fn finish(
         &self,
         answer: Result<ProposalResponse, String>,
@@ -326,6 +341,18 @@ struct Checked {
     checked_at: Instant,
 }
 
+/// The largest proposal answered on the task that received it; larger
+/// ones are answered on the blocking pool (see [`Endorser::answer`]).
+pub const INLINE_PROPOSAL_BYTES_MAX: usize = 256 * 1024;
+
+/// `work`'s result, or a refusal if it panicked: a bug in the endorser
+/// fails one proposal, never the connection it came on.
+fn unpanicked<T>(work: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    std::panic::catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|_| {
+        Err("the endorser failed on this proposal (a bug: see the peer's log)".to_owned())
+    })
+}
+
 /// Fabric's answer to a proposal it will not endorse.
 fn refusal(message: String) -> ProposalResponse {
     ProposalResponse {
@@ -452,9 +479,15 @@ mod tests {
         }
 
         /// The endorser's answer to a signed proposal invoking `chaincode`.
-        fn propose(&self, chaincode: &str, args: &[&str]) -> ProposalResponse {
-            self.endorser
-                .process_proposal(&self.signed_proposal(chaincode, args))
+        async fn propose(&self, chaincode: &str, args: &[&str]) -> ProposalResponse {
+            let signed = self.signed_proposal(chaincode, args);
+            self.endorser.answer(signed).await
+        }
+
+        /// The status and message of the endorser's answer.
+        async fn status_of(&self, chaincode: &str, args: &[&str]) -> (i32, String) {
+            let answer = self.propose(chaincode, args).await.response.unwrap();
+            (answer.status, answer.message)
         }
 
         /// A client's signed proposal invoking `chaincode` with `args`.
@@ -492,7 +525,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn answer_runs_a_builtin_chaincode_on_the_calling_task_and_an_external_one_off_it() {
+    async fn a_builtin_chaincode_runs_on_the_calling_task_an_external_one_or_a_large_proposal_off_it()
+     {
         let local = Arc::new(NotesThread {
             remote: false,
             ran_on: Default::default(),
@@ -505,24 +539,26 @@ mod tests {
             ("local".to_owned(), local.clone()),
             ("remote".to_owned(), remote.clone()),
         ]);
-        for chaincode in ["local", "remote"] {
-            let signed = harness.signed_proposal(chaincode, &["run"]);
-            let answer = harness.endorser.answer(signed).await;
+        let large = "x".repeat(INLINE_PROPOSAL_BYTES_MAX);
+        for (chaincode, argument) in [("local", "run"), ("remote", "run"), ("local", &large)] {
+            let answer = harness.propose(chaincode, &[argument]).await;
             assert_eq!(answer.response.unwrap().status, 200, "{chaincode}");
             assert!(answer.endorsement.is_some(), "{chaincode}");
         }
         // A current-thread runtime: every task runs on this thread.
         let here = std::thread::current().id();
-        assert_eq!(*local.ran_on.lock(), [here]);
+        let local_threads = local.ran_on.lock().clone();
+        assert_eq!(local_threads[0], here, "a small proposal, built-in");
+        assert_ne!(local_threads[1], here, "a large proposal");
         let remote_threads = remote.ran_on.lock().clone();
         assert_eq!(remote_threads.len(), 1);
         assert_ne!(remote_threads[0], here);
     }
 
-    #[test]
-    fn a_panicking_chaincode_is_an_error_response_and_the_endorser_goes_on() {
+    #[tokio::test]
+    async fn a_panicking_chaincode_is_an_error_response_and_the_endorser_goes_on() {
         let harness = Harness::new(vec![("buggy".to_owned(), Arc::new(Panics))]);
-        let panicked = harness.propose("buggy", &["panic"]);
+        let panicked = harness.propose("buggy", &["panic"]).await;
         let answer = panicked.response.unwrap();
         assert_eq!(answer.status, 500);
         assert!(
@@ -531,33 +567,35 @@ mod tests {
             answer.message
         );
         assert!(panicked.endorsement.is_none());
-        let fine = harness.propose("buggy", &["work"]);
+        let fine = harness.propose("buggy", &["work"]).await;
         assert_eq!(fine.response.unwrap().payload, &b"fine"[..]);
         assert!(fine.endorsement.is_some());
     }
 
-    #[test]
-    fn kv_writes_key_value_pairs_and_updates_keys_it_reads() {
+    #[tokio::test]
+    async fn kv_writes_key_value_pairs_and_updates_keys_it_reads() {
         let harness = Harness::new(Vec::new());
-        let propose = |chaincode: &str, args: &[&str]| {
-            let answer = harness.propose(chaincode, args).response.unwrap();
-            (answer.status, answer.message)
-        };
         let ok = |(status, message): (i32, String)| assert_eq!(status, 200, "{message}");
         let refused = |(status, message): (i32, String), expected: &str| {
             assert_eq!(status, 500);
             assert!(message.contains(expected), "{message}");
         };
-        ok(propose("kv", &["put", "a", "1", "b", "2", "c", "3"]));
-        refused(propose("kv", &["put", "a", "1", "b"]), "key value pairs");
-        refused(propose("kv", &["put"]), "key value pairs");
-        ok(propose("kv", &["update", "v", "a", "b"]));
-        refused(propose("kv", &["update", "v"]), "at least one key");
+        ok(harness
+            .status_of("kv", &["put", "a", "1", "b", "2", "c", "3"])
+            .await);
+        let odd = harness.status_of("kv", &["put", "a", "1", "b"]).await;
+        refused(odd, "key value pairs");
+        refused(harness.status_of("kv", &["put"]).await, "key value pairs");
+        ok(harness.status_of("kv", &["update", "v", "a", "b"]).await);
+        let no_key = harness.status_of("kv", &["update", "v"]).await;
+        refused(no_key, "at least one key");
         // The memo is taken; the accounts do not exist.
+        let unknown = ["transfer", "x", "y", "0", "memo"];
         refused(
-            propose("transfer", &["transfer", "x", "y", "0", "memo"]),
+            harness.status_of("transfer", &unknown).await,
             "does not exist",
         );
-        refused(propose("transfer", &["transfer", "x"]), "takes 3 arguments");
+        let short = harness.status_of("transfer", &["transfer", "x"]).await;
+        refused(short, "takes 3 arguments");
     }
 }

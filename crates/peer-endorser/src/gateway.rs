@@ -45,7 +45,7 @@ use weft_protos::gateway::{
 use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
 use weft_protos::orderer::seek_position::Type as SeekType;
 use weft_protos::protos::endorser_client::EndorserClient;
-use weft_protos::protos::{ChaincodeEvent, ProposalResponse, SignedProposal};
+use weft_protos::protos::{ChaincodeEvent, ProposalResponse};
 use weft_protos::tx::ReceivedProposal;
 use weft_protos::view::{DecodedBlock, Limits, TxBody};
 
@@ -109,11 +109,6 @@ impl GatewayService {
         self.endorser
             .channel(channel_id)
             .ok_or_else(|| Status::not_found(format!("channel {channel_id:?} not found")))
-    }
-
-    /// This peer's answer to `proposal`.
-    async fn endorse_locally(&self, proposal: SignedProposal) -> ProposalResponse {
-        self.endorser.answer(proposal).await
     }
 
     /// The organisations to endorse with: those the client named, or the
@@ -199,7 +194,7 @@ impl Gateway for GatewayService {
         let mut failures = Vec::new();
         for msp_id in organisations {
             let response = if msp_id == self.config.local_msp_id {
-                self.endorse_locally(signed.clone()).await
+                self.endorser.answer(signed.clone()).await
             } else {
                 let Some((_, address)) = self.config.peers.iter().find(|(id, _)| *id == msp_id)
                 else {
@@ -344,7 +339,7 @@ impl Gateway for GatewayService {
         let signed = request
             .proposed_transaction
             .ok_or_else(|| Status::invalid_argument("a proposed transaction is required"))?;
-        let response = self.endorse_locally(signed).await;
+        let response = self.endorser.answer(signed).await;
         let result = response.response.unwrap_or_default();
         if result.status >= 400 {
             return Err(Status::aborted(format!(

@@ -1,6 +1,5 @@
-//! `protos.Endorser` over gRPC. Each proposal is answered by
-//! [`Endorser::answer`]: on the task that received it, unless its chaincode
-//! is external and waits on its server.
+//! `protos.Endorser` over gRPC: each proposal answered by
+//! [`Endorser::answer`].
 
 use std::sync::Arc;
 
