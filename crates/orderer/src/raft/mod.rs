@@ -4,9 +4,11 @@
 //! **Who is who.** The consenters of the channel's etcdraft
 //! `ConfigMetadata` get Raft IDs 1, 2, … in config order; a node finds
 //! itself by its cluster endpoint (`host:port`, as the config names it).
-//! The consenters' TLS certificates are carried but not yet checked (no
-//! mutual TLS in weft yet). The consenter set is fixed: a config update
-//! that changes it is refused.
+//! With TLS on, a cluster caller must present a consenter's client TLS
+//! certificate (see `transport`); the consenters' server TLS certificates
+//! are not compared with the one a dialled node presents, which only has
+//! to chain to a trusted TLS CA. The consenter set is fixed: a config
+//! update that changes it is refused.
 //!
 //! **What the log holds.** One entry per block: the leader runs the
 //! [`BlockCutter`] and proposes each cut batch (or a config envelope,
