@@ -29,6 +29,7 @@ use weft_protos::protos::{ApplicationPolicy, ProposalResponse, TxValidationCode}
 use weft_protos::tx::{Invocation, Proposal};
 
 use crate::client::{Dialer, next_block, subscribe};
+use crate::settings::read_file;
 
 /// How long a peer may take to commit a lifecycle transaction.
 const COMMIT_WAIT_MAX: Duration = Duration::from_secs(60);
@@ -85,18 +86,18 @@ impl DeployArgs {
         if self.tls_cas.is_empty() {
             return Ok(Dialer::default());
         }
-        let read = |option: &str, path: &Path| {
-            std::fs::read(path).with_context(|| format!("{option}: reading {}", path.display()))
-        };
         let roots = self
             .tls_cas
             .iter()
-            .map(|path| read("--tls-ca", path))
+            .map(|path| read_file("--tls-ca", path))
             .collect::<Result<Vec<_>>>()?;
         let dialer = Dialer::tls(roots);
         match (&self.tls_cert, &self.tls_key) {
             (Some(certificate), Some(key)) => dialer
-                .presenting(read("--tls-cert", certificate)?, read("--tls-key", key)?)
+                .presenting(
+                    read_file("--tls-cert", certificate)?,
+                    read_file("--tls-key", key)?,
+                )
                 .context("--tls-cert"),
             _ => Ok(dialer),
         }

@@ -23,7 +23,7 @@ use weft_orderer::{ClusterConfig, ConsensusMode, NodeConfig, Orderer};
 use weft_protos::common::Block;
 
 use crate::ops::{self, FailedCheck};
-use crate::settings::{GoDuration, load_yaml, resolve};
+use crate::settings::{GoDuration, load_yaml, read_file, resolve};
 use crate::tls::TlsSection;
 
 /// `config/orderer.yaml`, as written.
@@ -184,8 +184,7 @@ impl Settings {
             .map(|(index, channel)| {
                 let key = at(&format!("channels[{index}].genesisBlock"));
                 let block_path = resolve(base, &channel.genesis_block);
-                let bytes = std::fs::read(&block_path)
-                    .with_context(|| format!("{key}: reading {}", block_path.display()))?;
+                let bytes = read_file(&key, &block_path)?;
                 Block::decode(bytes.as_slice())
                     .with_context(|| format!("{key}: {} is not a block", block_path.display()))
             })

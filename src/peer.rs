@@ -35,7 +35,7 @@ use weft_peer_endorser::{
     ExternalConfig, GatewayConfig, GatewayService, JoinedChannel, Lifecycle, builtin,
 };
 use weft_policy::PeerOf;
-use weft_protos::common::{Block, ChannelHeader, Payload};
+use weft_protos::common::Block;
 use weft_protos::gateway::gateway_server::GatewayServer;
 use weft_protos::protos::deliver_server::DeliverServer;
 use weft_protos::protos::endorser_server::EndorserServer;
@@ -339,8 +339,7 @@ fn load_signer(config: &PeerConfig) -> Result<Arc<Signer>> {
 /// Opens a channel's ledger, or creates it from its genesis block on the
 /// first start.
 fn open_channel(config: &PeerConfig, genesis_path: &Path) -> Result<ChannelCommitter> {
-    let genesis_bytes = std::fs::read(genesis_path)
-        .with_context(|| format!("channels.genesisBlock: reading {}", genesis_path.display()))?;
+    let genesis_bytes = crate::settings::read_file("channels.genesisBlock", genesis_path)?;
     let genesis = Block::decode(genesis_bytes.as_slice()).map_err(|error| {
         anyhow!(
             "channels.genesisBlock: {} is not a block: {error}",
@@ -390,9 +389,6 @@ fn channel_of(genesis: &Block) -> Option<String> {
     if genesis.header.as_ref()?.number != 0 {
         return None;
     }
-    let envelope =
-        weft_protos::common::Envelope::decode(genesis.data.as_ref()?.data.first()?.clone()).ok()?;
-    let payload = Payload::decode(envelope.payload).ok()?;
-    let header = ChannelHeader::decode(payload.header?.channel_header).ok()?;
-    Some(header.channel_id)
+    let envelope = genesis.data.as_ref()?.data.first()?.clone();
+    Some(weft_protos::block::channel_header_of(envelope)?.channel_id)
 }

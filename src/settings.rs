@@ -107,6 +107,12 @@ fn override_slot<'a>(
     Ok((node, dotted.join(".")))
 }
 
+/// The bytes of the file at `path`; an error names `key`, the config key
+/// or command-line option that gave the path, and the file.
+pub fn read_file(key: &str, path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("{key}: reading {}", path.display()))
+}
+
 /// `path` as written in a config file: relative paths are relative to the
 /// directory of the file (`config_dir`), so a config works from any
 /// working directory.

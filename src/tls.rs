@@ -17,7 +17,7 @@ use serde::Deserialize;
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 use weft_orderer::NodeTls;
 
-use crate::settings::resolve;
+use crate::settings::{read_file, resolve};
 
 /// `<section>.tls`, as written.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -54,8 +54,7 @@ impl TlsSection {
         }
         let read = |key: &str, path: Option<&PathBuf>| -> Result<Vec<u8>> {
             let path = path.ok_or_else(|| anyhow!("{}: required when TLS is enabled", at(key)))?;
-            let path = resolve(base, path);
-            std::fs::read(&path).with_context(|| format!("{}: reading {}", at(key), path.display()))
+            read_file(&at(key), &resolve(base, path))
         };
         let certificate = read("tls.certificate", self.certificate.as_ref())?;
         let private_key = read("tls.privateKey", self.private_key.as_ref())?;

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use weft_msp::Signer;
 
 use crate::client::Dialer;
+use crate::settings::read_file;
 
 /// The connection file, as written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -180,13 +181,8 @@ impl ConnectionFile {
             .chain(&self.orderers);
         let mut roots: Vec<Vec<u8>> = Vec::new();
         for endpoint in endpoints {
-            let pem = std::fs::read(&endpoint.tls_ca_cert).with_context(|| {
-                format!(
-                    "tlsCaCert of {}: reading {}",
-                    endpoint.name,
-                    endpoint.tls_ca_cert.display()
-                )
-            })?;
+            let key = format!("tlsCaCert of {}", endpoint.name);
+            let pem = read_file(&key, &endpoint.tls_ca_cert)?;
             if !roots.contains(&pem) {
                 roots.push(pem);
             }
@@ -194,16 +190,10 @@ impl ConnectionFile {
         let dialer = Dialer::tls(roots);
         match &self.client_tls {
             None => Ok(dialer),
-            Some(client) => {
-                let read = |key: &str, path: &Path| {
-                    std::fs::read(path)
-                        .with_context(|| format!("clientTls.{key}: reading {}", path.display()))
-                };
-                dialer.presenting(
-                    read("certificate", &client.certificate)?,
-                    read("privateKey", &client.private_key)?,
-                )
-            }
+            Some(client) => dialer.presenting(
+                read_file("clientTls.certificate", &client.certificate)?,
+                read_file("clientTls.privateKey", &client.private_key)?,
+            ),
         }
     }
 }

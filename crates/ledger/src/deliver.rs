@@ -115,8 +115,8 @@ impl SeekRequest {
         if self.tls_cert_hash.as_ref() != actual.as_slice() {
             return Err(format!(
                 "the request names TLS certificate hash {}, but the client connected with {}",
-                hex(&self.tls_cert_hash),
-                hex(&actual)
+                hex::encode(&self.tls_cert_hash),
+                hex::encode(actual)
             ));
         }
         Ok(())
@@ -135,10 +135,6 @@ impl SeekRequest {
         }
         block
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// How a Deliver request ended.

@@ -24,9 +24,7 @@ use rocksdb::{
     IteratorMode, Options, WriteBatch, WriteOptions,
 };
 use tokio::sync::watch;
-use weft_protos::common::{
-    Block, BlockHeader, BlockMetadataIndex, ChannelHeader, Envelope, Payload,
-};
+use weft_protos::common::{Block, BlockHeader, BlockMetadataIndex};
 use weft_protos::hash::{Hash, block_data_hash, block_header_hash, data_hash_of};
 
 use crate::config::{Durability, StoreConfig};
@@ -662,9 +660,7 @@ fn check_links(header: &BlockHeader, block: &Block, tail: &Tail) -> Result<()> {
 /// The TxID in an envelope's channel header, if it decodes and is not
 /// empty. Decodes only the layers down to the channel header.
 pub(crate) fn tx_id_of(envelope: &Bytes) -> Option<String> {
-    let envelope = Envelope::decode(envelope.clone()).ok()?;
-    let payload = Payload::decode(envelope.payload).ok()?;
-    let channel_header = ChannelHeader::decode(payload.header?.channel_header).ok()?;
+    let channel_header = weft_protos::block::channel_header_of(envelope.clone())?;
     Some(channel_header.tx_id).filter(|tx_id| !tx_id.is_empty())
 }
 

@@ -159,19 +159,22 @@ pub fn config_of_envelope(raw: Bytes) -> Option<(String, Config)> {
     }
 }
 
+/// The channel header of a raw envelope, decoding only the layers above
+/// it (envelope, payload, header); `None` if any of them fails to decode.
+pub fn channel_header_of(envelope: Bytes) -> Option<ChannelHeader> {
+    let payload = Payload::decode(Envelope::decode(envelope).ok()?.payload).ok()?;
+    ChannelHeader::decode(payload.header?.channel_header).ok()
+}
+
 /// Whether `block` is a config block: its first envelope's channel header
 /// says CONFIG. Only the headers are decoded, not the transaction.
 pub fn is_config_block(block: &Block) -> bool {
-    let header_type = || -> Option<i32> {
-        let raw = block.data.as_ref()?.data.first()?.clone();
-        let payload = Payload::decode(Envelope::decode(raw).ok()?.payload).ok()?;
-        Some(
-            ChannelHeader::decode(payload.header?.channel_header)
-                .ok()?
-                .r#type,
-        )
-    };
-    header_type() == Some(HeaderType::Config as i32)
+    block
+        .data
+        .as_ref()
+        .and_then(|data| data.data.first())
+        .and_then(|envelope| channel_header_of(envelope.clone()))
+        .is_some_and(|header| header.r#type == HeaderType::Config as i32)
 }
 
 /// Writes `value` into metadata slot `index` of `block`, creating the five
