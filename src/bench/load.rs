@@ -467,8 +467,6 @@ impl CommitRouter {
 struct TxRecord {
     endorse: Duration,
     broadcast: Duration,
-    /// From the orderer's acknowledgement to the first commit event.
-    order_and_commit: Duration,
     acknowledged_at: Instant,
     committed_at: Instant,
     code: i32,
@@ -476,6 +474,14 @@ struct TxRecord {
     /// Index of its channel in the client's channels.
     channel: usize,
     block: u64,
+}
+
+impl TxRecord {
+    /// From the orderer's acknowledgement to the first commit event.
+    fn order_and_commit(&self) -> Duration {
+        self.committed_at
+            .saturating_duration_since(self.acknowledged_at)
+    }
 }
 
 /// When each block (channel index, number) left the orderer the bench
@@ -557,7 +563,6 @@ impl Client {
         Ok(TxRecord {
             endorse: endorsed - started,
             broadcast: acknowledged_at - endorsed,
-            order_and_commit: commit.at.saturating_duration_since(acknowledged_at),
             acknowledged_at,
             committed_at: commit.at,
             code: commit.code,
@@ -822,8 +827,8 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
     }
     // Block headers from the first orderer, to split ordering from commit.
     let ordered_at = Arc::new(OrderedAt::default());
-    let first_orderer = *connection
-        .orderer_addresses()?
+    let orderers = connection.orderer_addresses()?;
+    let first_orderer = *orderers
         .first()
         .context("the connection file lists no orderer")?;
     for (index, channel) in channels.iter().enumerate() {
@@ -838,7 +843,7 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
         });
     }
     let mut broadcasters = Vec::new();
-    for orderer in connection.orderer_addresses()? {
+    for &orderer in &orderers {
         broadcasters.push(Broadcaster::open(&dialer, orderer).await?);
     }
     let client = Arc::new(Client {
@@ -1284,7 +1289,7 @@ impl Results {
         let total = |pick: fn(&TxRecord) -> Duration| -> Vec<Duration> {
             in_window.iter().map(|record| pick(record)).collect()
         };
-        let latencies = total(|r| r.endorse + r.broadcast + r.order_and_commit);
+        let latencies = total(|r| r.endorse + r.broadcast + r.order_and_commit());
         // Ordering ends when the transaction's block leaves the orderer.
         let split = |phase: fn(&TxRecord, Instant) -> Duration| -> Vec<Duration> {
             in_window
