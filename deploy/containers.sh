@@ -203,23 +203,9 @@ docker version --format 'engine {{.Server.Version}}, API {{.Server.APIVersion}}'
 
 # ----------------------------------------------------------- base image ----
 step "base image $base_image"
-rootfs_tar=$cache/debian-base-bookworm.tar
-if [[ ! -s $rootfs_tar ]]; then
-  echo "no $rootfs_tar yet: debootstrap --variant=minbase bookworm (about a minute)"
-  mkdir -p "$cache"
-  rootfs=$work/rootfs
-  debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 ||
-    { tail -n 30 "$work/debootstrap.log" >&2; die "debootstrap failed"; }
-  # What a runtime image never reads: documentation, manuals, translations,
-  # package caches and lists.
-  rm -rf "$rootfs"/usr/share/{doc,man,info,locale}/* "$rootfs"/var/cache/apt/* \
-    "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/log/*.log "$rootfs"/var/cache/debconf/*-old
-  tar --numeric-owner -C "$rootfs" -cf "$rootfs_tar.$$.partial" .
-  mv "$rootfs_tar.$$.partial" "$rootfs_tar"
-  rm -rf "$rootfs"
-else
-  echo "cached root: $rootfs_tar"
-fi
+# shellcheck source=deploy/debian-root.sh
+. deploy/debian-root.sh
+rootfs_tar=$(debian_root_tarball "$cache" "$mirror" "$work")
 docker import --message "debootstrap --variant=minbase bookworm" "$rootfs_tar" "$base_image" >/dev/null
 docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$base_image"
 

@@ -4,7 +4,7 @@
 # has to be installed by hand on a fresh Debian machine.
 #
 #   . deploy/packages.sh
-#   install_missing_packages protoc:protobuf-compiler libclang-dev
+#   install_missing_packages g++:g++ libclang-dev
 #
 # Each argument is `COMMAND:PACKAGE` (the package is wanted when the command
 # is not on PATH, so a tool installed some other way is left alone) or a
@@ -12,10 +12,15 @@
 # Installing needs root; otherwise sudo is used when present, and failing
 # that the script stops with the apt-get command to run.
 
-# The packages building weft needs besides Rust: protoc compiles the Fabric
-# schema, libclang generates RocksDB's bindings, g++ and make build RocksDB.
+# The packages building weft needs besides Rust: libclang generates RocksDB's
+# bindings, g++ and make build RocksDB. protoc and Protobuf's well-known types
+# are not among them: the build takes both from the protoc-bin-vendored crate.
 # shellcheck disable=SC2034 # used by the scripts that source this file
-WEFT_BUILD_PACKAGES=(protoc:protobuf-compiler libclang-dev g++:g++ make:make)
+WEFT_BUILD_PACKAGES=(libclang-dev g++:g++ make:make)
+# What the tests need besides: Node.js with npm for Fabric's own JavaScript
+# clients (the tests install their npm packages themselves), openssl.
+# shellcheck disable=SC2034
+WEFT_TEST_PACKAGES=(node:nodejs npm:npm openssl:openssl)
 
 install_missing_packages() {
   local wanted missing=()

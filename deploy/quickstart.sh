@@ -14,8 +14,8 @@
 # target/quickstart/network/<node>/node.log) and stops when the workload
 # ends. WEFT_DURATION sets how long the workload runs (default 20s).
 #
-# Needs Rust (rustup); the Debian packages the build needs besides (protoc,
-# libclang, g++, make) are installed when missing.
+# Needs Rust (rustup); the Debian packages the build needs besides
+# (libclang-dev, g++, make: deploy/packages.sh) are installed when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -6,6 +6,11 @@
 //! `BTreeMap` so that our own encodings are deterministic: configuration
 //! values are hashed and signed, so the same config must encode the same way
 //! on every node.
+//!
+//! protoc and Protobuf's well-known types (`google/protobuf/*.proto`) come
+//! from the `protoc-bin-vendored` crate, not from the system: a fresh machine
+//! needs no Debian protobuf package to build weft, and every machine compiles
+//! the schema with the same protoc.
 
 use std::path::{Path, PathBuf};
 
@@ -19,6 +24,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={}", file.display());
     }
 
+    let mut config = prost_build::Config::new();
+    config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    let well_known_types = protoc_bin_vendored::include_path()?;
+
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     tonic_prost_build::configure()
         // The chaincode shim's `Connect` RPC would clash with tonic's
@@ -27,7 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".")
         .btree_map(".")
         .file_descriptor_set_path(out_dir.join("fabric_descriptor.bin"))
-        .compile_protos(&files, &[proto_root])?;
+        .compile_with_config(config, &files, &[proto_root, well_known_types])?;
     Ok(())
 }
 
