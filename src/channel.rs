@@ -234,6 +234,23 @@ fn orderer_group(
             timeout: section.batch_timeout.clone(),
         }),
     );
+    if let Some(stream) = &section.stream_mode {
+        if stream.checkpoint_transactions == 0 {
+            bail!("{key_path}.StreamMode.CheckpointTransactions: must be at least 1");
+        }
+        let interval = parse_go_duration(&stream.checkpoint_interval)
+            .map_err(|e| anyhow!("{key_path}.StreamMode.CheckpointInterval: {e}"))?;
+        if interval.is_zero() {
+            bail!("{key_path}.StreamMode.CheckpointInterval: must be positive");
+        }
+        group.values.insert(
+            weft_protos::STREAM_MODE_KEY.to_owned(),
+            value(weft_protos::stream::StreamMode {
+                checkpoint_transactions: stream.checkpoint_transactions,
+                checkpoint_interval: stream.checkpoint_interval.clone(),
+            }),
+        );
+    }
     group.values.insert(
         "ChannelRestrictions".to_owned(),
         value(orderer::ChannelRestrictions {

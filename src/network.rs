@@ -137,6 +137,8 @@ pub struct UpArgs {
     /// Transactions per block at most [default: 500].
     #[arg(long)]
     pub block_size: Option<u32>,
+    #[command(flatten)]
+    pub stream: StreamArgs,
     /// Run every node as a thread of this process instead of a process
     /// of its own.
     #[arg(long)]
@@ -152,6 +154,50 @@ pub struct UpArgs {
     /// Fixed when the network is created.
     #[arg(long)]
     pub mutual_tls: bool,
+}
+
+/// Stream mode's options, for `weft network up` and `weft bench`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct StreamArgs {
+    /// The channels stream (docs/stream-mode.md): each transaction is
+    /// ordered and committed at once, the orderers sign checkpoints.
+    /// Fixed when the network is created.
+    #[arg(long)]
+    pub stream: bool,
+    /// With --stream: a checkpoint at the latest every N transactions
+    /// [default: 100].
+    #[arg(long, requires = "stream")]
+    pub checkpoint_transactions: Option<u32>,
+    /// With --stream: a checkpoint at the latest this long after the first
+    /// unsigned transaction [default: 2ms].
+    #[arg(long, requires = "stream")]
+    pub checkpoint_interval: Option<String>,
+}
+
+impl StreamArgs {
+    /// The stream settings these options ask for; `None`: block mode.
+    pub fn plan(&self) -> Option<layout::StreamPlan> {
+        self.stream.then(|| layout::StreamPlan {
+            checkpoint_transactions: self.checkpoint_transactions.unwrap_or(100),
+            checkpoint_interval: self
+                .checkpoint_interval
+                .clone()
+                .unwrap_or_else(|| "2ms".to_owned()),
+        })
+    }
+
+    /// How the plan's stream settings read in a mismatch message.
+    fn describe(plan: Option<&layout::StreamPlan>) -> String {
+        plan.map_or_else(
+            || "off".to_owned(),
+            |stream| {
+                format!(
+                    "on (checkpoint every {} transactions or {})",
+                    stream.checkpoint_transactions, stream.checkpoint_interval
+                )
+            },
+        )
+    }
 }
 
 impl UpArgs {
@@ -174,6 +220,7 @@ impl UpArgs {
                 .clone()
                 .unwrap_or_else(|| "10ms".to_owned()),
             block_size: self.block_size.unwrap_or(500),
+            stream: self.stream.plan(),
             tls: self.tls || self.mutual_tls,
             mutual_tls: self.mutual_tls,
             deployed: Vec::new(),
@@ -233,6 +280,13 @@ impl UpArgs {
                 "--block-size",
                 self.block_size.map(|v| v.to_string()),
                 plan.block_size.to_string(),
+            ),
+            (
+                "--stream",
+                self.stream
+                    .stream
+                    .then(|| StreamArgs::describe(self.stream.plan().as_ref())),
+                StreamArgs::describe(plan.stream.as_ref()),
             ),
             (
                 "--tls",

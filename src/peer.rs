@@ -367,9 +367,17 @@ fn open_channel(config: &PeerConfig, genesis_path: &Path) -> Result<ChannelCommi
     );
     let state_dir = dir.join("state");
     let state: Arc<dyn VersionedState> = match config.ledger.state_database {
+        // Versions since the last checkpoint are kept so that a stream
+        // channel can roll back what a failed orderer checkpoint did not
+        // confirm (the state is checkpointed every second or so).
         StateDatabase::Memory => Arc::new(
-            MemoryState::open(&state_dir, MemoryOptions::default())
-                .with_context(|| format!("opening the world state of {channel_id}"))?,
+            MemoryState::open(
+                &state_dir,
+                MemoryOptions {
+                    keep_versions_since_checkpoint: true,
+                },
+            )
+            .with_context(|| format!("opening the world state of {channel_id}"))?,
         ),
         StateDatabase::Rocksdb => Arc::new(
             RocksState::open(&state_dir, RocksOptions::default())

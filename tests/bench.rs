@@ -806,6 +806,57 @@ fn weft_bench_starts_a_network_of_its_own() {
 }
 
 #[test]
+fn weft_bench_streams_on_a_raft_network() {
+    // Goal: `weft bench --stream` starts a Raft network whose channel
+    // streams (checkpoint every 10 transactions or 1 s); its 8 clients see
+    // every transaction committed VALID, with no failures. With at most 8
+    // transactions in flight no block reaches the count alone, so the
+    // peers' chain has unsigned blocks between the checkpoints they
+    // verified.
+    let dir = tempfile::tempdir().unwrap();
+    let (_, results) = bench(
+        dir.path(),
+        &[
+            "--stream",
+            "--checkpoint-transactions",
+            "10",
+            "--checkpoint-interval",
+            "1s",
+            "--duration",
+            "3s",
+            "--clients",
+            "8",
+            "--workload",
+            "1w",
+        ],
+    );
+    assert!(results["committed"].as_u64().unwrap() > 0, "{results}");
+    assert_eq!(results["valid"], results["committed"], "{results}");
+    assert_eq!(results["failures"], serde_json::json!({}), "{results}");
+    let network = dir.path().join("work/network");
+    let channel = std::fs::read_to_string(network.join("channel.yaml")).unwrap();
+    assert!(
+        channel.contains("StreamMode: {CheckpointTransactions: 10, CheckpointInterval: 1s}"),
+        "{channel}"
+    );
+    // The peer's chain: blocks between checkpoints carry no signature.
+    let store = weft_ledger::BlockStore::open(&weft_ledger::StoreConfig::new(
+        network.join("peer0.org1.example.com/data/ledgers/mychannel/blocks"),
+    ))
+    .unwrap();
+    let signed: Vec<bool> = (1..store.height())
+        .map(|number| {
+            let block = store.block(number).unwrap().unwrap();
+            weft_protos::block::signature_count(&block) > 0
+        })
+        .collect();
+    assert!(
+        signed.contains(&true) && signed.contains(&false),
+        "{signed:?}"
+    );
+}
+
+#[test]
 fn weft_bench_spreads_clients_over_channels_under_a_table_iii_policy() {
     // Goal: a Raft network of 4 organisations and 3 channels, whose
     // chaincodes need any 2 organisations (Thakkar's AND/OR policy 2),

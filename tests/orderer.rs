@@ -43,6 +43,7 @@ use weft_protos::orderer::{
 };
 use weft_protos::protos::{ChaincodeId, Response};
 use weft_protos::rwset::{NsReadWriteSet, TxReadWriteSet, tx_read_write_set::DataModel};
+use weft_protos::stream::StreamMode;
 use weft_protos::tx::{Invocation, Proposal, SimulationResult, endorse};
 use weft_protos::view::{Limits, TxEnvelope};
 use weft_statedb::memory::{MemoryOptions, MemoryState};
@@ -290,6 +291,313 @@ async fn a_clean_shutdown_orders_the_pending_batch() {
     assert_eq!(blocks.len(), 1);
     drop(client);
     orderer.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_channel_cuts_at_once_and_signs_checkpoints() {
+    // Goal: a solo stream channel (checkpoint every 3 transactions or 2 s;
+    // batch timeout 1 h) delivers each transaction in a block of its own
+    // when they come one at a time, signs exactly the blocks that reach
+    // the count, cuts an empty signed block when the interval runs out
+    // after an unsigned one, groups a burst into blocks no larger than
+    // MaxMessageCount, and stops on a signed block. Every block links to
+    // the one before and records the last config.
+    let network = Network::streaming(3, "2s");
+    let data = tempfile::tempdir().unwrap();
+    let orderer = start(&network, data.path(), vec![network.genesis.clone()]).await;
+    let mut client = connect(&orderer).await;
+    let mut blocks = BlockReader::open(&mut client, &network.org1_peer, 1).await;
+    let mut chain = vec![network.genesis.clone()];
+
+    // One at a time: the blocks of the 1st and 2nd transactions go
+    // unsigned, the 3rd reaches the count; the 4th starts a new stretch.
+    for index in 0..4 {
+        let (tx_id, envelope) =
+            network.transaction(CHANNEL, &network.client1, &format!("one-{index}"), 0);
+        let answers = broadcast(
+            &mut client,
+            &[(envelope, Expected::ordered(tx_id.clone(), false))],
+        )
+        .await;
+        assert_eq!(answers[0].0, Status::Success, "{answers:?}");
+        let block = blocks.next().await;
+        assert_eq!(tx_ids_of(&block), [tx_id], "block {}", chain.len());
+        let signed = if index == 2 { 1 } else { 0 };
+        assert_eq!(
+            weft_protos::block::signature_count(&block),
+            signed,
+            "transaction {index}"
+        );
+        chain.push(block);
+    }
+    // The 4th is unsigned: the interval brings an empty checkpoint.
+    let checkpoint = blocks.next().await;
+    assert!(tx_ids_of(&checkpoint).is_empty());
+    assert_eq!(weft_protos::block::signature_count(&checkpoint), 1);
+    chain.push(checkpoint);
+
+    // A burst on one stream: blocks of up to MaxMessageCount, and no
+    // stretch of unsigned blocks holds 3 transactions or more.
+    let burst: Vec<(Envelope, Expected)> = (0..45)
+        .map(|index| {
+            let (tx_id, envelope) =
+                network.transaction(CHANNEL, &network.client1, &format!("burst-{index}"), 0);
+            (envelope, Expected::ordered(tx_id, false))
+        })
+        .collect();
+    let answers = broadcast(&mut client, &burst).await;
+    assert!(answers.iter().all(|(status, _)| *status == Status::Success));
+    let mut ordered = Vec::new();
+    while ordered.len() < burst.len() {
+        let block = blocks.next().await;
+        let tx_ids = tx_ids_of(&block);
+        assert!(tx_ids.len() <= MAX_MESSAGE_COUNT as usize);
+        ordered.extend(tx_ids);
+        chain.push(block);
+    }
+    let sent: Vec<String> = burst
+        .iter()
+        .map(|(_, expected)| expected.tx_id.clone().unwrap())
+        .collect();
+    assert_eq!(ordered, sent, "the burst is ordered as sent, each once");
+    let mut unsigned = 0;
+    for block in &chain[1..] {
+        if weft_protos::block::signature_count(block) == 0 {
+            unsigned += tx_ids_of(block).len();
+            assert!(
+                unsigned < 3,
+                "block {} should have been a checkpoint",
+                block.header.as_ref().unwrap().number
+            );
+        } else {
+            unsigned = 0;
+        }
+    }
+
+    drop(blocks);
+    drop(client);
+    orderer.shutdown().await.unwrap();
+    let store =
+        BlockStore::open(&StoreConfig::new(data.path().join("ledgers").join(CHANNEL))).unwrap();
+    let height = store.height();
+    let stored: Vec<Block> = (0..height)
+        .map(|n| store.block(n).unwrap().unwrap())
+        .collect();
+    assert!(stored.len() >= chain.len());
+    assert_eq!(stored[..chain.len()], chain[..], "delivered as stored");
+    check_links(&stored);
+    let tip = stored.last().unwrap();
+    assert_eq!(
+        weft_protos::block::signature_count(tip),
+        1,
+        "a clean stop ends on a checkpoint"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_stages_stream_blocks_until_a_checkpoint_and_rolls_back_a_forged_one() {
+    // Goal: the peer's committer applies a stream channel's unsigned
+    // blocks at once (their writes are in the state endorsers read) but
+    // commits them to readers only with the checkpoint that covers them.
+    // A checkpoint whose signature was forged rolls back the blocks staged
+    // before it (state and block store), and the honest chain then
+    // commits over the same heights. A restart drops staged blocks no
+    // checkpoint confirmed.
+    let network = Network::streaming(3, "1h");
+    let data = tempfile::tempdir().unwrap();
+    let orderer = start(&network, data.path(), vec![network.genesis.clone()]).await;
+    let mut client = connect(&orderer).await;
+    let mut reader = BlockReader::open(&mut client, &network.org1_peer, 1).await;
+    let mut chain = Vec::new();
+    let mut keys = Vec::new();
+    for index in 0..6 {
+        let key = format!("staged-{index}");
+        let (tx_id, envelope) = network.transaction(CHANNEL, &network.client1, &key, 0);
+        let answers = broadcast(&mut client, &[(envelope, Expected::ordered(tx_id, false))]).await;
+        assert_eq!(answers[0].0, Status::Success, "{answers:?}");
+        chain.push(reader.next().await);
+        keys.push(key);
+    }
+    drop(reader);
+    drop(client);
+    orderer.shutdown().await.unwrap();
+    let signed: Vec<bool> = chain
+        .iter()
+        .map(|block| weft_protos::block::signature_count(block) > 0)
+        .collect();
+    assert_eq!(signed, [false, false, true, false, false, true]);
+    let visible = |committer: &ChannelCommitter, key: &str| {
+        committer
+            .handle()
+            .state
+            .get(CHAINCODE, key)
+            .unwrap()
+            .is_some()
+    };
+
+    // Honest: staged, then committed with the checkpoint.
+    let peer_dir = tempfile::tempdir().unwrap();
+    let mut honest = committer(&network, peer_dir.path());
+    let committed_height = |committer: &ChannelCommitter| *committer.handle().committed.borrow();
+    for (index, block) in chain.iter().enumerate() {
+        let outcome = honest.commit(block.clone(), weft_msp::now()).unwrap();
+        assert!(
+            outcome
+                .codes
+                .iter()
+                .all(|code| *code == TxValidationCode::Valid)
+        );
+        assert_eq!(outcome.staged, !signed[index], "block {}", index + 1);
+        assert!(visible(&honest, &keys[index]), "staged writes are readable");
+        let expected = if index < 2 {
+            1
+        } else if index < 5 {
+            4
+        } else {
+            7
+        };
+        assert_eq!(
+            committed_height(&honest),
+            expected,
+            "after block {}",
+            index + 1
+        );
+    }
+    assert_eq!(honest.handle().ledger.height(), 7);
+
+    // Forged: the first checkpoint's signature does not verify.
+    let forged_dir = tempfile::tempdir().unwrap();
+    let mut forged_peer = committer(&network, forged_dir.path());
+    let mut forged = chain[2].clone();
+    let slot = BlockMetadataIndex::Signatures as usize;
+    let mut signatures =
+        Metadata::decode(forged.metadata.as_ref().unwrap().metadata[slot].clone()).unwrap();
+    let mut signature = signatures.signatures[0].signature.to_vec();
+    let last = signature.len() - 1;
+    signature[last] ^= 1;
+    signatures.signatures[0].signature = signature.into();
+    weft_protos::block::set_metadata_slot(
+        &mut forged,
+        BlockMetadataIndex::Signatures,
+        signatures.encode_to_vec().into(),
+    );
+    for block in &chain[..2] {
+        assert!(
+            forged_peer
+                .commit(block.clone(), weft_msp::now())
+                .unwrap()
+                .staged
+        );
+    }
+    let error = forged_peer.commit(forged, weft_msp::now()).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            weft_peer_committer::Error::RolledBack {
+                block: 3,
+                to: 1,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert_eq!(forged_peer.handle().ledger.height(), 1);
+    assert_eq!(committed_height(&forged_peer), 1);
+    assert!(!visible(&forged_peer, &keys[0]) && !visible(&forged_peer, &keys[1]));
+    for block in &chain {
+        forged_peer.commit(block.clone(), weft_msp::now()).unwrap();
+    }
+    assert_eq!(committed_height(&forged_peer), 7);
+    assert!(keys.iter().all(|key| visible(&forged_peer, key)));
+    for number in 1..7 {
+        let ours = forged_peer.handle().ledger.block(number).unwrap().unwrap();
+        let theirs = honest.handle().ledger.block(number).unwrap().unwrap();
+        assert_eq!(ours.header, theirs.header);
+    }
+
+    // A restart with staged blocks: they are dropped and fetched again.
+    let restart_dir = tempfile::tempdir().unwrap();
+    let mut restarted = committer(&network, restart_dir.path());
+    for block in &chain[..5] {
+        restarted.commit(block.clone(), weft_msp::now()).unwrap();
+    }
+    assert_eq!(restarted.handle().ledger.height(), 6);
+    drop(restarted);
+    let mut restarted = reopen_committer(restart_dir.path());
+    assert_eq!(restarted.handle().ledger.height(), 4);
+    assert!(visible(&restarted, &keys[2]) && !visible(&restarted, &keys[3]));
+    for block in &chain[3..] {
+        restarted.commit(block.clone(), weft_msp::now()).unwrap();
+    }
+    assert_eq!(committed_height(&restarted), 7);
+}
+
+/// The TxIDs of a block's transactions, in order.
+fn tx_ids_of(block: &Block) -> Vec<String> {
+    block
+        .data
+        .as_ref()
+        .unwrap()
+        .data
+        .iter()
+        .map(tx_id_of)
+        .collect()
+}
+
+/// Each block links to the one before, hashes its data and records the
+/// last config block (0); signatures aside.
+fn check_links(blocks: &[Block]) {
+    for pair in blocks.windows(2) {
+        let (previous, block) = (&pair[0], &pair[1]);
+        let header = block.header.as_ref().unwrap();
+        assert_eq!(header.number, previous.header.as_ref().unwrap().number + 1);
+        assert_eq!(
+            header.previous_hash.as_ref(),
+            block_header_hash(previous.header.as_ref().unwrap())
+        );
+        assert_eq!(
+            header.data_hash.as_ref(),
+            block_data_hash(block.data.as_ref().unwrap())
+        );
+        assert_eq!(weft_protos::block::last_config_index(block), Some(0));
+    }
+}
+
+/// One Deliver stream read a block at a time.
+struct BlockReader {
+    stream: tonic::Streaming<weft_protos::orderer::DeliverResponse>,
+}
+
+impl BlockReader {
+    async fn open(
+        client: &mut AtomicBroadcastClient<Channel>,
+        reader: &Signer,
+        start: u64,
+    ) -> Self {
+        let request = seek_envelope(
+            CHANNEL,
+            reader,
+            Position::Specified(SeekSpecified { number: start }),
+            Position::Specified(SeekSpecified { number: u64::MAX }),
+            SeekBehavior::BlockUntilReady,
+        );
+        let stream = client
+            .deliver(tokio_stream::iter(vec![request]))
+            .await
+            .unwrap()
+            .into_inner();
+        Self { stream }
+    }
+
+    async fn next(&mut self) -> Block {
+        let message = tokio::time::timeout(DELIVER_TIME_MAX, self.stream.message())
+            .await
+            .expect("the orderer delivers the next block");
+        match message.unwrap().unwrap().r#type.unwrap() {
+            Delivered::Block(block) => block,
+            Delivered::Status(status) => panic!("deliver ended early with {status}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -826,7 +1134,20 @@ async fn a_raft_cluster_survives_a_killed_leader_and_the_node_catches_up() {
     // hashes. Restarted, the killed node catches up (its log was
     // compacted past on the others: it pulls blocks for a snapshot) to
     // the same hashes, and orders again.
-    let network = Network::with_batch_timeout("100ms");
+    survive_a_killed_leader(Network::with_batch_timeout("100ms")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_raft_stream_channel_survives_a_killed_leader_with_the_same_checkpoints() {
+    // Goal: the same under stream mode (a checkpoint every 50
+    // transactions or 100 ms): nothing answered SUCCESS is lost or
+    // ordered twice, and every node's chain has its checkpoints (signed
+    // blocks) at the same block numbers.
+    survive_a_killed_leader(Network::streaming(50, "100ms")).await;
+}
+
+async fn survive_a_killed_leader(network: Network) {
+    let streams = network.stream.is_some();
     let transactor = Arc::new(network.transactor());
     let dir = tempfile::tempdir().unwrap();
     let (mut nodes, genesis) = raft_cluster(&network, dir.path());
@@ -986,6 +1307,23 @@ async fn a_raft_cluster_survives_a_killed_leader_and_the_node_catches_up() {
     ];
     assert_eq!(hashes(&chains[0]), hashes(&chains[1]));
     assert_eq!(hashes(&chains[0]), hashes(&chains[2]));
+    let checkpoints = |blocks: &[Block]| -> Vec<u64> {
+        blocks
+            .iter()
+            .filter(|block| weft_protos::block::signature_count(block) > 0)
+            .map(|block| block.header.as_ref().unwrap().number)
+            .collect()
+    };
+    assert_eq!(checkpoints(&chains[0]), checkpoints(&chains[1]));
+    assert_eq!(checkpoints(&chains[0]), checkpoints(&chains[2]));
+    if streams {
+        assert!(
+            checkpoints(&chains[0]).len() < chains[0].len() - 1,
+            "a stream channel leaves blocks between checkpoints unsigned"
+        );
+    } else {
+        assert_eq!(checkpoints(&chains[0]).len(), chains[0].len() - 1);
+    }
     let found = chains[0]
         .iter()
         .skip(1)
@@ -1817,12 +2155,29 @@ fn check_chain(genesis: &Block, blocks: &[Block]) {
 }
 
 fn committer(network: &Network, dir: &std::path::Path) -> ChannelCommitter {
-    let state = Arc::new(MemoryState::open(&dir.join("state"), MemoryOptions::default()).unwrap());
+    let options = MemoryOptions {
+        keep_versions_since_checkpoint: true,
+    };
+    let state = Arc::new(MemoryState::open(&dir.join("state"), options).unwrap());
     let ledger = Arc::new(
         BlockStore::open(&StoreConfig::new(dir.join("ledger")).with_durability(Durability::None))
             .unwrap(),
     );
     ChannelCommitter::create(network.genesis.clone(), state, ledger).unwrap()
+}
+
+/// The committer of `dir` (made by [`committer`]) opened again, as after a
+/// restart.
+fn reopen_committer(dir: &std::path::Path) -> ChannelCommitter {
+    let options = MemoryOptions {
+        keep_versions_since_checkpoint: true,
+    };
+    let state = Arc::new(MemoryState::open(&dir.join("state"), options).unwrap());
+    let ledger = Arc::new(
+        BlockStore::open(&StoreConfig::new(dir.join("ledger")).with_durability(Durability::None))
+            .unwrap(),
+    );
+    ChannelCommitter::open(CHANNEL, state, ledger).unwrap()
 }
 
 fn fresh_nonce() -> Vec<u8> {
@@ -1850,6 +2205,8 @@ struct Network {
     impostor: Signer,
     orderer_org: TestOrg,
     batch_timeout: String,
+    /// Set for a stream channel: its checkpoint settings.
+    stream: Option<StreamMode>,
     genesis: Block,
 }
 
@@ -1883,8 +2240,21 @@ impl Network {
             org2,
             orderer_org,
             batch_timeout: batch_timeout.to_owned(),
+            stream: None,
             genesis: Block::default(),
         };
+        network.genesis = network.genesis_with_consensus("solo");
+        network
+    }
+
+    /// A solo stream channel whose batch timeout never passes in a test:
+    /// any block it cuts, it cut because it streams.
+    fn streaming(checkpoint_transactions: u32, checkpoint_interval: &str) -> Self {
+        let mut network = Self::with_batch_timeout("1h");
+        network.stream = Some(StreamMode {
+            checkpoint_transactions,
+            checkpoint_interval: checkpoint_interval.to_owned(),
+        });
         network.genesis = network.genesis_with_consensus("solo");
         network
     }
@@ -1983,6 +2353,12 @@ impl Network {
             version: 0,
             mod_policy: "Admins".to_owned(),
         };
+        let mut orderer = orderer;
+        if let Some(stream) = &self.stream {
+            orderer
+                .values
+                .insert(weft_protos::STREAM_MODE_KEY.to_owned(), value(stream));
+        }
         let application = ConfigGroup {
             groups: BTreeMap::from([
                 ("Org1MSP".to_owned(), application_org(&self.org1)),

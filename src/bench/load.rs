@@ -173,6 +173,8 @@ pub struct OwnNetworkArgs {
     /// How long the orderers wait to fill a block.
     #[arg(long, default_value = "10ms", conflicts_with = "connect")]
     pub batch_timeout: String,
+    #[command(flatten)]
+    pub stream: crate::network::StreamArgs,
     /// Keep the network in this directory instead of a temporary one.
     #[arg(long, conflicts_with = "connect")]
     pub dir: Option<PathBuf>,
@@ -205,6 +207,12 @@ pub fn run(args: &LoadArgs) -> Result<()> {
     }
     if args.workload == Workload::ReadUpdate && args.keys == 0 {
         bail!("--keys must be at least 1");
+    }
+    if args.connect.is_some() && args.network.stream.stream {
+        bail!(
+            "--stream shapes the network the bench starts; with --connect the network's own \
+             channel config decides (weft network up --stream)"
+        );
     }
     let rates: Vec<Option<f64>> = if args.rates.is_empty() {
         vec![None]
@@ -326,6 +334,7 @@ fn start_network(
         policy: options.policy.clone(),
         block_size: Some(block_size),
         batch_timeout: Some(options.batch_timeout.clone()),
+        stream: options.stream.clone(),
         tls: options.tls,
         mutual_tls: options.mutual_tls,
         ..crate::network::UpArgs::default()

@@ -42,6 +42,8 @@ pub struct OrdererSection {
     #[serde(default)]
     pub max_channels: u64,
     pub etcd_raft: Option<EtcdRaftSpec>,
+    /// weft's stream mode (docs/stream-mode.md); absent: block mode.
+    pub stream_mode: Option<StreamModeSpec>,
     #[serde(default)]
     pub organizations: Vec<OrganizationSpec>,
     #[serde(default)]
@@ -51,6 +53,17 @@ pub struct OrdererSection {
     /// Kafka settings of Fabric 1.x: accepted, unused.
     #[serde(rename = "Kafka", default)]
     _kafka: Option<serde::de::IgnoredAny>,
+}
+
+/// `Orderer.StreamMode`: when the orderers sign a stream channel's
+/// checkpoints.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct StreamModeSpec {
+    #[serde(default = "default_checkpoint_transactions")]
+    pub checkpoint_transactions: u32,
+    #[serde(default = "default_checkpoint_interval")]
+    pub checkpoint_interval: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -230,6 +243,12 @@ fn default_orderer_type() -> String {
 }
 fn default_batch_timeout() -> String {
     "2s".to_owned()
+}
+fn default_checkpoint_transactions() -> u32 {
+    100
+}
+fn default_checkpoint_interval() -> String {
+    "2ms".to_owned()
 }
 fn default_max_message_count() -> u32 {
     500

@@ -53,6 +53,9 @@ pub struct Plan {
     pub batch_timeout: String,
     /// Orderer block cutting: transactions per block at most.
     pub block_size: u32,
+    /// Stream mode's checkpoints, for stream channels; `None`: block mode.
+    #[serde(default)]
+    pub stream: Option<StreamPlan>,
     /// Every node serves TLS with its cryptogen TLS certificate, and
     /// dials the others over TLS.
     #[serde(default)]
@@ -64,6 +67,14 @@ pub struct Plan {
     /// The chaincodes whose definitions have been committed.
     #[serde(default)]
     pub deployed: Vec<String>,
+}
+
+/// When a stream network's orderers sign checkpoints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StreamPlan {
+    pub checkpoint_transactions: u32,
+    pub checkpoint_interval: String,
 }
 
 fn one_channel() -> usize {
@@ -194,6 +205,16 @@ impl Plan {
         }
         weft_protos::duration::parse_go_duration(&self.batch_timeout)
             .map_err(|e| anyhow::anyhow!("--batch-timeout: {e}"))?;
+        if let Some(stream) = &self.stream {
+            if stream.checkpoint_transactions == 0 {
+                bail!("--checkpoint-transactions: must be at least 1");
+            }
+            let interval = weft_protos::duration::parse_go_duration(&stream.checkpoint_interval)
+                .map_err(|e| anyhow::anyhow!("--checkpoint-interval: {e}"))?;
+            if interval.is_zero() {
+                bail!("--checkpoint-interval: must be positive");
+            }
+        }
         weft_policy::dsl::parse(&self.policy).context("--policy")?;
         self.orderer_nodes()?;
         self.peer_nodes()?;
@@ -349,6 +370,13 @@ impl Plan {
             self.batch_timeout,
             self.block_size
         );
+        if let Some(stream) = &self.stream {
+            let _ = writeln!(
+                text,
+                "      StreamMode: {{CheckpointTransactions: {}, CheckpointInterval: {}}}",
+                stream.checkpoint_transactions, stream.checkpoint_interval
+            );
+        }
         if self.orderers > 1 {
             text.push_str("      EtcdRaft:\n        Consenters:\n");
             for orderer in &orderers {
@@ -611,6 +639,7 @@ mod tests {
             policy: "OR('Org1MSP.peer','Org2MSP.peer')".to_owned(),
             batch_timeout: "10ms".to_owned(),
             block_size: 500,
+            stream: None,
             tls: false,
             mutual_tls: false,
             deployed: Vec::new(),

@@ -67,6 +67,10 @@ pub enum Error {
         source: rocksdb::Error,
     },
 
+    /// A truncation would remove the genesis block.
+    #[error("a block store keeps at least its genesis block")]
+    TruncateGenesis,
+
     /// Reading a block failed.
     #[error("block {block_number}: read failed: {source}")]
     ReadBlock {

@@ -159,6 +159,19 @@ impl BlockStore {
     /// tail record. When this returns, the block survives a process crash;
     /// whether it survives a machine crash depends on [`Durability`].
     pub fn append(&self, block: &Block) -> Result<()> {
+        self.append_as(block, self.shared.durability)
+    }
+
+    /// [`BlockStore::append`], but never synced, whatever the store's
+    /// [`Durability`]: a stream channel's block applied before the
+    /// orderer's checkpoint confirms it. The next [`BlockStore::sync`] (at
+    /// the checkpoint) makes it durable; [`BlockStore::truncate`] removes
+    /// it if the checkpoint fails.
+    pub fn append_unsynced(&self, block: &Block) -> Result<()> {
+        self.append_as(block, Durability::None)
+    }
+
+    fn append_as(&self, block: &Block, durability: Durability) -> Result<()> {
         let shared = &*self.shared;
         shared.check_not_poisoned()?;
         let mut tail = shared.writer.lock();
@@ -170,7 +183,7 @@ impl BlockStore {
         let header_hash = block_header_hash(header);
         let batch = shared.batch_for(block, number, header_hash)?;
 
-        let every_block = shared.durability == Durability::EveryBlock;
+        let every_block = durability == Durability::EveryBlock;
         let mut options = WriteOptions::default();
         options.set_sync(every_block);
         if let Err(source) = shared.db.write_opt(batch, &options) {
@@ -198,9 +211,73 @@ impl BlockStore {
         shared.height_tx.send_replace(height);
         drop(tail);
 
-        if let Durability::GroupCommit { blocks_max, .. } = shared.durability {
+        if let Durability::GroupCommit { blocks_max, .. } = durability {
             shared.note_pending(u64::from(blocks_max));
         }
+        Ok(())
+    }
+
+    /// Removes the blocks at and above `height`, with their TxID index
+    /// entries, in one synced batch: a stream channel's blocks whose
+    /// checkpoint never came or did not verify. Block `height - 1` becomes
+    /// the tail. At least the genesis block stays; a `height` at or above
+    /// the current one removes nothing.
+    pub fn truncate(&self, height: u64) -> Result<()> {
+        let shared = &*self.shared;
+        shared.check_not_poisoned()?;
+        let mut tail = shared.writer.lock();
+        if height >= tail.height {
+            return Ok(());
+        }
+        let Some(last) = height.checked_sub(1) else {
+            return Err(Error::TruncateGenesis);
+        };
+        let last_block = shared.decode_block(last, shared.read_block_bytes(last)?)?;
+        let header = last_block
+            .header
+            .as_ref()
+            .ok_or_else(|| shared.corrupt(last, "stored without a header".into()))?;
+        let header_hash = block_header_hash(header);
+        let blocks = shared.cf(CF_BLOCKS)?;
+        let mut batch = WriteBatch::default();
+        for number in height..tail.height {
+            let block = shared.decode_block(number, shared.read_block_bytes(number)?)?;
+            if shared.index_tx_ids {
+                shared.unindex_block(&block, height, &mut batch)?;
+            }
+            batch.delete_cf(blocks, block_key(number));
+        }
+        batch.put(
+            TAIL_KEY,
+            encode_tail(&TailRecord {
+                height,
+                header_hash,
+            }),
+        );
+        let mut options = WriteOptions::default();
+        options.set_sync(true);
+        if let Err(source) = shared.db.write_opt(batch, &options) {
+            shared.poison(format!("synced truncation to height {height}: {source}"));
+            return Err(Error::Write {
+                block_number: height,
+                source,
+            });
+        }
+        *tail = Tail {
+            height,
+            header_hash: Some(header_hash),
+        };
+        *shared.last_header_hash.write() = Some(header_hash);
+        shared.height.store(height, Ordering::Release);
+        shared.durable_height.fetch_min(height, Ordering::AcqRel);
+        shared.height_tx.send_replace(height);
+        shared.durable_tx.send_if_modified(|durable| {
+            let lowered = *durable > height;
+            if lowered {
+                *durable = height;
+            }
+            lowered
+        });
         Ok(())
     }
 
@@ -449,6 +526,30 @@ impl Shared {
                 validation_code: filter.and_then(|filter| filter.get(index).copied()),
             };
             batch.put_cf(tx_ids, id.as_bytes(), encode_tx_location(&location));
+        }
+        Ok(())
+    }
+
+    /// Adds to `batch` the deletion of the TxID index entries that point
+    /// at `block` or any later one (at or above `from`).
+    fn unindex_block(&self, block: &Block, from: u64, batch: &mut WriteBatch) -> Result<()> {
+        let tx_ids = self.cf(CF_TX_IDS)?;
+        let envelopes = block.data.as_ref().map_or(&[][..], |data| &data.data[..]);
+        for tx_id in envelopes.iter().filter_map(tx_id_of) {
+            let value =
+                self.db
+                    .get_cf(tx_ids, tx_id.as_bytes())
+                    .map_err(|source| Error::ReadTx {
+                        tx_id: tx_id.clone(),
+                        source,
+                    })?;
+            let indexed_here = value
+                .as_deref()
+                .and_then(decode_tx_location)
+                .is_some_and(|location| location.block_number >= from);
+            if indexed_here {
+                batch.delete_cf(tx_ids, tx_id.as_bytes());
+            }
         }
         Ok(())
     }

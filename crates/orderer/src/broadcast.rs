@@ -2,23 +2,12 @@
 //! each gets a `BroadcastResponse` with Fabric's status and info text.
 //!
 //! The checks, in Fabric's order (`broadcast.Handler` with the standard
-//! channel's filters), each refusal naming what failed:
-//!
-//! | check | refusal |
-//! |---|---|
-//! | the envelope decodes (every layer, through the decode-once view) | BAD_REQUEST |
-//! | its channel is served here | NOT_FOUND |
-//! | its header type is ENDORSER_TRANSACTION or CONFIG_UPDATE | BAD_REQUEST |
-//! | the channel is not in maintenance | SERVICE_UNAVAILABLE |
-//! | payload + signature ≤ `AbsoluteMaxBytes` | BAD_REQUEST |
-//! | the creator is valid in the channel's MSPs, its signature verifies, and it satisfies `/Channel/Writers` | FORBIDDEN |
-//! | a config update applies to the current config (`config_update`) | BAD_REQUEST, or FORBIDDEN when a mod policy is not met |
-//! | the consenter takes it | SERVICE_UNAVAILABLE |
-//!
-//! An accepted config update becomes a CONFIG envelope signed by this
-//! orderer, `ConfigEnvelope{config, last_update}`, which the consenter
-//! writes as a block of its own; if another update was ordered in between,
-//! the consenter processes it again against the new config.
+//! channel's filters), each refusal naming what failed: the envelope
+//! decodes, every layer, through the decode-once view (else BAD_REQUEST);
+//! its channel is served here (else NOT_FOUND); then `crate::admission`
+//! checks it under the channel's current configuration (header type,
+//! maintenance, size, the creator's right to write, a config update's
+//! validity); last, the consenter takes it (else SERVICE_UNAVAILABLE).
 //!
 //! Deviations from Fabric 2.5, all stricter or clearer: an unknown channel
 //! is NOT_FOUND (Fabric 2.5 without a system channel answers BAD_REQUEST,
@@ -47,20 +36,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status as GrpcStatus, Streaming};
-use weft_msp::UnixTime;
-use weft_protos::common::{
-    ChannelHeader, ConfigEnvelope, ConfigUpdateEnvelope, Envelope, Header, HeaderType, Payload,
-    SignatureHeader, Status,
-};
+use weft_protos::common::{Envelope, Status};
 use weft_protos::orderer::BroadcastResponse;
-use weft_protos::tx::Sign;
-use weft_protos::view::{Limits, TxBody, TxEnvelope};
+use weft_protos::view::TxEnvelope;
 
-use crate::chain::{Ack, ChainInput};
-use crate::channel::{Channel, ChannelConfig};
-use crate::config_update::{UpdateError, next_config};
+use crate::admission::{self, Admitted, Refusal};
+use crate::channel::{Channel, RequestContext};
+use crate::consensus::Ack;
 use crate::metrics::OrdererMetrics;
-use crate::server::Channels;
 
 /// Envelopes of one stream being checked at once.
 pub const CHECKS_IN_FLIGHT_MAX: usize = 64;
@@ -69,56 +52,15 @@ pub const CHECKS_IN_FLIGHT_MAX: usize = 64;
 const SUBMITTED_IN_FLIGHT_MAX: usize = 1024;
 /// Responses buffered per stream before the client must read.
 const RESPONSES_BUFFERED_MAX: usize = 64;
-/// The policy a Broadcast client must satisfy.
-pub(crate) const WRITERS_POLICY: &str = "/Channel/Writers";
-
-/// Why an envelope was refused, as the client is told.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Refusal {
-    pub status: Status,
-    pub info: String,
-}
-
-impl Refusal {
-    pub fn new(status: Status, info: impl Into<String>) -> Self {
-        Self {
-            status,
-            info: info.into(),
-        }
-    }
-}
-
 /// An envelope that passed the checks, for its channel's consenter.
 #[derive(Debug)]
 pub(crate) struct Accepted {
     pub channel: Arc<Channel>,
-    pub input: ChainInput,
-}
-
-/// Everything a check needs besides the envelope.
-#[derive(Clone)]
-pub(crate) struct CheckContext {
-    pub channels: Arc<Channels>,
-    /// The node-wide decode limit; channels apply their own
-    /// `AbsoluteMaxBytes` on top.
-    pub limits: Limits,
-    pub now: fn() -> UnixTime,
-    /// The orderer's identity, which signs the CONFIG envelopes made from
-    /// config updates.
-    pub signer: Arc<dyn Sign + Send + Sync>,
-    pub metrics: OrdererMetrics,
-}
-
-impl std::fmt::Debug for CheckContext {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CheckContext")
-            .field("limits", &self.limits)
-            .finish_non_exhaustive()
-    }
+    pub input: Admitted,
 }
 
 /// Checks one envelope as received.
-pub(crate) fn check(envelope: &Envelope, context: &CheckContext) -> Result<Accepted, Refusal> {
+pub(crate) fn check(envelope: &Envelope, context: &RequestContext) -> Result<Accepted, Refusal> {
     let raw: Bytes = envelope.encode_to_vec().into();
     let view = TxEnvelope::decode(raw, context.limits)
         .map_err(|e| Refusal::new(Status::BadRequest, format!("malformed envelope: {e}")))?;
@@ -129,210 +71,13 @@ pub(crate) fn check(envelope: &Envelope, context: &CheckContext) -> Result<Accep
             format!("channel {channel_id:?} does not exist on this orderer"),
         )
     })?;
-    let config = channel.config();
-    let now = (context.now)();
-    let input = match &view.body {
-        TxBody::ConfigUpdate(update) => {
-            check_config_update(&view, update, &config, context.signer.as_ref(), now)?
-        }
-        _ => check_in_channel(&view, &config, now)?,
-    };
+    let input = admission::admit(
+        &view,
+        &channel.config(),
+        context.signer.as_ref(),
+        (context.now)(),
+    )?;
     Ok(Accepted { channel, input })
-}
-
-/// Checks a decoded envelope against one configuration of its channel.
-fn check_in_channel(
-    view: &TxEnvelope,
-    config: &ChannelConfig,
-    now: UnixTime,
-) -> Result<ChainInput, Refusal> {
-    match &view.body {
-        TxBody::Endorser(_) => {}
-        TxBody::Config(_) | TxBody::ConfigUpdate(_) => {
-            return Err(Refusal::new(
-                Status::BadRequest,
-                "message is of type that cannot be processed directly",
-            ));
-        }
-        TxBody::Other(_) => {
-            let name = HeaderType::try_from(view.channel_header.r#type).map_or_else(
-                |_| view.channel_header.r#type.to_string(),
-                |t| t.as_str_name().to_owned(),
-            );
-            let info = if view.channel_header.r#type == HeaderType::OrdererTransaction as i32 {
-                "message is of type that cannot be processed directly".to_owned()
-            } else {
-                format!(
-                    "header type {name} is not accepted; send ENDORSER_TRANSACTION or CONFIG_UPDATE"
-                )
-            };
-            return Err(Refusal::new(Status::BadRequest, info));
-        }
-    }
-    if config.orderer.maintenance {
-        return Err(Refusal::new(
-            Status::ServiceUnavailable,
-            "normal transactions are rejected: maintenance mode",
-        ));
-    }
-    let size_bytes = check_size(view, config)?;
-    authorize(view, config, now)?;
-    Ok(ChainInput::Normal {
-        envelope: view.raw.clone(),
-        size_bytes,
-        config_sequence: config.sequence(),
-    })
-}
-
-/// Checks a config update as a writer's envelope, then computes the
-/// channel's next configuration from it and wraps that in a CONFIG
-/// envelope signed by this orderer (`ConfigEnvelope{config, last_update}`).
-fn check_config_update(
-    view: &TxEnvelope,
-    update: &ConfigUpdateEnvelope,
-    config: &ChannelConfig,
-    signer: &dyn Sign,
-    now: UnixTime,
-) -> Result<ChainInput, Refusal> {
-    check_size(view, config)?;
-    authorize(view, config, now)?;
-    let channel_id = &view.channel_header.channel_id;
-    let next = next_config(channel_id, config, update, now).map_err(|e| match e {
-        UpdateError::Invalid(reason) => Refusal::new(Status::BadRequest, reason),
-        UpdateError::Forbidden(reason) => {
-            Refusal::new(Status::Forbidden, format!("{reason}: permission denied"))
-        }
-    })?;
-    // The new config must be one the orderer can run.
-    ChannelConfig::new(channel_id, 0, next.clone()).map_err(|e| {
-        Refusal::new(
-            Status::BadRequest,
-            format!("the updated config is unusable: {e}"),
-        )
-    })?;
-    let config_envelope = ConfigEnvelope {
-        config: Some(next),
-        last_update: Some(Envelope {
-            payload: view.payload_bytes.clone(),
-            signature: view.signature.clone(),
-        }),
-    };
-    let envelope = signed_config_envelope(channel_id, config_envelope, signer)
-        .map_err(|reason| Refusal::new(Status::InternalServerError, reason))?;
-    Ok(ChainInput::Config {
-        envelope,
-        update: view.raw.clone(),
-        config_sequence: config.sequence(),
-    })
-}
-
-/// Processes an accepted config update again against a newer
-/// configuration of its channel (another update was ordered since it was
-/// checked), as Fabric does; returns the new CONFIG input.
-pub(crate) fn recheck_config_update(
-    config: &ChannelConfig,
-    raw: &Bytes,
-    signer: &dyn Sign,
-) -> Result<ChainInput, Refusal> {
-    let view = TxEnvelope::decode(raw.clone(), Limits::default())
-        .map_err(|e| Refusal::new(Status::BadRequest, format!("malformed envelope: {e}")))?;
-    let TxBody::ConfigUpdate(update) = &view.body else {
-        return Err(Refusal::new(Status::BadRequest, "not a config update"));
-    };
-    check_config_update(&view, update, config, signer, weft_msp::now())
-}
-
-/// A CONFIG envelope carrying `config`, signed by the orderer.
-fn signed_config_envelope(
-    channel_id: &str,
-    config: ConfigEnvelope,
-    signer: &dyn Sign,
-) -> Result<Bytes, String> {
-    use ring::rand::SecureRandom;
-    let mut nonce = [0u8; 24];
-    ring::rand::SystemRandom::new()
-        .fill(&mut nonce)
-        .map_err(|_| "the system random generator failed".to_owned())?;
-    let creator = signer.identity();
-    let seconds = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX)
-        });
-    let payload = Payload {
-        header: Some(Header {
-            channel_header: ChannelHeader {
-                r#type: HeaderType::Config as i32,
-                version: 0,
-                timestamp: Some(prost_types::Timestamp { seconds, nanos: 0 }),
-                channel_id: channel_id.to_owned(),
-                tx_id: weft_protos::hash::compute_tx_id(&nonce, &creator),
-                epoch: 0,
-                extension: Bytes::new(),
-                tls_cert_hash: Bytes::new(),
-            }
-            .encode_to_vec()
-            .into(),
-            signature_header: SignatureHeader {
-                creator,
-                nonce: Bytes::copy_from_slice(&nonce),
-            }
-            .encode_to_vec()
-            .into(),
-        }),
-        data: config.encode_to_vec().into(),
-    }
-    .encode_to_vec();
-    let signature = signer.sign(&payload).map_err(|e| e.to_string())?;
-    Ok(Envelope {
-        payload: payload.into(),
-        signature: signature.into(),
-    }
-    .encode_to_vec()
-    .into())
-}
-
-/// Fabric's size filter: payload plus signature within `AbsoluteMaxBytes`.
-fn check_size(view: &TxEnvelope, config: &ChannelConfig) -> Result<u64, Refusal> {
-    let size_bytes = (view.payload_bytes.len() + view.signature.len()) as u64;
-    let limit = u64::from(config.orderer.batch_size.absolute_max_bytes);
-    if size_bytes > limit {
-        return Err(Refusal::new(
-            Status::BadRequest,
-            format!(
-                "message payload is {size_bytes} bytes and exceeds maximum allowed {limit} bytes"
-            ),
-        ));
-    }
-    Ok(size_bytes)
-}
-
-/// The creator is a valid member of the channel, signed the payload, and
-/// satisfies the Writers policy. The signature is verified once.
-fn authorize(view: &TxEnvelope, config: &ChannelConfig, now: UnixTime) -> Result<(), Refusal> {
-    let forbidden =
-        |reason: String| Refusal::new(Status::Forbidden, format!("{reason}: permission denied"));
-    let identity = config
-        .authority
-        .msps
-        .deserialize(view.creator(), now)
-        .map_err(|e| forbidden(format!("the creator's identity is not valid: {e}")))?;
-    identity
-        .verify(&view.payload_bytes, &view.signature)
-        .map_err(|e| forbidden(format!("the creator's signature is not valid: {e}")))?;
-    config
-        .authority
-        .policies
-        .is_satisfied_by(WRITERS_POLICY, &[identity])
-        .map_err(|e| forbidden(e.to_string()))
-}
-
-/// Checks an accepted envelope again under a newer configuration of its
-/// channel (the consenter does this before ordering it).
-pub(crate) fn recheck(config: &ChannelConfig, raw: &Bytes) -> Result<(), Refusal> {
-    let view = TxEnvelope::decode(raw.clone(), Limits::default())
-        .map_err(|e| Refusal::new(Status::BadRequest, format!("malformed envelope: {e}")))?;
-    check_in_channel(&view, config, weft_msp::now()).map(drop)
 }
 
 /// The response stream of one Broadcast call.
@@ -344,7 +89,7 @@ pub(crate) type ResponseStream =
 pub(crate) fn serve(
     requests: Streaming<Envelope>,
     remote: Option<SocketAddr>,
-    context: CheckContext,
+    context: RequestContext,
     shutdown: watch::Receiver<bool>,
 ) -> ResponseStream {
     let (responses, responses_out) = mpsc::channel(RESPONSES_BUFFERED_MAX);
@@ -366,7 +111,7 @@ type Submitted = (Instant, Option<String>, Result<Ack, Refusal>);
 /// queue limits how many are in flight.
 async fn read_requests(
     mut requests: Streaming<Envelope>,
-    context: CheckContext,
+    context: RequestContext,
     checks: mpsc::Sender<CheckOutcome>,
     mut shutdown: watch::Receiver<bool>,
 ) {

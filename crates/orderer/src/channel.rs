@@ -1,5 +1,7 @@
 //! One channel as the orderer holds it: its block store, its current
-//! configuration, and the mailbox of the task that orders it.
+//! configuration, and the mailbox of the task that orders it; the
+//! [`Channels`] a node serves, and what serving a client request needs
+//! ([`RequestContext`]).
 //!
 //! A channel starts from its genesis block (bootstrap, on an empty store)
 //! or from its store (restart): then the last config block is found
@@ -7,79 +9,23 @@
 //! again. Each configuration is an immutable [`ChannelConfig`]; a config
 //! block replaces it as a whole, and with it the identity cache.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 use prost::Message;
 use weft_ledger::{BlockStore, StoreConfig};
-use weft_policy::ChannelAuthority;
+use weft_msp::UnixTime;
 use weft_protos::block::{config_of_block, last_config_index};
 use weft_protos::common::{Block, Config};
+use weft_protos::tx::Sign;
+use weft_protos::view::Limits;
 
-use crate::chain::ChainHandle;
-use crate::config::{ChannelOrdererConfig, Consensus};
+use crate::channel_config::ChannelConfig;
+use crate::consensus::ChainHandle;
 use crate::error::{Error, Result};
 use crate::metrics::OrdererMetrics;
-
-/// A channel's configuration at one sequence, as the orderer uses it.
-#[derive(Debug)]
-pub(crate) struct ChannelConfig {
-    pub config: Config,
-    /// The block that carries this configuration.
-    pub block: u64,
-    pub authority: ChannelAuthority,
-    pub orderer: ChannelOrdererConfig,
-    /// The DER of each Raft consenter's client TLS certificate: who may
-    /// send this channel cluster traffic when the cluster runs mutual TLS.
-    /// A consenter whose certificate does not parse is left out (it cannot
-    /// be authenticated); empty for solo.
-    pub consenter_certificates: Vec<Vec<u8>>,
-}
-
-impl ChannelConfig {
-    pub fn new(channel_id: &str, block: u64, config: Config) -> Result<Self> {
-        let orderer =
-            ChannelOrdererConfig::from_config(&config).map_err(|source| Error::Config {
-                channel: channel_id.to_owned(),
-                block,
-                source,
-            })?;
-        let authority = ChannelAuthority::from_config(&config).map_err(|e| Error::Authority {
-            channel: channel_id.to_owned(),
-            block,
-            reason: e.to_string(),
-        })?;
-        let consenter_certificates = match &orderer.consensus {
-            Consensus::Solo => Vec::new(),
-            Consensus::EtcdRaft(metadata) => metadata
-                .consenters
-                .iter()
-                .filter_map(|consenter| weft_msp::certificate_der(&consenter.client_tls_cert).ok())
-                .collect(),
-        };
-        Ok(Self {
-            config,
-            block,
-            authority,
-            orderer,
-            consenter_certificates,
-        })
-    }
-
-    /// Whether `der` is the client TLS certificate of one of the
-    /// channel's consenters.
-    pub fn is_consenter(&self, der: &[u8]) -> bool {
-        self.consenter_certificates
-            .iter()
-            .any(|certificate| certificate == der)
-    }
-
-    /// The configuration's sequence number: how many updates led to it.
-    pub fn sequence(&self) -> u64 {
-        self.config.sequence
-    }
-}
 
 /// A channel being served.
 #[derive(Debug)]
@@ -130,6 +76,49 @@ impl Channel {
     /// Makes `config` current (after its block was written).
     pub fn install(&self, config: ChannelConfig) {
         *self.config.write() = Arc::new(config);
+    }
+}
+
+/// The channels a node serves, by ID.
+#[derive(Debug, Default)]
+pub(crate) struct Channels {
+    by_id: HashMap<String, Arc<Channel>>,
+}
+
+impl Channels {
+    pub fn new(by_id: HashMap<String, Arc<Channel>>) -> Self {
+        Self { by_id }
+    }
+
+    pub fn get(&self, channel_id: &str) -> Option<Arc<Channel>> {
+        self.by_id.get(channel_id).cloned()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Channel>> {
+        self.by_id.values()
+    }
+}
+
+/// What serving a client request (Broadcast, Deliver) needs besides the
+/// request.
+#[derive(Clone)]
+pub(crate) struct RequestContext {
+    pub channels: Arc<Channels>,
+    /// The node-wide decode limit; channels apply their own
+    /// `AbsoluteMaxBytes` on top.
+    pub limits: Limits,
+    pub now: fn() -> UnixTime,
+    /// The orderer's identity, which signs the CONFIG envelopes made from
+    /// config updates.
+    pub signer: Arc<dyn Sign + Send + Sync>,
+    pub metrics: OrdererMetrics,
+}
+
+impl std::fmt::Debug for RequestContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestContext")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
     }
 }
 

@@ -11,6 +11,10 @@
 //!   envelope arrived.
 //! - `ConsensusType` (`orderer.ConsensusType`): `solo` or `etcdraft` (with
 //!   its `etcdraft.ConfigMetadata`), and the normal/maintenance state.
+//! - `StreamMode` (`weft.stream.StreamMode`, weft's own, optional): the
+//!   channel streams; a checkpoint at the latest every
+//!   `checkpoint_transactions` transactions or `checkpoint_interval` after
+//!   the first unsigned one, whichever comes first (docs/stream-mode.md).
 //!
 //! The checks are Fabric's (`channelconfig`'s orderer values): a zero
 //! message count or absolute size, a preferred size above the absolute
@@ -20,10 +24,12 @@
 use std::time::Duration;
 
 use prost::Message;
+use weft_protos::STREAM_MODE_KEY;
 use weft_protos::common::{Config, ConfigGroup};
 use weft_protos::etcdraft;
 use weft_protos::orderer::consensus_type::State;
 use weft_protos::orderer::{BatchSize as BatchSizeValue, BatchTimeout, ConsensusType};
+use weft_protos::stream::StreamMode as StreamModeValue;
 
 /// The config path of the orderer group, for messages.
 const ORDERER_GROUP: &str = "/Channel/Orderer";
@@ -76,6 +82,16 @@ impl Consensus {
     }
 }
 
+/// A stream channel's checkpoints, from `/Channel/Orderer/StreamMode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamMode {
+    /// A checkpoint at the latest after this many transactions.
+    pub checkpoint_transactions: u32,
+    /// A checkpoint at the latest this long after the first transaction
+    /// it covers.
+    pub checkpoint_interval: Duration,
+}
+
 /// The orderer values of one channel configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChannelOrdererConfig {
@@ -85,6 +101,8 @@ pub struct ChannelOrdererConfig {
     /// In maintenance (consensus-type migration), normal transactions are
     /// refused with SERVICE_UNAVAILABLE, as Fabric does.
     pub maintenance: bool,
+    /// Set for a stream channel; `None` orders in blocks.
+    pub stream: Option<StreamMode>,
 }
 
 impl ChannelOrdererConfig {
@@ -148,13 +166,45 @@ impl ChannelOrdererConfig {
                 ));
             }
         };
+        let stream = match orderer.values.get(STREAM_MODE_KEY) {
+            None => None,
+            Some(_) => Some(stream_mode(&decode_value::<StreamModeValue>(
+                orderer,
+                STREAM_MODE_KEY,
+            )?)?),
+        };
         Ok(Self {
             batch_size,
             batch_timeout,
             consensus,
             maintenance,
+            stream,
         })
     }
+}
+
+fn stream_mode(value: &StreamModeValue) -> Result<StreamMode, ConfigError> {
+    if value.checkpoint_transactions == 0 {
+        return Err(invalid(
+            "StreamMode.checkpoint_transactions",
+            "0",
+            "a checkpoint must cover at least one transaction".to_owned(),
+        ));
+    }
+    let interval = &value.checkpoint_interval;
+    let checkpoint_interval = weft_protos::duration::parse_go_duration(interval)
+        .map_err(|reason| invalid("StreamMode.checkpoint_interval", interval, reason))?;
+    if checkpoint_interval.is_zero() {
+        return Err(invalid(
+            "StreamMode.checkpoint_interval",
+            interval,
+            "the checkpoint interval must be positive".to_owned(),
+        ));
+    }
+    Ok(StreamMode {
+        checkpoint_transactions: value.checkpoint_transactions,
+        checkpoint_interval,
+    })
 }
 
 fn batch_size(value: &BatchSizeValue) -> Result<BatchSize, ConfigError> {
@@ -277,8 +327,64 @@ mod tests {
                 batch_timeout: Duration::from_millis(250),
                 consensus: Consensus::Solo,
                 maintenance: false,
+                stream: None,
             }
         );
+    }
+
+    fn streaming(config: &mut Config, checkpoint_transactions: u32, interval: &str) {
+        let orderer = config
+            .channel_group
+            .as_mut()
+            .unwrap()
+            .groups
+            .get_mut("Orderer")
+            .unwrap();
+        orderer.values.insert(
+            STREAM_MODE_KEY.to_owned(),
+            value(&StreamModeValue {
+                checkpoint_transactions,
+                checkpoint_interval: interval.to_owned(),
+            }),
+        );
+    }
+
+    #[test]
+    fn a_stream_channel_parses_and_bad_checkpoints_are_named() {
+        let mut config = channel(batch(10, 1000, 500), "250ms", solo());
+        streaming(&mut config, 100, "5ms");
+        let parsed = ChannelOrdererConfig::from_config(&config).unwrap();
+        assert_eq!(
+            parsed.stream,
+            Some(StreamMode {
+                checkpoint_transactions: 100,
+                checkpoint_interval: Duration::from_millis(5),
+            })
+        );
+        let cases = [
+            (
+                0,
+                "5ms",
+                "/Channel/Orderer/StreamMode.checkpoint_transactions = \"0\"",
+            ),
+            (
+                10,
+                "0s",
+                "/Channel/Orderer/StreamMode.checkpoint_interval = \"0s\"",
+            ),
+            (
+                10,
+                "often",
+                "/Channel/Orderer/StreamMode.checkpoint_interval = \"often\"",
+            ),
+        ];
+        for (count, interval, expected) in cases {
+            streaming(&mut config, count, interval);
+            let error = ChannelOrdererConfig::from_config(&config)
+                .unwrap_err()
+                .to_string();
+            assert!(error.starts_with(expected), "{error:?} vs {expected:?}");
+        }
     }
 
     #[test]

@@ -30,7 +30,7 @@ use weft_protos::common::{
     SignatureHeader,
 };
 
-use crate::channel::ChannelConfig;
+use crate::channel_config::ChannelConfig;
 
 /// Why a config update was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -44,6 +44,12 @@ pub enum CutReason {
     Config,
     /// The consenter stopped or lost the Raft leadership.
     Halt,
+    /// A stream channel: the consenter was free, so the envelopes that
+    /// arrived meanwhile became a block at once.
+    Stream,
+    /// A stream channel's checkpoint interval ran out with no block to
+    /// carry the signature: an empty, signed block.
+    Checkpoint,
 }
 
 impl CutReason {
@@ -55,6 +61,8 @@ impl CutReason {
             Self::Timeout => "timeout",
             Self::Config => "config",
             Self::Halt => "halt",
+            Self::Stream => "stream",
+            Self::Checkpoint => "checkpoint",
         }
     }
 }

@@ -26,7 +26,7 @@ use weft_protos::common::{Block, Envelope, Status};
 use weft_protos::orderer::DeliverResponse;
 use weft_protos::orderer::deliver_response::Type as ResponseType;
 
-use crate::broadcast::CheckContext;
+use crate::channel::RequestContext;
 
 /// Responses buffered per stream before the client must read.
 const RESPONSES_BUFFERED_MAX: usize = 16;
@@ -43,7 +43,7 @@ pub(crate) fn serve(
     requests: Streaming<Envelope>,
     remote: Option<SocketAddr>,
     binding: TlsBinding,
-    context: CheckContext,
+    context: RequestContext,
     mut shutdown: watch::Receiver<bool>,
 ) -> ResponseStream {
     let (sender, receiver) = mpsc::channel(RESPONSES_BUFFERED_MAX);
@@ -60,7 +60,7 @@ async fn answer_all(
     mut requests: Streaming<Envelope>,
     remote: Option<SocketAddr>,
     binding: &TlsBinding,
-    context: &CheckContext,
+    context: &RequestContext,
     sender: &mpsc::Sender<Result<DeliverResponse, GrpcStatus>>,
 ) {
     let remote = remote.map_or_else(|| "unknown".to_owned(), |address| address.to_string());
@@ -95,7 +95,7 @@ async fn answer_all(
 async fn answer(
     envelope: &Envelope,
     binding: &TlsBinding,
-    context: &CheckContext,
+    context: &RequestContext,
     sender: &mpsc::Sender<Result<DeliverResponse, GrpcStatus>>,
 ) -> Result<StreamEnd, (Status, String)> {
     let request = SeekRequest::decode(envelope).map_err(|reason| (Status::BadRequest, reason))?;

@@ -7,45 +7,55 @@
 //! per channel, and serves gRPC until [`Orderer::shutdown`]. A request
 //! flows through:
 //!
-//! 1. `broadcast`: per envelope, decode (once), channel, header type, size
-//!    and the creator's right to write (`/Channel/Writers`), concurrently
-//!    within a stream but answered and ordered in request order; a config
-//!    update (`config_update`) becomes the channel's next config, in a
-//!    CONFIG envelope the orderer signs;
-//! 2. `chain`: the consensus seam; a channel's task takes accepted
-//!    envelopes from its bounded mailbox, and the solo consenter cuts
-//!    them with the [`BlockCutter`] (Fabric's rules, a pure function of
-//!    the envelopes and the time);
+//! 1. `broadcast`: per envelope, decode (once) and find its channel, then
+//!    `admission`: header type, size and the creator's right to write
+//!    (`/Channel/Writers`), the pure checks every consenter applies again
+//!    when the config changed; a config update (`config_update`) becomes
+//!    the channel's next config, in a CONFIG envelope the orderer signs.
+//!    Envelopes of a stream are checked concurrently, but answered and
+//!    ordered in request order;
+//! 2. `consensus`: the seam; a channel's task takes admitted envelopes
+//!    from its bounded mailbox and decides their order: `consensus::solo`
+//!    cuts them with the [`BlockCutter`] (Fabric's rules, a pure function
+//!    of the envelopes and the time), `consensus::raft` has the leader cut
+//!    and propose each batch as a Raft log entry, cluster traffic on
+//!    `weft.cluster.Cluster`;
 //! 3. [`BlockWriter`]: each decided batch becomes the next block (a
 //!    deterministic function of the batch sequence), signed by the
 //!    orderer and appended to the channel's `weft_ledger::BlockStore`;
-//!    with Raft (`raft`), the leader cuts and proposes each batch as a
-//!    log entry, and every consenter writes the block once Raft decides
-//!    it; cluster traffic travels on `weft.cluster.Cluster`;
+//!    with Raft every consenter writes the block once Raft decides it;
 //! 4. `deliver`: blocks back to readers (`/Channel/Readers`) with Fabric's
 //!    seek semantics, shared with the peer through `weft_ledger`.
+//!
+//! `admission` sits below everything that orders: Broadcast and every
+//! consenter use it, and it uses only the pure parts (`channel_config`,
+//! `config`, `config_update`), so a new consenter is a module under
+//! `consensus` that never reaches up into the gRPC services.
 //!
 //! [`ChannelOrdererConfig`] reads a channel config's orderer values.
 //!
 //! The orderer never imports the committer, the endorser or the world
 //! state; it sees transactions only as far as their headers and creator.
 
+mod admission;
 mod broadcast;
-mod chain;
 mod channel;
+mod channel_config;
+pub mod checkpoint;
 pub mod config;
 mod config_update;
+mod consensus;
 pub mod cutter;
 mod deliver;
 mod error;
 mod metrics;
-mod raft;
 mod server;
 pub mod writer;
 
 pub use broadcast::CHECKS_IN_FLIGHT_MAX;
-pub use chain::Consenter;
-pub use config::{BatchSize, ChannelOrdererConfig, ConfigError, Consensus};
+pub use checkpoint::{Checkpoints, Seal};
+pub use config::{BatchSize, ChannelOrdererConfig, ConfigError, Consensus, StreamMode};
+pub use consensus::Consenter;
 pub use cutter::{BlockCutter, CutReason};
 pub use error::{Error, Result};
 pub use metrics::OrdererMetrics;

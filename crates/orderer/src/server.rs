@@ -28,17 +28,19 @@ use weft_protos::orderer::atomic_broadcast_server::{AtomicBroadcast, AtomicBroad
 use weft_protos::tx::Sign;
 use weft_protos::view::Limits;
 
-use crate::broadcast::{self, CheckContext};
 use weft_protos::cluster::cluster_server::ClusterServer;
 
-use crate::chain::{self, ChainTask, Consenter};
-use crate::channel::{self, Channel, ChannelConfig};
+use crate::broadcast;
+
+use crate::channel::{self, Channel, Channels, RequestContext};
+use crate::channel_config::ChannelConfig;
 use crate::config::Consensus;
+use crate::consensus::raft::transport::{self, ClusterService, Transport};
+use crate::consensus::raft::{self, LogStore, Members, Options as RaftOptions, Route};
+use crate::consensus::{self, ChainTask, Consenter, solo};
 use crate::deliver;
 use crate::error::{Error, Result};
 use crate::metrics::OrdererMetrics;
-use crate::raft::transport::{self, ClusterService, Transport};
-use crate::raft::{LogStore, Members, Options as RaftOptions, Route};
 use crate::writer::BlockWriter;
 
 /// How long a shutdown waits for open streams to end before cutting them.
@@ -156,24 +158,11 @@ impl Health {
             return Vec::new();
         };
         let mut failed: Vec<(String, String)> = channels
-            .by_id
-            .values()
+            .iter()
             .filter_map(|channel| Some((channel.id.clone(), channel.failure()?)))
             .collect();
         failed.sort();
         failed
-    }
-}
-
-/// The channels a node serves, by ID.
-#[derive(Debug, Default)]
-pub(crate) struct Channels {
-    by_id: HashMap<String, Arc<Channel>>,
-}
-
-impl Channels {
-    pub fn get(&self, channel_id: &str) -> Option<Arc<Channel>> {
-        self.by_id.get(channel_id).cloned()
     }
 }
 
@@ -268,7 +257,7 @@ impl Orderer {
             let route = raft
                 .as_ref()
                 .map(|(members, _, _)| Arc::new(Route::new(members.clone(), transport.clone())));
-            let (handle, mailbox) = chain::mailbox(&channel_id, consenter, route.clone());
+            let (handle, mailbox) = consensus::mailbox(&channel_id, consenter, route.clone());
             let channel = Arc::new(Channel::new(
                 channel_id.clone(),
                 store.clone(),
@@ -285,7 +274,7 @@ impl Orderer {
             });
             starts.push((channel, mailbox, writer, raft));
         }
-        let channels = Arc::new(Channels { by_id });
+        let channels = Arc::new(Channels::new(by_id));
         let (shutdown, shutdown_signal) = watch::channel(false);
 
         // The cluster service first: starting Raft channels may pull
@@ -327,9 +316,9 @@ impl Orderer {
         for (channel, mailbox, writer, raft) in starts {
             let id = channel.id.clone();
             let task = match raft {
-                None => chain::start_solo(channel, mailbox, writer, signer.clone()),
+                None => solo::start(channel, mailbox, writer, signer.clone()),
                 Some((members, options, store, inbox, route)) => {
-                    crate::raft::start(crate::raft::Setup {
+                    raft::start(raft::Setup {
                         channel,
                         mailbox,
                         inbox,
@@ -348,7 +337,7 @@ impl Orderer {
         }
 
         let service = Service {
-            context: CheckContext {
+            context: RequestContext {
                 channels: channels.clone(),
                 limits: Limits {
                     envelope_bytes_max: config.message_bytes_max,
@@ -411,7 +400,11 @@ impl Orderer {
 
     /// The IDs of the channels served, sorted.
     pub fn channel_ids(&self) -> Vec<String> {
-        let mut ids: Vec<String> = self.channels.by_id.keys().cloned().collect();
+        let mut ids: Vec<String> = self
+            .channels
+            .iter()
+            .map(|channel| channel.id.clone())
+            .collect();
         ids.sort();
         ids
     }
@@ -566,7 +559,7 @@ fn raft_parts(
                 .to_owned(),
         )
     })?;
-    let metadata = crate::raft::raft_metadata(channel_config).ok_or_else(|| {
+    let metadata = raft::raft_metadata(channel_config).ok_or_else(|| {
         consensus_error("the channel config names no etcdraft metadata".to_owned())
     })?;
     let members = Members::new(metadata, &cluster.endpoint).map_err(&consensus_error)?;
@@ -656,7 +649,7 @@ fn existing_channels(ledgers: &Path) -> Result<Vec<String>> {
 /// `orderer.AtomicBroadcast` over the node's channels.
 #[derive(Debug, Clone)]
 struct Service {
-    context: CheckContext,
+    context: RequestContext,
     shutdown: watch::Receiver<bool>,
     /// Clients present TLS certificates, and Deliver requests are bound
     /// to them.

@@ -19,11 +19,15 @@ use std::sync::Arc;
 use bytes::Bytes;
 use ring::rand::SecureRandom;
 use weft_ledger::BlockStore;
-use weft_protos::block::{last_config_index, new_block, sign_block_with_consenter_metadata};
+use weft_protos::block::{
+    last_config_index, new_block, seal_block_unsigned, sign_block_with_consenter_metadata,
+    signature_count,
+};
 use weft_protos::common::Block;
 use weft_protos::hash::{Hash, block_header_hash};
 use weft_protos::tx::Sign;
 
+use crate::checkpoint::Seal;
 use crate::cutter::Batch;
 use crate::error::{Error, Result};
 
@@ -38,6 +42,22 @@ pub enum BlockContent {
     Config(Bytes),
 }
 
+impl BlockContent {
+    /// How many transactions the block holds.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Transactions(batch) => batch.len(),
+            Self::Config(_) => 1,
+        }
+    }
+
+    /// Whether the block holds no transaction (a stream channel's empty
+    /// checkpoint block).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Writes a channel's blocks: assembles each decided batch into the next
 /// block, signs it as this orderer and appends it to the block store.
 pub struct BlockWriter {
@@ -47,6 +67,8 @@ pub struct BlockWriter {
     next_number: u64,
     previous_hash: Hash,
     last_config: u64,
+    /// Whether the last block written carries a signature.
+    tip_signed: bool,
     rng: ring::rand::SystemRandom,
 }
 
@@ -82,6 +104,15 @@ impl BlockWriter {
                 reason: format!("the last config block is beyond the height {next_number}"),
             });
         }
+        let tip = store
+            .block(next_number - 1)
+            .map_err(|source| Error::Ledger {
+                channel: channel_id.to_owned(),
+                source,
+            })?;
+        // A genesis block from a configuration tool may be unsigned; it is
+        // authenticated by being configured, not by a signature.
+        let tip_signed = next_number == 1 || tip.is_some_and(|tip| signature_count(&tip) > 0);
         Ok(Self {
             channel_id: channel_id.to_owned(),
             store,
@@ -89,8 +120,15 @@ impl BlockWriter {
             next_number,
             previous_hash,
             last_config,
+            tip_signed,
             rng: ring::rand::SystemRandom::new(),
         })
+    }
+
+    /// Whether the last block written is signed: a stream channel whose
+    /// tip is not owes its peers a checkpoint.
+    pub fn tip_signed(&self) -> bool {
+        self.tip_signed
     }
 
     /// The number the next block will have.
@@ -113,45 +151,33 @@ impl BlockWriter {
         new_block(self.next_number, &self.previous_hash, envelopes)
     }
 
-    /// Assembles, signs and appends the next block; returns it as stored.
-    /// Blocking: signing and the (possibly synced) write take a while, so
-    /// async callers run it on a blocking thread.
-    pub fn write(&mut self, content: &BlockContent) -> Result<Block> {
-        self.write_with_consenter_metadata(content, Bytes::new())
+    /// Assembles, seals (signs, unless `seal` says otherwise) and appends
+    /// the next block; returns it as stored. A config block is always
+    /// signed. Blocking: signing and the (possibly synced) write take a
+    /// while, so async callers run it on a blocking thread.
+    pub fn write(&mut self, content: &BlockContent, seal: Seal) -> Result<Block> {
+        self.write_with_consenter_metadata(content, Bytes::new(), seal)
     }
 
-    /// [`BlockWriter::write`], recording `consenter_metadata` in the signed
+    /// [`BlockWriter::write`], recording `consenter_metadata` in the
     /// orderer metadata (Raft records the log index the block was decided
     /// at, so that a restarted node knows what it has applied).
     pub fn write_with_consenter_metadata(
         &mut self,
         content: &BlockContent,
         consenter_metadata: Bytes,
+        seal: Seal,
     ) -> Result<Block> {
         let mut block = self.assemble(content);
         let number = self.next_number;
-        let last_config = match content {
-            BlockContent::Config(_) => number,
-            BlockContent::Transactions(_) => self.last_config,
+        let (last_config, seal) = match content {
+            BlockContent::Config(_) => (number, Seal::Signed),
+            BlockContent::Transactions(_) => (self.last_config, seal),
         };
-        let mut nonce = [0u8; NONCE_BYTES];
-        self.rng.fill(&mut nonce).map_err(|_| Error::Sign {
-            channel: self.channel_id.clone(),
-            block: number,
-            reason: "the system random generator failed".to_owned(),
-        })?;
-        sign_block_with_consenter_metadata(
-            &mut block,
-            last_config,
-            consenter_metadata,
-            self.signer.as_ref(),
-            Bytes::copy_from_slice(&nonce),
-        )
-        .map_err(|e| Error::Sign {
-            channel: self.channel_id.clone(),
-            block: number,
-            reason: e.to_string(),
-        })?;
+        match seal {
+            Seal::Signed => self.sign(&mut block, last_config, consenter_metadata)?,
+            Seal::Unsigned => seal_block_unsigned(&mut block, last_config, consenter_metadata),
+        }
         self.store.append(&block).map_err(|source| Error::Ledger {
             channel: self.channel_id.clone(),
             source,
@@ -164,12 +190,35 @@ impl BlockWriter {
         self.previous_hash = block_header_hash(header);
         self.next_number = number + 1;
         self.last_config = last_config;
+        self.tip_signed = seal == Seal::Signed;
         debug_assert_eq!(self.store.height(), self.next_number);
         Ok(block)
     }
 }
 
 impl BlockWriter {
+    fn sign(&self, block: &mut Block, last_config: u64, consenter_metadata: Bytes) -> Result<()> {
+        let number = self.next_number;
+        let mut nonce = [0u8; NONCE_BYTES];
+        self.rng.fill(&mut nonce).map_err(|_| Error::Sign {
+            channel: self.channel_id.clone(),
+            block: number,
+            reason: "the system random generator failed".to_owned(),
+        })?;
+        sign_block_with_consenter_metadata(
+            block,
+            last_config,
+            consenter_metadata,
+            self.signer.as_ref(),
+            Bytes::copy_from_slice(&nonce),
+        )
+        .map_err(|e| Error::Sign {
+            channel: self.channel_id.clone(),
+            block: number,
+            reason: e.to_string(),
+        })
+    }
+
     /// Appends a block another orderer of the cluster wrote (a node
     /// catching up from a Raft snapshot), as it was signed there. It must
     /// be the next block and link to the last one; its header must hash
@@ -212,6 +261,7 @@ impl BlockWriter {
         self.previous_hash = block_header_hash(header);
         self.next_number = number + 1;
         self.last_config = last_config;
+        self.tip_signed = signature_count(block) > 0;
         Ok(())
     }
 }
@@ -257,7 +307,7 @@ mod tests {
             block_header_hash(store.block(0).unwrap().unwrap().header.as_ref().unwrap());
         for (offset, content) in contents.iter().enumerate() {
             let unsigned = writer.assemble(content);
-            let block = writer.write(content).unwrap();
+            let block = writer.write(content, Seal::Signed).unwrap();
             let number = offset as u64 + 1;
             let header = block.header.clone().unwrap();
             assert_eq!(header.number, number);
@@ -297,5 +347,41 @@ mod tests {
             previous
         );
         assert!(BlockWriter::new("ch", store, signer, 9).is_err());
+    }
+
+    #[test]
+    fn unsigned_blocks_chain_like_signed_ones_and_config_blocks_are_always_signed() {
+        // Goal: a stream channel's unsigned block has the header and data a
+        // signed one would have and records the last config; a config
+        // block asked to go unsigned is signed all the same.
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(dir.path());
+        let org = TestOrg::new("OrdererMSP");
+        let signer: Arc<dyn Sign + Send + Sync> = Arc::new(org.signer(NodeRole::Orderer));
+        let mut writer = BlockWriter::new("ch", store.clone(), signer, 0).unwrap();
+        let content = BlockContent::Transactions(vec![Bytes::from_static(b"a")]);
+        let expected = writer.assemble(&content);
+        let block = writer.write(&content, Seal::Unsigned).unwrap();
+        assert_eq!((block.header, block.data), (expected.header, expected.data));
+        assert_eq!(
+            weft_protos::block::signature_count(&store.block(1).unwrap().unwrap()),
+            0
+        );
+        assert_eq!(
+            last_config_index(&store.block(1).unwrap().unwrap()),
+            Some(0)
+        );
+        let config = writer
+            .write(
+                &BlockContent::Config(Bytes::from_static(b"config")),
+                Seal::Unsigned,
+            )
+            .unwrap();
+        assert_eq!(weft_protos::block::signature_count(&config), 1);
+        let empty = writer
+            .write(&BlockContent::Transactions(Vec::new()), Seal::Signed)
+            .unwrap();
+        assert_eq!(empty.data.as_ref().unwrap().data.len(), 0);
+        assert_eq!(weft_protos::block::signature_count(&empty), 1);
     }
 }

@@ -12,6 +12,15 @@ use crate::lifecycle::{
 };
 use crate::{Error, Result};
 
+/// Whether `config` makes its channel a stream channel.
+fn streams(config: &Config) -> bool {
+    config
+        .channel_group
+        .as_ref()
+        .and_then(|root| root.groups.get("Orderer"))
+        .is_some_and(|orderer| orderer.values.contains_key(weft_protos::STREAM_MODE_KEY))
+}
+
 /// A channel's identity and policy context: its MSPs (with their identity
 /// cache), its policy tree, and the chaincode definitions committed on it.
 /// Immutable; a config block produces a new context with a fresh identity
@@ -26,6 +35,10 @@ pub struct ChannelContext {
     /// The endorsements this peer signed recently: recognised by their
     /// bytes instead of verified (see `weft_msp::own`).
     own_signatures: Option<Arc<OwnSignatures>>,
+    /// A stream channel: blocks between the orderers' checkpoints come
+    /// unsigned, are applied at once and become durable at the next
+    /// checkpoint (docs/stream-mode.md).
+    pub streams: bool,
 }
 
 impl std::fmt::Debug for ChannelContext {
@@ -57,6 +70,7 @@ impl ChannelContext {
             definitions: Arc::new(ChaincodeDefinitions::default()),
             application_orgs: Arc::new(application_orgs),
             own_signatures: None,
+            streams: streams(config),
         })
     }
 
@@ -95,6 +109,7 @@ impl ChannelContext {
             definitions,
             application_orgs: self.application_orgs.clone(),
             own_signatures: self.own_signatures.clone(),
+            streams: self.streams,
         }
     }
 

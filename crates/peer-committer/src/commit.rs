@@ -6,6 +6,19 @@
 //! update batch is applied to the world state. On open, any block above the
 //! state's durable height is replayed from the store using its stored codes,
 //! without validating it again; the result is the same state.
+//!
+//! Stream channels (docs/stream-mode.md): a block the orderers left
+//! unsigned is validated and applied at once, like any other, but *staged*:
+//! appended unsynced, visible to endorsers through the state, and not yet
+//! committed to readers (Deliver, commit status). The next checkpoint, a
+//! block whose orderer signature satisfies BlockValidation, commits the
+//! staged blocks with it, since its signature covers them through the hash
+//! chain. A checkpoint (or any block) that fails its integrity checks while
+//! blocks are staged rolls them back: the state to the last checkpoint, the
+//! block store truncated to it ([`Error::RolledBack`]), so that the intake
+//! fetches them again from another orderer. The world state is only made
+//! durable while nothing is staged, and a restart drops an unconfirmed
+//! (unsigned) tail before replaying.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -38,6 +51,9 @@ pub struct CommittedBlock {
     /// Whether the block carried a valid config transaction (the channel's
     /// MSPs and policies changed).
     pub reconfigured: bool,
+    /// A stream channel's block applied before the orderers' checkpoint
+    /// confirmed it: not committed to readers yet.
+    pub staged: bool,
     /// Where the time went, stage by stage.
     pub timings: StageTimings,
 }
@@ -68,6 +84,9 @@ pub struct ChannelCommitter {
     /// The height whose blocks are appended *and* applied to the state:
     /// what readers (Deliver, endorsers) may see as committed.
     committed: Arc<watch::Sender<u64>>,
+    /// A stream channel's first block applied and not confirmed by a
+    /// checkpoint yet; `None` when nothing is staged.
+    staged_from: Option<u64>,
     limits: Limits,
 }
 
@@ -115,6 +134,7 @@ impl ChannelCommitter {
             state,
             committed: Arc::new(watch::Sender::new(ledger.height())),
             ledger,
+            staged_from: None,
             limits: Limits::default(),
         })
     }
@@ -150,6 +170,11 @@ impl ChannelCommitter {
         let config = config_of(&decode(config_block, Limits::default()))
             .ok_or_else(|| corrupt(config_number, "holds no config transaction".to_owned()))?;
         let context = ChannelContext::from_config(channel_id, config_number, &config)?;
+        let height = if context.streams {
+            drop_unconfirmed_tail(channel_id, &ledger, config_number)?
+        } else {
+            height
+        };
 
         let replay_from = state.height().map_or(0, |applied| applied.block_num + 1);
         if replay_from > height {
@@ -187,6 +212,7 @@ impl ChannelCommitter {
             state,
             committed: Arc::new(watch::Sender::new(ledger.height())),
             ledger,
+            staged_from: None,
             limits: Limits::default(),
         })
     }
@@ -227,7 +253,14 @@ impl ChannelCommitter {
     /// Makes the world state durable up to the last committed block. The
     /// block store is synced first, so a durable state never runs ahead of
     /// the durable chain it is replayed from.
+    ///
+    /// While blocks of a stream channel are staged, nothing is made durable
+    /// (`Ok(None)`): a rollback must be able to return to the last
+    /// checkpoint.
     pub fn checkpoint(&self) -> Result<Option<Height>> {
+        if self.staged_from.is_some() {
+            return Ok(None);
+        }
         self.checkpointer().checkpoint()
     }
 
@@ -353,11 +386,10 @@ impl ChannelCommitter {
         } else {
             prepared
         };
-        integrity.map_err(|reason| Error::BadBlock {
-            channel: self.channel_id.clone(),
-            block: number,
-            reason,
-        })?;
+        let signed = match integrity {
+            Ok(signed) => signed,
+            Err(reason) => return Err(self.refuse(number, reason)?),
+        };
         let mvcc_started = Instant::now();
         let mut committed = HashSet::new();
         for transaction in decoded.transactions.iter().flatten() {
@@ -374,8 +406,59 @@ impl ChannelCommitter {
         validate_block(&decoded, &mut codes, self.state.as_ref())?;
         let mvcc = mvcc_started.elapsed();
         set_filter(&mut block, &codes);
-        let written = self.write(&block, &decoded, &codes)?;
+        let written = self.write(&block, &decoded, &codes, signed)?;
         Ok(written.committed(number, codes, validate_time, mvcc))
+    }
+
+    /// The error for block `number`, refused for `reason`. With blocks
+    /// staged, they are rolled back first: they came from the same stream
+    /// as a block that does not verify.
+    fn refuse(&mut self, number: u64, reason: String) -> Result<Error> {
+        let Some(from) = self.staged_from else {
+            return Ok(Error::BadBlock {
+                channel: self.channel_id.clone(),
+                block: number,
+                reason,
+            });
+        };
+        self.roll_back_staged(from)?;
+        tracing::warn!(
+            channel = %self.channel_id,
+            block = number,
+            %reason,
+            rolled_back = number - from,
+            "a stream block failed its checks: rolled back to the last checkpoint"
+        );
+        Ok(Error::RolledBack {
+            channel: self.channel_id.clone(),
+            block: number,
+            to: from,
+            reason,
+        })
+    }
+
+    /// Undoes the staged blocks `from..`: the state returns to the last
+    /// checkpoint (block `from - 1`), the block store is truncated to it,
+    /// and chaincode definitions staged with them are forgotten.
+    fn roll_back_staged(&mut self, from: u64) -> Result<()> {
+        let corrupt = |reason: &str| Error::Corrupt {
+            channel: self.channel_id.clone(),
+            block: from - 1,
+            reason: reason.to_owned(),
+        };
+        let checkpoint = self
+            .ledger
+            .block(from - 1)?
+            .ok_or_else(|| corrupt("the last checkpoint is missing"))?;
+        let transactions = checkpoint.data.as_ref().map_or(0, |data| data.data.len());
+        self.state
+            .rollback_to(last_height(from - 1, transactions))?;
+        self.ledger.truncate(from)?;
+        self.staged_from = None;
+        let definitions = ChaincodeDefinitions::load(self.state.as_ref())?;
+        self.context = Arc::new(self.context.with_definitions(Arc::new(definitions)));
+        *self.published.write() = self.context.clone();
+        Ok(())
     }
 
     /// Commits a block another peer of this organisation has already
@@ -415,22 +498,29 @@ impl ChannelCommitter {
                 refuse("no validation codes (TRANSACTIONS_FILTER) for its transactions".to_owned())
             })?;
         let mvcc = started.elapsed();
-        let written = self.write(&block, &decoded, &codes)?;
+        let written = self.write(&block, &decoded, &codes, true)?;
         Ok(written.committed(number, codes, Duration::ZERO, mvcc))
     }
 
     /// Appends a block whose codes are settled, applies its valid writes,
-    /// takes up its configuration, and only then shows it to readers.
+    /// takes up its configuration, and only then shows it to readers; an
+    /// unsigned block of a stream channel is staged instead (appended
+    /// unsynced, applied, shown to readers with the next checkpoint).
     fn write(
         &mut self,
         block: &Block,
         decoded: &DecodedBlock,
         codes: &[TxValidationCode],
+        signed: bool,
     ) -> Result<Written> {
         let number = decoded.header.number;
         let batch = update_batch(decoded, codes);
         let append_started = Instant::now();
-        self.ledger.append(block)?;
+        if signed {
+            self.ledger.append(block)?;
+        } else {
+            self.ledger.append_unsynced(block)?;
+        }
         let block_store = append_started.elapsed();
         let apply_started = Instant::now();
         self.state.apply(&batch, last_height(number, codes.len()))?;
@@ -463,9 +553,16 @@ impl ChannelCommitter {
             *self.published.write() = self.context.clone();
         }
         // Only now is the block visible to readers: its transactions' writes
-        // are in the state and its configuration is current.
-        self.committed.send_replace(number + 1);
+        // are in the state and its configuration is current. A staged block
+        // waits for the checkpoint that covers it.
+        if signed {
+            self.staged_from = None;
+            self.committed.send_replace(number + 1);
+        } else {
+            self.staged_from.get_or_insert(number);
+        }
         Ok(Written {
+            staged: !signed,
             reconfigured,
             block_store,
             state,
@@ -476,6 +573,7 @@ impl ChannelCommitter {
 /// What writing a block did.
 struct Written {
     reconfigured: bool,
+    staged: bool,
     block_store: Duration,
     state: Duration,
 }
@@ -493,6 +591,7 @@ impl Written {
             number,
             codes,
             reconfigured: self.reconfigured,
+            staged: self.staged,
             timings: StageTimings {
                 validate,
                 mvcc,
@@ -525,7 +624,9 @@ struct Prepared {
     decoded: DecodedBlock,
     codes: Vec<TxValidationCode>,
     /// Hashes and orderer signatures: `Err` holds why the block is refused.
-    integrity: std::result::Result<(), String>,
+    /// Whether the block is signed (`Ok(false)`: a stream channel's block
+    /// between checkpoints), or why it is refused.
+    integrity: std::result::Result<bool, String>,
     context: Arc<ChannelContext>,
     /// The chain tip this block was checked against.
     expected_previous: Option<weft_protos::hash::Hash>,
@@ -562,14 +663,16 @@ fn prepare(
 
 /// Refuses a block that does not extend the chain or that the orderers did
 /// not sign: previous hash, data hash, and the SIGNATURES metadata against
-/// the channel's `/Channel/Orderer/BlockValidation` policy.
+/// the channel's `/Channel/Orderer/BlockValidation` policy. A stream
+/// channel's block may carry no signature (`Ok(false)`), unless it holds a
+/// config transaction: config blocks are always checkpoints.
 fn check_block_integrity(
     block: &Block,
     decoded: &DecodedBlock,
     expected_previous: Option<&weft_protos::hash::Hash>,
     context: &ChannelContext,
     now: UnixTime,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<bool, String> {
     if expected_previous.map(|hash| hash.as_slice()) != Some(decoded.header.previous_hash.as_ref())
     {
         return Err("previous hash does not match the chain".to_owned());
@@ -580,10 +683,53 @@ fn check_block_integrity(
         return Err("data hash does not match the block's data".to_owned());
     }
     let signatures = block_signatures(block, &decoded.header)?;
+    if signatures.is_empty() && context.streams {
+        let holds_config = decoded.transactions.iter().flatten().any(|transaction| {
+            matches!(
+                transaction.body,
+                TxBody::Config(_) | TxBody::ConfigUpdate(_)
+            )
+        });
+        if holds_config {
+            return Err("an unsigned block holds a config transaction".to_owned());
+        }
+        return Ok(false);
+    }
     context
         .policies
         .evaluate(BLOCK_VALIDATION_POLICY, &signatures, &context.msps, now)
-        .map_err(|e| format!("orderer signatures: {e}"))
+        .map_err(|e| format!("orderer signatures: {e}"))?;
+    Ok(true)
+}
+
+/// A stream channel reopened after a stop: removes the blocks after the
+/// last signed one (or the last config block), which no checkpoint
+/// confirmed; they are fetched again. Returns the new height.
+fn drop_unconfirmed_tail(channel_id: &str, ledger: &BlockStore, config_number: u64) -> Result<u64> {
+    let height = ledger.height();
+    let mut confirmed = height;
+    while confirmed - 1 > config_number {
+        let number = confirmed - 1;
+        let block = ledger.block(number)?.ok_or_else(|| Error::Corrupt {
+            channel: channel_id.to_owned(),
+            block: number,
+            reason: "missing below the height".to_owned(),
+        })?;
+        if weft_protos::block::signature_count(&block) > 0 {
+            break;
+        }
+        confirmed = number;
+    }
+    if confirmed < height {
+        ledger.truncate(confirmed)?;
+        tracing::warn!(
+            channel = channel_id,
+            dropped = height - confirmed,
+            height = confirmed,
+            "dropped stream blocks no checkpoint had confirmed; they are fetched again"
+        );
+    }
+    Ok(confirmed)
 }
 
 /// The policy a block's orderer signatures must satisfy.

@@ -24,6 +24,17 @@ pub enum Error {
         block: u64,
         reason: String,
     },
+    /// A stream channel's block failed its checks while earlier blocks were
+    /// staged: they were rolled back, and the chain now ends below `to`.
+    #[error(
+        "channel {channel}: block {block}: {reason}; the blocks staged since block {to} were rolled back"
+    )]
+    RolledBack {
+        channel: String,
+        block: u64,
+        to: u64,
+        reason: String,
+    },
     /// A stored block failed to decode during recovery.
     #[error("channel {channel}: stored block {block} is unreadable: {reason}")]
     Corrupt {

@@ -20,7 +20,9 @@
 //!   hash is wrong, or the orderers' signatures do not satisfy the channel's
 //!   BlockValidation policy): nothing of it is written; everything queued
 //!   after it is dropped, and the fetch starts again from the peer's height
-//!   at the next orderer endpoint.
+//!   at the next orderer endpoint. On a stream channel the blocks staged
+//!   before it are rolled back first, so the fetch starts again from the
+//!   last checkpoint.
 //! - A failure of the block store or world state stops the channel: the
 //!   error is kept in [`IntakeStatus`] for the health check.
 //!
@@ -319,7 +321,9 @@ fn run_committer(
                 metrics.block_committed(&channel, block);
                 metrics.identity_cache(&channel, handle.context.read().msps.cache_stats());
             }
-            if last_checkpoint.elapsed() < options.checkpoint_interval {
+            // A stream channel's staged block may still be rolled back:
+            // the state is made durable only at a checkpoint.
+            if block.staged || last_checkpoint.elapsed() < options.checkpoint_interval {
                 return true;
             }
             last_checkpoint = Instant::now();
@@ -332,8 +336,8 @@ fn run_committer(
                 }
             }
         }
-        Err(Error::BadBlock { block, reason, .. }) if *block == handle.ledger.height() => {
-            tracing::warn!(%channel, block, %reason, source, "refused a block");
+        Err(error) if refetches(error, handle.ledger.height()) => {
+            tracing::warn!(%channel, %error, source, "refused a block");
             status.refused_blocks.fetch_add(1, Ordering::Relaxed);
             if let Some(metrics) = &metrics {
                 metrics.block_refused(&channel);
@@ -370,6 +374,18 @@ fn run_committer(
     {
         tracing::error!(%channel, %error, "the last checkpoint failed");
         *status.fatal.lock() = Some(error.to_string());
+    }
+}
+
+/// Whether the committer refused the block the chain needed next, so that
+/// the fetch must start again from the chain's height: a block at the
+/// height that failed its checks, or one whose failure rolled back a
+/// stream channel's staged blocks (the height is lower now).
+fn refetches(error: &Error, height: u64) -> bool {
+    match error {
+        Error::BadBlock { block, .. } => *block == height,
+        Error::RolledBack { .. } => true,
+        _ => false,
     }
 }
 

@@ -209,6 +209,7 @@ mod tests {
             "ch1",
             &CommittedBlock {
                 number: 4,
+                staged: false,
                 codes: vec![
                     TxValidationCode::Valid,
                     TxValidationCode::Valid,

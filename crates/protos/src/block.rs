@@ -80,12 +80,7 @@ pub fn sign_block_with_consenter_metadata(
         .header
         .as_ref()
         .ok_or_else(|| SignError("a block without a header cannot be signed".to_owned()))?;
-    let value: Bytes = OrdererBlockMetadata {
-        last_config: Some(LastConfig { index: last_config }),
-        consenter_metadata,
-    }
-    .encode_to_vec()
-    .into();
+    let value = orderer_block_metadata(last_config, consenter_metadata);
     let signature_header: Bytes = SignatureHeader {
         creator: signer.identity(),
         nonce,
@@ -110,6 +105,43 @@ pub fn sign_block_with_consenter_metadata(
     .encode_to_vec();
     set_metadata_slot(block, BlockMetadataIndex::Signatures, slot.into());
     Ok(())
+}
+
+/// Records in `block`'s SIGNATURES slot the index of the last config block
+/// and the consenter's metadata, as [`sign_block_with_consenter_metadata`]
+/// does, but no signature: a stream channel's block between checkpoints,
+/// which the next checkpoint's signature covers through the hash chain.
+pub fn seal_block_unsigned(block: &mut Block, last_config: u64, consenter_metadata: Bytes) {
+    let slot = Metadata {
+        value: orderer_block_metadata(last_config, consenter_metadata),
+        signatures: Vec::new(),
+    }
+    .encode_to_vec();
+    set_metadata_slot(block, BlockMetadataIndex::Signatures, slot.into());
+}
+
+fn orderer_block_metadata(last_config: u64, consenter_metadata: Bytes) -> Bytes {
+    OrdererBlockMetadata {
+        last_config: Some(LastConfig { index: last_config }),
+        consenter_metadata,
+    }
+    .encode_to_vec()
+    .into()
+}
+
+/// How many signatures `block`'s SIGNATURES slot holds: 0 for a stream
+/// channel's block between checkpoints (and for a malformed slot).
+pub fn signature_count(block: &Block) -> usize {
+    block
+        .metadata
+        .as_ref()
+        .and_then(|metadata| {
+            metadata
+                .metadata
+                .get(BlockMetadataIndex::Signatures as usize)
+        })
+        .and_then(|slot| Metadata::decode(slot.clone()).ok())
+        .map_or(0, |metadata| metadata.signatures.len())
 }
 
 /// The number of the last config block as `block` records it: the
@@ -251,6 +283,28 @@ mod tests {
         assert!(!is_config_block(&new_block(1, b"previous", Vec::new())));
         let garbage = new_block(1, b"previous", vec![Bytes::from_static(b"\xff\xff")]);
         assert!(!is_config_block(&garbage));
+    }
+
+    #[test]
+    fn an_unsigned_seal_records_the_last_config_and_no_signature() {
+        // Goal: a stream block between checkpoints carries what a signed
+        // block records (last config, consenter metadata) and no
+        // signature; signing it later replaces the slot.
+        let mut block = new_block(7, b"previous", vec![Bytes::from_static(b"tx")]);
+        assert_eq!(signature_count(&block), 0);
+        seal_block_unsigned(&mut block, 3, Bytes::from_static(b"raft"));
+        assert_eq!(last_config_index(&block), Some(3));
+        assert_eq!(
+            consenter_metadata(&block),
+            Some(Bytes::from_static(b"raft"))
+        );
+        assert_eq!(signature_count(&block), 0);
+        let signer = DigestSigner {
+            identity: Bytes::from_static(b"orderer"),
+        };
+        sign_block(&mut block, 3, &signer, Bytes::from_static(b"nonce")).unwrap();
+        assert_eq!(signature_count(&block), 1);
+        assert_eq!(last_config_index(&block), Some(3));
     }
 
     #[test]

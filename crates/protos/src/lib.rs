@@ -39,6 +39,11 @@ pub mod view;
 mod error;
 pub use error::{DecodeError, Layer};
 
+/// The key of the `weft.stream.StreamMode` value in a channel config's
+/// `/Channel/Orderer` group: its presence makes the channel a stream
+/// channel (docs/stream-mode.md).
+pub const STREAM_MODE_KEY: &str = "StreamMode";
+
 /// Generated code is not ours to lint.
 macro_rules! fabric_package {
     ($(#[$doc:meta])* $name:ident, $file:literal) => {
@@ -80,6 +85,11 @@ fabric_package!(
     /// messages, forwarded envelopes, block pulls); not Fabric's.
     cluster,
     "weft.cluster.rs"
+);
+fabric_package!(
+    /// `weft.stream`: weft's stream-mode channel value; not Fabric's.
+    stream,
+    "weft.stream.rs"
 );
 fabric_package!(
     /// `gateway`: the Fabric Gateway service.

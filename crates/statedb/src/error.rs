@@ -23,6 +23,12 @@ pub enum Error {
         target: crate::Height,
         floor: crate::Height,
     },
+    /// The engine writes every update through and keeps no history to
+    /// roll back with (stream channels need the memory state).
+    #[error(
+        "this state database cannot roll back updates; stream channels need the memory state database"
+    )]
+    RollbackUnsupported,
 }
 
 /// Result with the state database [`Error`].

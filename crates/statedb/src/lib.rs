@@ -160,4 +160,10 @@ pub trait VersionedState: StateReader + Send + Sync {
     /// The height recovered from disk when the database was opened: blocks
     /// above it must be replayed from the block store.
     fn durable_height(&self) -> Option<Height>;
+
+    /// Undoes every update applied above `height`: a stream channel's
+    /// transactions that the orderer's checkpoint did not confirm. Engines
+    /// that cannot (RocksDB writes each apply through) answer
+    /// [`Error::RollbackUnsupported`] and change nothing.
+    fn rollback_to(&self, height: Height) -> Result<()>;
 }

@@ -470,6 +470,10 @@ impl VersionedState for MemoryState {
     fn durable_height(&self) -> Option<Height> {
         self.recovered
     }
+
+    fn rollback_to(&self, height: Height) -> Result<()> {
+        MemoryState::rollback_to(self, height)
+    }
 }
 
 impl fmt::Debug for MemoryState {

@@ -149,6 +149,10 @@ impl VersionedState for RocksState {
     fn durable_height(&self) -> Option<Height> {
         self.recovered
     }
+
+    fn rollback_to(&self, _height: Height) -> Result<()> {
+        Err(Error::RollbackUnsupported)
+    }
 }
 
 impl fmt::Debug for RocksState {

@@ -679,3 +679,54 @@ fn one_batch_holds_the_block_its_index_entries_and_the_tail() {
         .unwrap();
     assert_eq!(batch.len(), 1 + 3 + 1);
 }
+
+#[test]
+fn unsynced_blocks_wait_for_a_sync_and_truncation_removes_them_with_their_index() {
+    // Goal: a stream channel's staged blocks are appended without a sync
+    // even under EveryBlock; truncating removes them and only the TxIDs
+    // they indexed (a TxID first seen earlier keeps its entry), survives a
+    // reopen, and the chain then continues from the new tail with other
+    // blocks at the same numbers.
+    let dir = TempDir::new().unwrap();
+    let store = open(&dir, Durability::EveryBlock);
+    let chain = synthetic_chain("kept", 3, 2);
+    append_all(&store, &chain);
+    let staged = [synthetic_block(
+        3,
+        chain.last(),
+        &["staged-a", "kept-1-0"],
+        None,
+    )];
+    let staged_next = synthetic_block(4, Some(&staged[0]), &["staged-b"], None);
+    store.append_unsynced(&staged[0]).unwrap();
+    store.append_unsynced(&staged_next).unwrap();
+    assert_eq!((store.height(), store.durable_height()), (5, 3));
+    assert_eq!(
+        store.tx_location("staged-b").unwrap().unwrap().block_number,
+        4
+    );
+
+    assert!(matches!(store.truncate(0), Err(Error::TruncateGenesis)));
+    store.truncate(3).unwrap();
+    assert_holds(&store, &chain);
+    assert_eq!(store.durable_height(), 3);
+    assert_eq!(store.tx_location("staged-a").unwrap(), None);
+    assert_eq!(store.tx_location("staged-b").unwrap(), None);
+    assert_eq!(
+        store.tx_location("kept-1-0").unwrap().unwrap().block_number,
+        1
+    );
+    store.truncate(7).unwrap();
+    assert_eq!(store.height(), 3);
+    drop(store);
+
+    let store = open(&dir, Durability::EveryBlock);
+    assert_holds(&store, &chain);
+    let other = synthetic_block(3, chain.last(), &["other", "staged-a"], None);
+    store.append(&other).unwrap();
+    assert_eq!(
+        store.tx_location("staged-a").unwrap().unwrap().block_number,
+        3
+    );
+    assert_eq!(store.durable_height(), 4);
+}

@@ -46,10 +46,9 @@ use weft_protos::cluster::{
 };
 use weft_protos::common::{Block, Status};
 
-use crate::broadcast::Refusal;
-use crate::chain::{Ack, ChainInput};
-use crate::channel::Channel;
-use crate::server::Channels;
+use crate::admission::{Admitted, Refusal};
+use crate::channel::{Channel, Channels};
+use crate::consensus::Ack;
 
 /// Raft messages queued for one peer before new ones are dropped.
 const PEER_QUEUE_MAX: usize = 4096;
@@ -180,7 +179,7 @@ impl Transport {
     /// Queues an envelope for the leader at `endpoint`, waiting while its
     /// queue is full; `done` gets the leader's answer, or
     /// SERVICE_UNAVAILABLE if the leader cannot be reached.
-    pub async fn forward(&self, endpoint: &str, channel: &str, input: ChainInput, done: Done) {
+    pub async fn forward(&self, endpoint: &str, channel: &str, input: Admitted, done: Done) {
         let forward = Forward {
             submission: submission(channel, input),
             done,
@@ -197,7 +196,7 @@ impl Transport {
 
     /// [`Transport::forward`] for a caller that cannot wait (the channel's
     /// Raft task): a full queue refuses the envelope.
-    pub fn try_forward(&self, endpoint: &str, channel: &str, input: ChainInput, done: Done) {
+    pub fn try_forward(&self, endpoint: &str, channel: &str, input: Admitted, done: Done) {
         let forward = Forward {
             submission: submission(channel, input),
             done,
@@ -256,9 +255,9 @@ impl Transport {
 }
 
 /// What the leader is sent for an accepted envelope of `channel`.
-fn submission(channel: &str, input: ChainInput) -> SubmitRequest {
+fn submission(channel: &str, input: Admitted) -> SubmitRequest {
     match input {
-        ChainInput::Normal {
+        Admitted::Normal {
             envelope,
             size_bytes,
             config_sequence,
@@ -270,7 +269,7 @@ fn submission(channel: &str, input: ChainInput) -> SubmitRequest {
             config_update: Bytes::new(),
             is_config: false,
         },
-        ChainInput::Config {
+        Admitted::Config {
             envelope,
             update,
             config_sequence,
@@ -588,13 +587,13 @@ async fn take_forwarded(
             // The follower checked the envelope as Broadcast does; the
             // leader checks it again only if the config changed since.
             let input = if submission.is_config {
-                ChainInput::Config {
+                Admitted::Config {
                     envelope: submission.envelope,
                     update: submission.config_update,
                     config_sequence: submission.config_sequence,
                 }
             } else {
-                ChainInput::Normal {
+                Admitted::Normal {
                     envelope: submission.envelope,
                     size_bytes: submission.size_bytes,
                     config_sequence: submission.config_sequence,

@@ -65,9 +65,11 @@ use weft_protos::common::Status;
 use weft_protos::etcdraft;
 use weft_protos::tx::Sign;
 
-use crate::broadcast::Refusal;
-use crate::chain::{ChainInput, ChainTask, Mailbox, Submission};
-use crate::channel::{Channel, ChannelConfig};
+use super::{ChainTask, Mailbox, Submission};
+use crate::admission::{Admitted, Refusal, readmit};
+use crate::channel::Channel;
+use crate::channel_config::ChannelConfig;
+use crate::checkpoint::{Checkpoints, Seal};
 use crate::config::Consensus;
 use crate::cutter::{Batch, BlockCutter, CutReason};
 use crate::error::{Error, Result};
@@ -361,6 +363,7 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
     let shared = channel.clone();
     let core = Core {
         cutter: BlockCutter::new(batch.batch_size, batch.batch_timeout),
+        checkpoints: Checkpoints::new(batch.stream),
         channel,
         node,
         store,
@@ -512,6 +515,9 @@ struct Core {
     /// the same order.
     cutter: BlockCutter,
     pending_waiters: Vec<Option<oneshot::Sender<Result<(), Refusal>>>>,
+    /// Leader only: which proposed batches are checkpoints (stream
+    /// channels; block channels sign every block).
+    checkpoints: Checkpoints,
     /// Entries proposed by this node and not applied yet, by index.
     proposed: BTreeMap<u64, Proposed>,
     /// The index of a proposed config entry not applied yet.
@@ -546,10 +552,10 @@ async fn run(
     let mut ticks = tokio::time::interval(core.options.tick_interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let deadline = if core.is_leader() {
-            core.cutter.deadline()
-        } else {
-            None
+        let deadline = match (core.is_leader(), core.checkpoints.streams()) {
+            (false, _) => None,
+            (true, false) => core.cutter.deadline(),
+            (true, true) => core.checkpoints.deadline(),
         };
         let timer = async {
             match deadline {
@@ -575,10 +581,18 @@ async fn run(
                 None => break,
             },
             () = timer => {
-                if let Some(batch) = core.cutter.expire(Instant::now()) {
+                if core.checkpoints.streams() {
+                    core.propose_checkpoint();
+                } else if let Some(batch) = core.cutter.expire(Instant::now()) {
                     core.propose_batch(batch, CutReason::Timeout);
                 }
             }
+        }
+        // A stream channel's leader cuts as soon as it has taken all it
+        // can: nothing waits for a batch timeout.
+        if core.checkpoints.streams() && core.takes_submissions() && mailbox.is_empty() {
+            let batch = core.cutter.cut();
+            core.propose_batch(batch, CutReason::Stream);
         }
         if core.node.has_ready() {
             core = tokio::task::spawn_blocking(move || {
@@ -657,50 +671,24 @@ impl Core {
 
     /// The leader orders an envelope: checks it again if the config
     /// changed since it was checked, cuts, proposes.
-    fn order(&mut self, input: ChainInput, done: Option<oneshot::Sender<Result<(), Refusal>>>) {
-        let config = self.channel.config();
+    fn order(&mut self, input: Admitted, done: Option<oneshot::Sender<Result<(), Refusal>>>) {
+        let input = match readmit(input, &self.channel.config(), self.signer.as_ref()) {
+            Ok(input) => input,
+            Err(refusal) => return answer(done, Err(refusal)),
+        };
         match input {
-            ChainInput::Normal {
+            Admitted::Normal {
                 envelope,
                 size_bytes,
-                config_sequence,
+                ..
             } => {
-                if config_sequence < config.sequence()
-                    && let Err(refusal) = crate::broadcast::recheck(&config, &envelope)
-                {
-                    answer(done, Err(refusal));
-                    return;
-                }
                 let ordered = self.cutter.ordered(envelope, size_bytes, Instant::now());
                 self.pending_waiters.push(done);
                 for (batch, reason) in ordered.batches.into_iter().zip(ordered.reasons) {
                     self.propose_batch(batch, reason);
                 }
             }
-            ChainInput::Config {
-                mut envelope,
-                update,
-                config_sequence,
-            } => {
-                if config_sequence != config.sequence() {
-                    match crate::broadcast::recheck_config_update(
-                        &config,
-                        &update,
-                        self.signer.as_ref(),
-                    ) {
-                        Ok(ChainInput::Config {
-                            envelope: fresh, ..
-                        }) => envelope = fresh,
-                        Ok(ChainInput::Normal { .. }) => {
-                            answer(done, unavailable("the config update changed kind"));
-                            return;
-                        }
-                        Err(refusal) => {
-                            answer(done, Err(refusal));
-                            return;
-                        }
-                    }
-                }
+            Admitted::Config { envelope, .. } => {
                 if let Err(refusal) = self.check_consenters(&envelope) {
                     answer(done, Err(refusal));
                     return;
@@ -759,12 +747,40 @@ impl Core {
             .pending_waiters
             .drain(..batch.len().min(self.pending_waiters.len()))
             .collect();
+        let checkpoint = self.checkpoints.seal(batch.len(), Instant::now()) == Seal::Signed
+            && self.checkpoints.streams();
         let entry = LogEntry {
             content: Some(log_entry::Content::Transactions(LogBatch {
                 envelopes: batch,
+                checkpoint,
             })),
         };
         self.propose(&entry, waiters);
+    }
+
+    /// A stream channel's checkpoint interval ran out with blocks unsigned:
+    /// proposes an empty checkpoint block.
+    fn propose_checkpoint(&mut self) {
+        if !self.checkpoints.pending() || !self.takes_submissions() {
+            return;
+        }
+        let batch = self.cutter.cut();
+        if !batch.is_empty() {
+            self.checkpoints.overdue(Instant::now());
+            self.propose_batch(batch, CutReason::Checkpoint);
+            return;
+        }
+        self.checkpoints.signed();
+        self.channel
+            .metrics
+            .block_cut(&self.channel.id, CutReason::Checkpoint);
+        let entry = LogEntry {
+            content: Some(log_entry::Content::Transactions(LogBatch {
+                envelopes: Vec::new(),
+                checkpoint: true,
+            })),
+        };
+        self.propose(&entry, Vec::new());
     }
 
     /// Proposes one entry; its index, or `None` (waiters refused) when
@@ -848,6 +864,11 @@ impl Core {
             self.leader_since = Some(self.node.raft.raft_log.last_index());
             let config = self.channel.config();
             self.cutter = BlockCutter::new(config.orderer.batch_size, config.orderer.batch_timeout);
+            self.checkpoints = Checkpoints::new(config.orderer.stream);
+            // The last leader may have left blocks unsigned, some of them
+            // perhaps not applied here yet: a stream channel's new leader
+            // starts with a checkpoint, once it has applied them.
+            self.checkpoints.overdue(Instant::now());
             tracing::info!(channel = %self.channel.id, term = self.node.raft.term, "this node leads the channel's raft cluster");
         } else if role != StateRole::Leader && was_leader {
             self.leader_since = None;
@@ -913,11 +934,21 @@ impl Core {
         };
         let decoded =
             LogEntry::decode(entry.get_data()).map_err(|e| bad(format!("does not decode: {e}")))?;
-        let content = match decoded.content {
+        // Block channels sign every block; a stream channel the blocks
+        // its leader marked as checkpoints (config blocks always).
+        let streams = self.channel.config().orderer.stream.is_some();
+        let (content, seal) = match decoded.content {
             Some(log_entry::Content::Transactions(batch)) => {
-                BlockContent::Transactions(batch.envelopes)
+                let seal = if streams && !batch.checkpoint {
+                    Seal::Unsigned
+                } else {
+                    Seal::Signed
+                };
+                (BlockContent::Transactions(batch.envelopes), seal)
             }
-            Some(log_entry::Content::Config(envelope)) => BlockContent::Config(envelope),
+            Some(log_entry::Content::Config(envelope)) => {
+                (BlockContent::Config(envelope), Seal::Signed)
+            }
             None => return Err(bad("holds nothing".to_owned())),
         };
         if let BlockContent::Config(envelope) = &content {
@@ -931,6 +962,7 @@ impl Core {
             let config = ChannelConfig::new(&self.channel.id, number, config)?;
             self.cutter
                 .reconfigure(config.orderer.batch_size, config.orderer.batch_timeout);
+            self.checkpoints.reconfigure(config.orderer.stream);
             tracing::info!(
                 channel = %self.channel.id,
                 block = number,
@@ -951,7 +983,7 @@ impl Core {
         .encode_to_vec();
         let block = self
             .writer
-            .write_with_consenter_metadata(&content, metadata.into())?;
+            .write_with_consenter_metadata(&content, metadata.into(), seal)?;
         let number = block.header.as_ref().map_or(0, |header| header.number);
         self.channel.metrics.height(&self.channel.id, number + 1);
         if let Some(header) = &block.header {

@@ -1,0 +1,243 @@
+//! The consensus seam: one task per channel takes accepted envelopes in
+//! order and turns them into blocks.
+//!
+//! Every consenter has the same two ends. At the front, a bounded mailbox
+//! ([`ChainHandle`]) into which Broadcast puts accepted envelopes, in the
+//! order of their streams; a full mailbox pushes back on clients. At the
+//! back, a [`BlockWriter`] that turns each *decided* batch into the next
+//! signed block, deterministically. What lies between is the consenter:
+//!
+//! - **solo** ([`solo`]): the task itself is the only decider; it runs the
+//!   [`BlockCutter`] and its timer and hands each batch to the writer.
+//! - **Raft** ([`raft`]): the leader's task runs the cutter and
+//!   proposes each batch as a Raft log entry; every node, leader included,
+//!   hands entries to its writer once Raft has decided them. Because
+//!   [`BlockWriter::assemble`] is a function of the batch sequence, all
+//!   nodes store the same blocks, each with its own signature. Raft
+//!   answers each submission ([`Ack::Later`]) only once its block is
+//!   decided, so a client's SUCCESS survives the loss of any minority.
+//!
+//! [`Consenter`] names the choice; [`solo::start`] and [`raft::start`]
+//! spawn the matching task.
+//!
+//! Every consenter follows the same rules: config transactions are blocks
+//! of their own (the pending batch is cut and written first); envelopes
+//! admitted under an older configuration than the current one are
+//! admitted again before they are ordered (`crate::admission::readmit`),
+//! as Fabric does; on halt, the task orders what is already in its mailbox
+//! and cuts the pending batch, so nothing a client was told SUCCESS for is
+//! dropped by a clean shutdown.
+
+pub(crate) mod raft;
+pub(crate) mod solo;
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use weft_protos::common::Status;
+
+use self::raft::{Leader, Route};
+use crate::admission::{Admitted, Refusal};
+use crate::error::{Error, Result};
+
+/// Accepted envelopes a channel's mailbox holds before Broadcast waits.
+const MAILBOX_CAPACITY: usize = 4096;
+
+/// Which consensus orders a channel on this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Consenter {
+    Solo,
+    /// Raft (etcdraft) among the consenters the channel config names.
+    Raft,
+}
+
+/// The consenter refused an envelope: it is halted or failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the consenter of channel {channel} is not running")]
+pub(crate) struct Unavailable {
+    pub channel: String,
+}
+
+/// What the mailbox carries: an accepted envelope and, when the consenter
+/// answers only once the envelope is ordered (Raft), where to answer.
+#[derive(Debug)]
+pub(crate) struct Submission {
+    pub input: Admitted,
+    /// Forwarded by another orderer of the cluster: a node that is not the
+    /// leader refuses it rather than forwarding it again.
+    pub forwarded: bool,
+    pub done: Option<oneshot::Sender<Result<(), Refusal>>>,
+}
+
+/// When a client may be told SUCCESS for a submitted envelope.
+#[derive(Debug)]
+pub(crate) enum Ack {
+    /// Now: the consenter holds it (solo, whose mailbox survives until
+    /// ordered, as Fabric's solo answers).
+    Now,
+    /// Once the consenter answers: Raft answers when the envelope's block
+    /// is decided, or refuses it (no leader, leadership lost).
+    Later(oneshot::Receiver<Result<(), Refusal>>),
+}
+
+impl Ack {
+    /// The consenter's answer if it is known now; the `Ack` again if not.
+    pub fn try_outcome(self) -> Result<Result<(), Refusal>, Self> {
+        match self {
+            Self::Now => Ok(Ok(())),
+            Self::Later(mut answer) => match answer.try_recv() {
+                Ok(result) => Ok(result),
+                Err(oneshot::error::TryRecvError::Empty) => Err(Self::Later(answer)),
+                Err(oneshot::error::TryRecvError::Closed) => Ok(Err(stopped())),
+            },
+        }
+    }
+
+    /// Waits for the consenter's answer.
+    pub async fn outcome(self) -> Result<(), Refusal> {
+        match self {
+            Self::Now => Ok(()),
+            Self::Later(answer) => answer.await.unwrap_or_else(|_| Err(stopped())),
+        }
+    }
+}
+
+/// The answer to an envelope whose consenter went away without answering.
+fn stopped() -> Refusal {
+    Refusal::new(
+        Status::ServiceUnavailable,
+        "the consenter stopped before the envelope was ordered",
+    )
+}
+
+/// The sending end of a channel's mailbox.
+#[derive(Debug, Clone)]
+pub(crate) struct ChainHandle {
+    channel_id: String,
+    mailbox: mpsc::Sender<Submission>,
+    /// Whether the consenter answers each envelope (Raft) or holding it is
+    /// enough (solo).
+    answers: bool,
+    /// Raft: where the leader is; envelopes go to the task only while this
+    /// node leads.
+    route: Option<Arc<Route>>,
+}
+
+impl ChainHandle {
+    /// Hands an accepted envelope to the consenter, waiting while the
+    /// mailbox is full; the [`Ack`] tells when the client may hear SUCCESS.
+    pub async fn submit(&self, input: Admitted) -> Result<Ack, Unavailable> {
+        self.submit_as(input, false).await
+    }
+
+    /// [`ChainHandle::submit`] for an envelope another orderer forwarded.
+    pub async fn submit_forwarded(&self, input: Admitted) -> Result<Ack, Unavailable> {
+        self.submit_as(input, true).await
+    }
+
+    async fn submit_as(&self, input: Admitted, forwarded: bool) -> Result<Ack, Unavailable> {
+        if let (Some(route), false) = (&self.route, forwarded) {
+            match route.leader() {
+                Leader::ThisNode => {}
+                Leader::Unknown => {
+                    let (done, answer) = oneshot::channel();
+                    let _ = done.send(Err(Refusal::new(
+                        Status::ServiceUnavailable,
+                        "no Raft leader: the cluster is electing one; retry",
+                    )));
+                    return Ok(Ack::Later(answer));
+                }
+                Leader::Other(endpoint) => {
+                    let (done, answer) = oneshot::channel();
+                    route
+                        .transport()
+                        .forward(endpoint, &self.channel_id, input, Some(done))
+                        .await;
+                    return Ok(Ack::Later(answer));
+                }
+            }
+        }
+        let (done, ack) = if self.answers {
+            let (done, answer) = oneshot::channel();
+            (Some(done), Ack::Later(answer))
+        } else {
+            (None, Ack::Now)
+        };
+        self.mailbox
+            .send(Submission {
+                input,
+                forwarded,
+                done,
+            })
+            .await
+            .map_err(|_| Unavailable {
+                channel: self.channel_id.clone(),
+            })?;
+        Ok(ack)
+    }
+}
+
+/// The receiving end, until the task takes it.
+#[derive(Debug)]
+pub(crate) struct Mailbox(pub(crate) mpsc::Receiver<Submission>);
+
+/// A new mailbox for `channel_id`, ordered by `consenter`; a Raft
+/// channel's handle forwards by `route` while another node leads.
+pub(crate) fn mailbox(
+    channel_id: &str,
+    consenter: Consenter,
+    route: Option<Arc<Route>>,
+) -> (ChainHandle, Mailbox) {
+    let (sender, receiver) = mpsc::channel(MAILBOX_CAPACITY);
+    (
+        ChainHandle {
+            channel_id: channel_id.to_owned(),
+            mailbox: sender,
+            answers: consenter == Consenter::Raft,
+            route,
+        },
+        Mailbox(receiver),
+    )
+}
+
+/// A running channel task.
+#[derive(Debug)]
+pub(crate) struct ChainTask {
+    pub(crate) halt: oneshot::Sender<()>,
+    pub(crate) task: JoinHandle<Result<()>>,
+}
+
+impl ChainTask {
+    /// Stops the task after it has ordered what its mailbox holds and
+    /// written the pending batch.
+    pub async fn halt(self, channel_id: &str) -> Result<()> {
+        // The task may have stopped on its own (after a failure).
+        let _ = self.halt.send(());
+        self.task.await.map_err(|e| Error::Task {
+            channel: channel_id.to_owned(),
+            reason: format!("the chain task died: {e}"),
+        })?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ack_is_known_once_answered_and_refused_once_abandoned() {
+        // Goal: the batched answers of a Forward stream take only answers
+        // already known, and an abandoned promise is a refusal, not a
+        // SUCCESS.
+        assert_eq!(Ack::Now.try_outcome().unwrap(), Ok(()));
+        let (done, answer) = oneshot::channel();
+        let ack = Ack::Later(answer).try_outcome().unwrap_err();
+        done.send(Ok(())).unwrap();
+        assert_eq!(ack.try_outcome().unwrap(), Ok(()));
+        let (done, answer) = oneshot::channel::<Result<(), Refusal>>();
+        drop(done);
+        let refused = Ack::Later(answer).try_outcome().unwrap().unwrap_err();
+        assert_eq!(refused.status, Status::ServiceUnavailable);
+    }
+}
