@@ -172,6 +172,19 @@ pub struct StreamArgs {
     /// unsigned transaction [default: 2ms].
     #[arg(long, requires = "stream")]
     pub checkpoint_interval: Option<String>,
+    /// With --stream: when the peers' Gateways report a transaction
+    /// committed: once a checkpoint covers it, or once applied, before its
+    /// checkpoint (and rolled back should that checkpoint fail).
+    /// [default: durable]
+    #[arg(long, value_enum, requires = "stream")]
+    pub commit_status: Option<CommitStatus>,
+}
+
+/// `--commit-status`: when a stream network's peers report a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CommitStatus {
+    Durable,
+    Applied,
 }
 
 impl StreamArgs {
@@ -183,6 +196,7 @@ impl StreamArgs {
                 .checkpoint_interval
                 .clone()
                 .unwrap_or_else(|| "2ms".to_owned()),
+            commit_status_applied: self.commit_status == Some(CommitStatus::Applied),
         })
     }
 
@@ -192,8 +206,14 @@ impl StreamArgs {
             || "off".to_owned(),
             |stream| {
                 format!(
-                    "on (checkpoint every {} transactions or {})",
-                    stream.checkpoint_transactions, stream.checkpoint_interval
+                    "on (checkpoint every {} transactions or {}, commit status at {})",
+                    stream.checkpoint_transactions,
+                    stream.checkpoint_interval,
+                    if stream.commit_status_applied {
+                        "applied"
+                    } else {
+                        "durable"
+                    }
                 )
             },
         )
@@ -349,7 +369,12 @@ pub fn up(args: &UpArgs) -> Result<()> {
 /// free on this machine (for networks that need not be found at Fabric's
 /// usual ports, such as the one `weft bench` starts).
 pub fn free_base_port(args: &UpArgs) -> Result<u16> {
-    for base in (17_050..=47_050).step_by(3_000) {
+    // Where the search starts depends on the process, so that benches
+    // started at the same moment (tests run them side by side) do not all
+    // pick the first free range before any of them binds it.
+    let ranges: Vec<u16> = (17_050..=47_050).step_by(3_000).collect();
+    let first = std::process::id() as usize % ranges.len();
+    for base in ranges[first..].iter().chain(&ranges[..first]).copied() {
         let plan = Plan {
             base_port: base,
             ..args.new_plan()?

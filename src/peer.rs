@@ -44,7 +44,7 @@ use weft_statedb::memory::{MemoryOptions, MemoryState};
 use weft_statedb::rocks::{RocksOptions, RocksState};
 
 pub use config::PeerConfig;
-use config::{BlockSourceMode, StateDatabase};
+use config::{BlockSourceMode, CommitStatusMode, StateDatabase};
 
 use crate::ops::{self, FailedCheck};
 
@@ -137,7 +137,13 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         let channel_id = committer.channel_id().to_owned();
         tracing::info!(channel = %channel_id, height = committer.height(), "channel opened");
         channels.insert(&channel_id, committer.handle());
-        endorser.join(&channel_id, Arc::new(CommittedChannel(committer.handle())));
+        endorser.join(
+            &channel_id,
+            Arc::new(CommittedChannel {
+                handle: committer.handle(),
+                commit_status: config.gateway.commit_status,
+            }),
+        );
         let intake = Intake::start(
             committer,
             signer.clone(),
@@ -258,12 +264,16 @@ async fn stopped(mut shutdown: watch::Receiver<bool>) {
 }
 
 /// A channel as the endorser sees it: the committer's block store, world
-/// state and current configuration.
-struct CommittedChannel(ChannelHandle);
+/// state and current configuration, and the height its commit status
+/// follows.
+struct CommittedChannel {
+    handle: ChannelHandle,
+    commit_status: CommitStatusMode,
+}
 
 impl ChannelView for CommittedChannel {
     fn organisations(&self) -> Vec<String> {
-        self.0
+        self.handle
             .context
             .read()
             .application_orgs()
@@ -273,7 +283,7 @@ impl ChannelView for CommittedChannel {
     }
 
     fn is_admin(&self, creator: &Bytes, msp_id: &str) -> bool {
-        let context = self.0.context.read().clone();
+        let context = self.handle.context.read().clone();
         context
             .msps
             .deserialize(creator, weft_msp::now())
@@ -290,7 +300,7 @@ impl JoinedChannel for CommittedChannel {
         signature: &Bytes,
         now: UnixTime,
     ) -> std::result::Result<(), String> {
-        let context = self.0.context.read().clone();
+        let context = self.handle.context.read().clone();
         let identity = context
             .msps
             .deserialize(creator, now)
@@ -305,21 +315,24 @@ impl JoinedChannel for CommittedChannel {
     }
 
     fn satisfies_endorsement(&self, chaincode: &str, organisations: &[String]) -> bool {
-        let context = self.0.context.read().clone();
+        let context = self.handle.context.read().clone();
         let peers: Vec<PeerOf> = organisations.iter().cloned().map(PeerOf).collect();
         context.satisfies(&context.endorsement_rule(chaincode), &peers)
     }
 
     fn state(&self) -> &dyn VersionedState {
-        self.0.state.as_ref()
+        self.handle.state.as_ref()
     }
 
     fn blocks(&self) -> &Arc<BlockStore> {
-        &self.0.ledger
+        &self.handle.ledger
     }
 
     fn committed_height(&self) -> watch::Receiver<u64> {
-        self.0.committed.clone()
+        match self.commit_status {
+            CommitStatusMode::Durable => self.handle.committed.clone(),
+            CommitStatusMode::Applied => self.handle.applied.clone(),
+        }
     }
 }
 

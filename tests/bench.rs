@@ -808,8 +808,9 @@ fn weft_bench_starts_a_network_of_its_own() {
 #[test]
 fn weft_bench_streams_on_a_raft_network() {
     // Goal: `weft bench --stream` starts a Raft network whose channel
-    // streams (checkpoint every 10 transactions or 1 s); its 8 clients see
-    // every transaction committed VALID, with no failures. With at most 8
+    // streams (checkpoint every 10 transactions or 1 s) and whose peers
+    // report commit status at applied; its 8 clients see every
+    // transaction committed VALID, with no failures. With at most 8
     // transactions in flight no block reaches the count alone, so the
     // peers' chain has unsigned blocks between the checkpoints they
     // verified.
@@ -822,6 +823,8 @@ fn weft_bench_streams_on_a_raft_network() {
             "10",
             "--checkpoint-interval",
             "1s",
+            "--commit-status",
+            "applied",
             "--duration",
             "3s",
             "--clients",
@@ -839,6 +842,8 @@ fn weft_bench_streams_on_a_raft_network() {
         channel.contains("StreamMode: {CheckpointTransactions: 10, CheckpointInterval: 1s}"),
         "{channel}"
     );
+    let peer = std::fs::read_to_string(network.join("peer0.org1.example.com/peer.yaml")).unwrap();
+    assert!(peer.contains("commitStatus: applied"), "{peer}");
     // The peer's chain: blocks between checkpoints carry no signature.
     let store = weft_ledger::BlockStore::open(&weft_ledger::StoreConfig::new(
         network.join("peer0.org1.example.com/data/ledgers/mychannel/blocks"),

@@ -303,24 +303,13 @@ async fn a_stream_channel_cuts_at_once_and_signs_checkpoints() {
     // MaxMessageCount, and stops on a signed block. Every block links to
     // the one before and records the last config.
     let network = Network::streaming(3, "2s");
-    let data = tempfile::tempdir().unwrap();
-    let orderer = start(&network, data.path(), vec![network.genesis.clone()]).await;
-    let mut client = connect(&orderer).await;
-    let mut blocks = BlockReader::open(&mut client, &network.org1_peer, 1).await;
+    let mut stream = StreamOrderer::start(&network).await;
     let mut chain = vec![network.genesis.clone()];
 
     // One at a time: the blocks of the 1st and 2nd transactions go
     // unsigned, the 3rd reaches the count; the 4th starts a new stretch.
     for index in 0..4 {
-        let (tx_id, envelope) =
-            network.transaction(CHANNEL, &network.client1, &format!("one-{index}"), 0);
-        let answers = broadcast(
-            &mut client,
-            &[(envelope, Expected::ordered(tx_id.clone(), false))],
-        )
-        .await;
-        assert_eq!(answers[0].0, Status::Success, "{answers:?}");
-        let block = blocks.next().await;
+        let (tx_id, block) = stream.order_one(&network, &format!("one-{index}")).await;
         assert_eq!(tx_ids_of(&block), [tx_id], "block {}", chain.len());
         let signed = if index == 2 { 1 } else { 0 };
         assert_eq!(
@@ -331,7 +320,7 @@ async fn a_stream_channel_cuts_at_once_and_signs_checkpoints() {
         chain.push(block);
     }
     // The 4th is unsigned: the interval brings an empty checkpoint.
-    let checkpoint = blocks.next().await;
+    let checkpoint = stream.blocks.next().await;
     assert!(tx_ids_of(&checkpoint).is_empty());
     assert_eq!(weft_protos::block::signature_count(&checkpoint), 1);
     chain.push(checkpoint);
@@ -345,11 +334,11 @@ async fn a_stream_channel_cuts_at_once_and_signs_checkpoints() {
             (envelope, Expected::ordered(tx_id, false))
         })
         .collect();
-    let answers = broadcast(&mut client, &burst).await;
+    let answers = broadcast(&mut stream.client, &burst).await;
     assert!(answers.iter().all(|(status, _)| *status == Status::Success));
     let mut ordered = Vec::new();
     while ordered.len() < burst.len() {
-        let block = blocks.next().await;
+        let block = stream.blocks.next().await;
         let tx_ids = tx_ids_of(&block);
         assert!(tx_ids.len() <= MAX_MESSAGE_COUNT as usize);
         ordered.extend(tx_ids);
@@ -374,9 +363,7 @@ async fn a_stream_channel_cuts_at_once_and_signs_checkpoints() {
         }
     }
 
-    drop(blocks);
-    drop(client);
-    orderer.shutdown().await.unwrap();
+    let data = stream.stop().await;
     let store =
         BlockStore::open(&StoreConfig::new(data.path().join("ledgers").join(CHANNEL))).unwrap();
     let height = store.height();
@@ -401,26 +388,19 @@ async fn a_peer_stages_stream_blocks_until_a_checkpoint_and_rolls_back_a_forged_
     // commits them to readers only with the checkpoint that covers them.
     // A checkpoint whose signature was forged rolls back the blocks staged
     // before it (state and block store), and the honest chain then
-    // commits over the same heights. A restart drops staged blocks no
-    // checkpoint confirmed.
+    // commits over the same heights. So does an unsigned block where the
+    // checkpoint count requires a signature. A restart drops staged blocks
+    // no checkpoint confirmed.
     let network = Network::streaming(3, "1h");
-    let data = tempfile::tempdir().unwrap();
-    let orderer = start(&network, data.path(), vec![network.genesis.clone()]).await;
-    let mut client = connect(&orderer).await;
-    let mut reader = BlockReader::open(&mut client, &network.org1_peer, 1).await;
+    let mut stream = StreamOrderer::start(&network).await;
     let mut chain = Vec::new();
     let mut keys = Vec::new();
     for index in 0..6 {
         let key = format!("staged-{index}");
-        let (tx_id, envelope) = network.transaction(CHANNEL, &network.client1, &key, 0);
-        let answers = broadcast(&mut client, &[(envelope, Expected::ordered(tx_id, false))]).await;
-        assert_eq!(answers[0].0, Status::Success, "{answers:?}");
-        chain.push(reader.next().await);
+        chain.push(stream.order_one(&network, &key).await.1);
         keys.push(key);
     }
-    drop(reader);
-    drop(client);
-    orderer.shutdown().await.unwrap();
+    stream.stop().await;
     let signed: Vec<bool> = chain
         .iter()
         .map(|block| weft_protos::block::signature_count(block) > 0)
@@ -460,6 +440,13 @@ async fn a_peer_stages_stream_blocks_until_a_checkpoint_and_rolls_back_a_forged_
             committed_height(&honest),
             expected,
             "after block {}",
+            index + 1
+        );
+        let applied = *honest.handle().applied.borrow();
+        assert_eq!(
+            applied,
+            index as u64 + 2,
+            "applied after block {}",
             index + 1
         );
     }
@@ -502,6 +489,7 @@ async fn a_peer_stages_stream_blocks_until_a_checkpoint_and_rolls_back_a_forged_
         "{error}"
     );
     assert_eq!(forged_peer.handle().ledger.height(), 1);
+    assert_eq!(*forged_peer.handle().applied.borrow(), 1);
     assert_eq!(committed_height(&forged_peer), 1);
     assert!(!visible(&forged_peer, &keys[0]) && !visible(&forged_peer, &keys[1]));
     for block in &chain {
@@ -514,6 +502,30 @@ async fn a_peer_stages_stream_blocks_until_a_checkpoint_and_rolls_back_a_forged_
         let theirs = honest.handle().ledger.block(number).unwrap().unwrap();
         assert_eq!(ours.header, theirs.header);
     }
+
+    // The count's checkpoint sent without its signature: at 3 unsigned
+    // transactions the orderers must sign, so the peer refuses it too.
+    let stripped_dir = tempfile::tempdir().unwrap();
+    let mut stripped_peer = committer(&network, stripped_dir.path());
+    let mut stripped = chain[2].clone();
+    weft_protos::block::seal_block_unsigned(&mut stripped, 0, Bytes::new());
+    for block in &chain[..2] {
+        stripped_peer
+            .commit(block.clone(), weft_msp::now())
+            .unwrap();
+    }
+    let error = stripped_peer.commit(stripped, weft_msp::now()).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            weft_peer_committer::Error::RolledBack {
+                block: 3,
+                to: 1,
+                ..
+            }
+        ),
+        "{error}"
+    );
 
     // A restart with staged blocks: they are dropped and fetched again.
     let restart_dir = tempfile::tempdir().unwrap();
@@ -560,6 +572,48 @@ fn check_links(blocks: &[Block]) {
             block_data_hash(block.data.as_ref().unwrap())
         );
         assert_eq!(weft_protos::block::last_config_index(block), Some(0));
+    }
+}
+
+/// A solo orderer of `network`'s channel on a fresh data directory, with a
+/// Broadcast client and a Deliver stream open from block 1.
+struct StreamOrderer {
+    data: tempfile::TempDir,
+    orderer: Orderer,
+    client: AtomicBroadcastClient<Channel>,
+    blocks: BlockReader,
+}
+
+impl StreamOrderer {
+    async fn start(network: &Network) -> Self {
+        let data = tempfile::tempdir().unwrap();
+        let orderer = start(network, data.path(), vec![network.genesis.clone()]).await;
+        let mut client = connect(&orderer).await;
+        let blocks = BlockReader::open(&mut client, &network.org1_peer, 1).await;
+        Self {
+            data,
+            orderer,
+            client,
+            blocks,
+        }
+    }
+
+    /// Broadcasts one transaction writing `key`, requires SUCCESS, and
+    /// reads the next block: its TxID and the block.
+    async fn order_one(&mut self, network: &Network, key: &str) -> (String, Block) {
+        let (tx_id, envelope) = network.transaction(CHANNEL, &network.client1, key, 0);
+        let expected = Expected::ordered(tx_id.clone(), false);
+        let answers = broadcast(&mut self.client, &[(envelope, expected)]).await;
+        assert_eq!(answers[0].0, Status::Success, "{answers:?}");
+        (tx_id, self.blocks.next().await)
+    }
+
+    /// Stops the orderer cleanly; its data directory stays.
+    async fn stop(self) -> tempfile::TempDir {
+        drop(self.blocks);
+        drop(self.client);
+        self.orderer.shutdown().await.unwrap();
+        self.data
     }
 }
 

@@ -38,7 +38,7 @@ use weft_protos::tx::{
 };
 
 const CHANNEL: &str = "ledger";
-/// A channel only the honest orderer serves.
+/// A stream channel (docs/stream-mode.md) only the honest orderer serves.
 const SECOND_CHANNEL: &str = "second";
 const CHAINCODE: &str = "kv";
 /// How long a node may take to start or to commit what it was given.
@@ -100,8 +100,8 @@ async fn a_peer_process_commits_what_the_orderer_orders_and_refuses_forged_block
         );
     }
 
-    // The second channel commits side by side, from the honest orderer
-    // alone (the forger does not know it).
+    // The second channel, a stream channel, commits side by side, from
+    // the honest orderer alone (the forger does not know it).
     let both: &[&Signer] = &[&network.org1_peer, &network.org2_peer];
     let second = [
         network.put_on(SECOND_CHANNEL, "counter", None, both),
@@ -314,37 +314,41 @@ async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
 
     // Fabric's own Gateway client (Node.js) submits, evaluates, waits for
     // commit status and listens to chaincode events through org1's peer,
-    // whose Gateway gets org2's endorsement too.
+    // whose Gateway gets org2's endorsement too: on the block channel, and
+    // the same on the stream channel beside it, where commit status comes
+    // with the checkpoint that covers the transaction.
     let user = network
         .dir
         .join("crypto/peerOrganizations/org1.example.com/users/User1@org1.example.com/msp");
-    let stdout = node::stdout_of(
-        node::node()
-            .arg("gateway.js")
-            .arg(org1.grpc.to_string())
-            .arg("Org1MSP")
-            .arg(user.join("signcerts/User1@org1.example.com-cert.pem"))
-            .arg(user.join("keystore/priv_sk"))
-            .arg(CHANNEL),
-    );
-    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    let key = seen["key"].as_str().unwrap();
-    assert_eq!(seen["value"], "from the Fabric gateway client", "{seen}");
-    assert_eq!(seen["status"]["successful"], true, "{seen}");
-    assert_eq!(seen["status"]["code"], 0, "{seen}");
-    assert_eq!(seen["status"]["transactionId"], true, "{seen}");
-    assert!(
-        seen["status"]["blockNumber"].as_u64().unwrap() > height,
-        "{seen}"
-    );
-    assert_eq!(seen["events"][0]["name"], "put", "{seen}");
-    assert_eq!(seen["events"][0]["payload"], key, "{seen}");
-    assert_eq!(seen["events"][1]["payload"], format!("{key}-2"), "{seen}");
-    assert_eq!(seen["events"][0]["chaincode"], "kv", "{seen}");
-    assert!(
-        seen["missing"].as_str().unwrap().contains("not found"),
-        "{seen}"
-    );
+    for (channel, blocks_before) in [(CHANNEL, height), (SECOND_CHANNEL, 0)] {
+        let stdout = node::stdout_of(
+            node::node()
+                .arg("gateway.js")
+                .arg(org1.grpc.to_string())
+                .arg("Org1MSP")
+                .arg(user.join("signcerts/User1@org1.example.com-cert.pem"))
+                .arg(user.join("keystore/priv_sk"))
+                .arg(channel),
+        );
+        let seen: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        let key = seen["key"].as_str().unwrap();
+        assert_eq!(seen["value"], "from the Fabric gateway client", "{seen}");
+        assert_eq!(seen["status"]["successful"], true, "{seen}");
+        assert_eq!(seen["status"]["code"], 0, "{seen}");
+        assert_eq!(seen["status"]["transactionId"], true, "{seen}");
+        assert!(
+            seen["status"]["blockNumber"].as_u64().unwrap() > blocks_before,
+            "{channel}: {seen}"
+        );
+        assert_eq!(seen["events"][0]["name"], "put", "{seen}");
+        assert_eq!(seen["events"][0]["payload"], key, "{seen}");
+        assert_eq!(seen["events"][1]["payload"], format!("{key}-2"), "{seen}");
+        assert_eq!(seen["events"][0]["chaincode"], "kv", "{seen}");
+        assert!(
+            seen["missing"].as_str().unwrap().contains("not found"),
+            "{seen}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -789,9 +793,19 @@ impl Network {
         std::fs::copy(root.join("config/crypto.yaml"), dir.join("crypto.yaml")).unwrap();
         let channel_config = std::fs::read_to_string(root.join("config/channel.yaml")).unwrap();
         assert!(channel_config.contains("MaxMessageCount: 500"));
+        let channel_config = channel_config.replace("MaxMessageCount: 500", "MaxMessageCount: 1");
+        std::fs::write(dir.join("channel.yaml"), &channel_config).unwrap();
+        // The second channel streams: its orderer signs a checkpoint every
+        // 3 transactions or 20 ms.
+        let commented =
+            "  # StreamMode:\n  #   CheckpointTransactions: 100\n  #   CheckpointInterval: 2ms";
+        assert!(channel_config.contains(commented));
         std::fs::write(
-            dir.join("channel.yaml"),
-            channel_config.replace("MaxMessageCount: 500", "MaxMessageCount: 1"),
+            dir.join("stream-channel.yaml"),
+            channel_config.replace(
+                commented,
+                "  StreamMode:\n    CheckpointTransactions: 3\n    CheckpointInterval: 20ms",
+            ),
         )
         .unwrap();
         weft(
@@ -805,8 +819,8 @@ impl Network {
                 "crypto",
             ],
         );
-        genesis(dir, CHANNEL, "ledger.block");
-        genesis(dir, SECOND_CHANNEL, "second.block");
+        genesis_from(dir, "channel.yaml", CHANNEL, "ledger.block");
+        genesis_from(dir, "stream-channel.yaml", SECOND_CHANNEL, "second.block");
         let users = dir.join("crypto/peerOrganizations/org1.example.com/users");
         Self {
             dir: dir.to_owned(),
@@ -1066,13 +1080,17 @@ fn signer(dir: &Path, msp_id: &str) -> Signer {
 /// `weft channel genesis` of profile TwoOrgs in `dir` (from its
 /// channel.yaml): the genesis block of `channel`, written to `output`.
 fn genesis(dir: &Path, channel: &str, output: &str) {
+    genesis_from(dir, "channel.yaml", channel, output);
+}
+
+fn genesis_from(dir: &Path, config: &str, channel: &str, output: &str) {
     weft(
         dir,
         &[
             "channel",
             "genesis",
             "--config",
-            "channel.yaml",
+            config,
             "--profile",
             "TwoOrgs",
             "--channel",

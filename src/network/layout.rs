@@ -75,6 +75,10 @@ pub struct Plan {
 pub struct StreamPlan {
     pub checkpoint_transactions: u32,
     pub checkpoint_interval: String,
+    /// The peers' Gateways report transactions once applied, before their
+    /// checkpoint (`gateway.commitStatus: applied`), instead of durable.
+    #[serde(default)]
+    pub commit_status_applied: bool,
 }
 
 fn one_channel() -> usize {
@@ -531,6 +535,13 @@ impl Plan {
                     other.msp_id, other.grpc
                 );
             }
+        }
+        if self
+            .stream
+            .as_ref()
+            .is_some_and(|stream| stream.commit_status_applied)
+        {
+            text.push_str("  commitStatus: applied\n");
         }
         Ok(text)
     }

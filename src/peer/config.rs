@@ -176,11 +176,28 @@ pub struct ExternalChaincodeEntry {
     pub address: String,
 }
 
-/// The peers of other organisations the Gateway asks for endorsements.
+/// The peers of other organisations the Gateway asks for endorsements,
+/// and when it reports a transaction committed.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct GatewaySection {
     pub peers: Vec<GatewayPeer>,
+    pub commit_status: CommitStatusMode,
+}
+
+/// When the Gateway's `CommitStatus` and chaincode events report a
+/// transaction (`gateway.commitStatus`); only stream channels tell the two
+/// apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CommitStatusMode {
+    /// Once a verified checkpoint covers it: it is never rolled back.
+    #[default]
+    Durable,
+    /// Once it is validated and applied, before its checkpoint: sooner,
+    /// but a checkpoint that fails to verify rolls it back after the
+    /// client heard of it.
+    Applied,
 }
 
 #[derive(Debug, Deserialize)]

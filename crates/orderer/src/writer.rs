@@ -178,7 +178,14 @@ impl BlockWriter {
             Seal::Signed => self.sign(&mut block, last_config, consenter_metadata)?,
             Seal::Unsigned => seal_block_unsigned(&mut block, last_config, consenter_metadata),
         }
-        self.store.append(&block).map_err(|source| Error::Ledger {
+        // A stream channel's unsigned block is not synced on its own: the
+        // next checkpoint's write (or a Raft snapshot) syncs it, and until
+        // then Raft's synced log can write it again after a crash.
+        let appended = match seal {
+            Seal::Signed => self.store.append(&block),
+            Seal::Unsigned => self.store.append_unsynced(&block),
+        };
+        appended.map_err(|source| Error::Ledger {
             channel: self.channel_id.clone(),
             source,
         })?;

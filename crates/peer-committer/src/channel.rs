@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use prost::Message;
 use weft_msp::{Identity, MspManager, OwnSignatures};
 use weft_policy::{ChannelAuthority, PolicyTree, Signatory, SignaturePolicy};
 use weft_protos::common::Config;
@@ -12,13 +13,20 @@ use crate::lifecycle::{
 };
 use crate::{Error, Result};
 
-/// Whether `config` makes its channel a stream channel.
-fn streams(config: &Config) -> bool {
-    config
+/// For a stream channel, the most transactions its orderers may leave
+/// unsigned; `None` for a block channel. A value that does not decode
+/// counts as the strictest (every block signed): the orderers refuse such
+/// a config, so it only reaches a peer from a forged chain.
+fn stream_checkpoint(config: &Config) -> Option<u32> {
+    let value = config
         .channel_group
-        .as_ref()
-        .and_then(|root| root.groups.get("Orderer"))
-        .is_some_and(|orderer| orderer.values.contains_key(weft_protos::STREAM_MODE_KEY))
+        .as_ref()?
+        .groups
+        .get("Orderer")?
+        .values
+        .get(weft_protos::STREAM_MODE_KEY)?;
+    let mode = weft_protos::stream::StreamMode::decode(value.value.clone()).unwrap_or_default();
+    Some(mode.checkpoint_transactions.max(1))
 }
 
 /// A channel's identity and policy context: its MSPs (with their identity
@@ -35,10 +43,11 @@ pub struct ChannelContext {
     /// The endorsements this peer signed recently: recognised by their
     /// bytes instead of verified (see `weft_msp::own`).
     own_signatures: Option<Arc<OwnSignatures>>,
-    /// A stream channel: blocks between the orderers' checkpoints come
-    /// unsigned, are applied at once and become durable at the next
-    /// checkpoint (docs/stream-mode.md).
-    pub streams: bool,
+    /// A stream channel (docs/stream-mode.md): blocks between the orderers'
+    /// checkpoints come unsigned, are applied at once and commit with the
+    /// next checkpoint, which comes at the latest when this many
+    /// transactions have gone unsigned. `None` for a block channel.
+    pub stream_checkpoint: Option<u32>,
 }
 
 impl std::fmt::Debug for ChannelContext {
@@ -70,7 +79,7 @@ impl ChannelContext {
             definitions: Arc::new(ChaincodeDefinitions::default()),
             application_orgs: Arc::new(application_orgs),
             own_signatures: None,
-            streams: streams(config),
+            stream_checkpoint: stream_checkpoint(config),
         })
     }
 
@@ -109,7 +118,7 @@ impl ChannelContext {
             definitions,
             application_orgs: self.application_orgs.clone(),
             own_signatures: self.own_signatures.clone(),
-            streams: self.streams,
+            stream_checkpoint: self.stream_checkpoint,
         }
     }
 

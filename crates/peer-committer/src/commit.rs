@@ -84,9 +84,15 @@ pub struct ChannelCommitter {
     /// The height whose blocks are appended *and* applied to the state:
     /// what readers (Deliver, endorsers) may see as committed.
     committed: Arc<watch::Sender<u64>>,
+    /// The height whose blocks are applied to the state, staged or not:
+    /// ahead of `committed` while a stream channel's blocks are staged,
+    /// back to it when they are rolled back.
+    applied: Arc<watch::Sender<u64>>,
     /// A stream channel's first block applied and not confirmed by a
     /// checkpoint yet; `None` when nothing is staged.
     staged_from: Option<u64>,
+    /// The transactions of the staged blocks.
+    staged_transactions: u64,
     limits: Limits,
 }
 
@@ -133,8 +139,10 @@ impl ChannelCommitter {
             context,
             state,
             committed: Arc::new(watch::Sender::new(ledger.height())),
+            applied: Arc::new(watch::Sender::new(ledger.height())),
             ledger,
             staged_from: None,
+            staged_transactions: 0,
             limits: Limits::default(),
         })
     }
@@ -170,7 +178,7 @@ impl ChannelCommitter {
         let config = config_of(&decode(config_block, Limits::default()))
             .ok_or_else(|| corrupt(config_number, "holds no config transaction".to_owned()))?;
         let context = ChannelContext::from_config(channel_id, config_number, &config)?;
-        let height = if context.streams {
+        let height = if context.stream_checkpoint.is_some() {
             drop_unconfirmed_tail(channel_id, &ledger, config_number)?
         } else {
             height
@@ -211,8 +219,10 @@ impl ChannelCommitter {
             context,
             state,
             committed: Arc::new(watch::Sender::new(ledger.height())),
+            applied: Arc::new(watch::Sender::new(ledger.height())),
             ledger,
             staged_from: None,
+            staged_transactions: 0,
             limits: Limits::default(),
         })
     }
@@ -246,6 +256,7 @@ impl ChannelCommitter {
             ledger: self.ledger.clone(),
             state: self.state.clone(),
             committed: self.committed.subscribe(),
+            applied: self.applied.subscribe(),
             context: self.published.clone(),
         }
     }
@@ -390,6 +401,17 @@ impl ChannelCommitter {
             Ok(signed) => signed,
             Err(reason) => return Err(self.refuse(number, reason)?),
         };
+        if !signed {
+            let limit = self.context.stream_checkpoint.unwrap_or(1);
+            let unsigned = self.staged_transactions + decoded.transactions.len() as u64;
+            if unsigned >= u64::from(limit) {
+                let reason = format!(
+                    "{unsigned} transactions unsigned since the last checkpoint: the orderers \
+                     sign at the latest every {limit}"
+                );
+                return Err(self.refuse(number, reason)?);
+            }
+        }
         let mvcc_started = Instant::now();
         let mut committed = HashSet::new();
         for transaction in decoded.transactions.iter().flatten() {
@@ -454,7 +476,9 @@ impl ChannelCommitter {
         self.state
             .rollback_to(last_height(from - 1, transactions))?;
         self.ledger.truncate(from)?;
+        self.applied.send_replace(from);
         self.staged_from = None;
+        self.staged_transactions = 0;
         let definitions = ChaincodeDefinitions::load(self.state.as_ref())?;
         self.context = Arc::new(self.context.with_definitions(Arc::new(definitions)));
         *self.published.write() = self.context.clone();
@@ -555,11 +579,14 @@ impl ChannelCommitter {
         // Only now is the block visible to readers: its transactions' writes
         // are in the state and its configuration is current. A staged block
         // waits for the checkpoint that covers it.
+        self.applied.send_replace(number + 1);
         if signed {
             self.staged_from = None;
+            self.staged_transactions = 0;
             self.committed.send_replace(number + 1);
         } else {
             self.staged_from.get_or_insert(number);
+            self.staged_transactions += codes.len() as u64;
         }
         Ok(Written {
             staged: !signed,
@@ -683,7 +710,7 @@ fn check_block_integrity(
         return Err("data hash does not match the block's data".to_owned());
     }
     let signatures = block_signatures(block, &decoded.header)?;
-    if signatures.is_empty() && context.streams {
+    if signatures.is_empty() && context.stream_checkpoint.is_some() {
         let holds_config = decoded.transactions.iter().flatten().any(|transaction| {
             matches!(
                 transaction.body,
@@ -741,14 +768,7 @@ fn block_signatures(
     block: &Block,
     header: &weft_protos::common::BlockHeader,
 ) -> std::result::Result<Vec<weft_policy::SignedData>, String> {
-    let slot = block
-        .metadata
-        .as_ref()
-        .and_then(|metadata| {
-            metadata
-                .metadata
-                .get(BlockMetadataIndex::Signatures as usize)
-        })
+    let slot = weft_protos::block::metadata_slot(block, BlockMetadataIndex::Signatures)
         .ok_or("the block has no SIGNATURES metadata")?;
     let metadata =
         Metadata::decode(slot.clone()).map_err(|e| format!("SIGNATURES metadata: {e}"))?;

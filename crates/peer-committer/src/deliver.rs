@@ -49,6 +49,11 @@ pub struct ChannelHandle {
     /// The height of the blocks committed to both the block store and the
     /// state: readers must not see a block before its state.
     pub committed: tokio::sync::watch::Receiver<u64>,
+    /// The height of the blocks applied to the state, including a stream
+    /// channel's blocks staged until their checkpoint (and so possibly
+    /// rolled back): what a peer that answers commit status at *applied*
+    /// follows. Equal to `committed` on a block channel.
+    pub applied: tokio::sync::watch::Receiver<u64>,
     /// The channel's current configuration, replaced by its committer when
     /// a config block commits.
     pub context: Arc<RwLock<Arc<ChannelContext>>>,

@@ -132,16 +132,15 @@ fn orderer_block_metadata(last_config: u64, consenter_metadata: Bytes) -> Bytes 
 /// How many signatures `block`'s SIGNATURES slot holds: 0 for a stream
 /// channel's block between checkpoints (and for a malformed slot).
 pub fn signature_count(block: &Block) -> usize {
-    block
-        .metadata
-        .as_ref()
-        .and_then(|metadata| {
-            metadata
-                .metadata
-                .get(BlockMetadataIndex::Signatures as usize)
-        })
+    metadata_slot(block, BlockMetadataIndex::Signatures)
         .and_then(|slot| Metadata::decode(slot.clone()).ok())
         .map_or(0, |metadata| metadata.signatures.len())
+}
+
+/// The bytes of one metadata slot of `block`; `None` when the block has
+/// fewer slots.
+pub fn metadata_slot(block: &Block, index: BlockMetadataIndex) -> Option<&Bytes> {
+    block.metadata.as_ref()?.metadata.get(index as usize)
 }
 
 /// The number of the last config block as `block` records it: the
@@ -149,11 +148,7 @@ pub fn signature_count(block: &Block) -> usize {
 /// (where Fabric 2.x orderers write it; the LAST_CONFIG slot stays empty).
 /// `None` when the slot is absent or malformed.
 pub fn last_config_index(block: &Block) -> Option<u64> {
-    let slot = block
-        .metadata
-        .as_ref()?
-        .metadata
-        .get(BlockMetadataIndex::Signatures as usize)?;
+    let slot = metadata_slot(block, BlockMetadataIndex::Signatures)?;
     let metadata = Metadata::decode(slot.clone()).ok()?;
     let orderer = OrdererBlockMetadata::decode(metadata.value).ok()?;
     Some(orderer.last_config?.index)
@@ -163,11 +158,7 @@ pub fn last_config_index(block: &Block) -> Option<u64> {
 /// of its SIGNATURES slot (empty for solo). `None` when the slot is absent
 /// or malformed.
 pub fn consenter_metadata(block: &Block) -> Option<Bytes> {
-    let slot = block
-        .metadata
-        .as_ref()?
-        .metadata
-        .get(BlockMetadataIndex::Signatures as usize)?;
+    let slot = metadata_slot(block, BlockMetadataIndex::Signatures)?;
     let metadata = Metadata::decode(slot.clone()).ok()?;
     let orderer = OrdererBlockMetadata::decode(metadata.value).ok()?;
     Some(orderer.consenter_metadata)

@@ -38,7 +38,13 @@ use tokio::task::JoinHandle;
 use weft_protos::common::Status;
 
 use self::raft::{Leader, Route};
+use bytes::Bytes;
+use weft_protos::block::config_of_envelope;
+
 use crate::admission::{Admitted, Refusal};
+use crate::channel_config::ChannelConfig;
+use crate::checkpoint::Checkpoints;
+use crate::cutter::BlockCutter;
 use crate::error::{Error, Result};
 
 /// Accepted envelopes a channel's mailbox holds before Broadcast waits.
@@ -101,6 +107,32 @@ impl Ack {
             Self::Later(answer) => answer.await.unwrap_or_else(|_| Err(stopped())),
         }
     }
+}
+
+/// The configuration a CONFIG envelope brings, as block `number` of
+/// `channel_id`, checked as the orderer must be able to run it.
+pub(crate) fn ordered_config(
+    channel_id: &str,
+    number: u64,
+    envelope: &Bytes,
+) -> Result<ChannelConfig> {
+    let (_, config) = config_of_envelope(envelope.clone()).ok_or_else(|| Error::BadChain {
+        channel: channel_id.to_owned(),
+        block: number,
+        reason: "an ordered CONFIG envelope holds no config".to_owned(),
+    })?;
+    ChannelConfig::new(channel_id, number, config)
+}
+
+/// Takes up `config`'s cutting rules: the batch parameters and, for a
+/// stream channel, its checkpoints (a config block is itself signed).
+pub(crate) fn reconfigure(
+    cutter: &mut BlockCutter,
+    checkpoints: &mut Checkpoints,
+    config: &ChannelConfig,
+) {
+    cutter.reconfigure(config.orderer.batch_size, config.orderer.batch_timeout);
+    checkpoints.reconfigure(config.orderer.stream);
 }
 
 /// The answer to an envelope whose consenter went away without answering.

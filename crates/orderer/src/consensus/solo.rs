@@ -17,13 +17,11 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
-use weft_protos::block::config_of_envelope;
 use weft_protos::tx::Sign;
 
-use super::{ChainTask, Mailbox, Submission};
+use super::{ChainTask, Mailbox, Submission, ordered_config, reconfigure};
 use crate::admission::{Admitted, readmit};
 use crate::channel::Channel;
-use crate::channel_config::ChannelConfig;
 use crate::checkpoint::{Checkpoints, Seal};
 use crate::cutter::{Batch, BlockCutter, CutReason};
 use crate::error::{Error, Result};
@@ -167,16 +165,8 @@ impl Solo {
                     .metrics
                     .block_cut(&self.channel.id, CutReason::Config);
                 let number = self.writer.lock().next_number();
-                let (_, config) =
-                    config_of_envelope(envelope.clone()).ok_or_else(|| Error::BadChain {
-                        channel: self.channel.id.clone(),
-                        block: number,
-                        reason: "a CONFIG envelope to order holds no config".to_owned(),
-                    })?;
-                let config = ChannelConfig::new(&self.channel.id, number, config)?;
-                self.cutter
-                    .reconfigure(config.orderer.batch_size, config.orderer.batch_timeout);
-                self.checkpoints.reconfigure(config.orderer.stream);
+                let config = ordered_config(&self.channel.id, number, &envelope)?;
+                reconfigure(&mut self.cutter, &mut self.checkpoints, &config);
                 // In force before its block is visible, so that a client who
                 // sees the block can transact under it; anything checked
                 // under it is ordered after the block anyway.

@@ -65,7 +65,7 @@ use weft_protos::common::Status;
 use weft_protos::etcdraft;
 use weft_protos::tx::Sign;
 
-use super::{ChainTask, Mailbox, Submission};
+use super::{ChainTask, Mailbox, Submission, ordered_config, reconfigure};
 use crate::admission::{Admitted, Refusal, readmit};
 use crate::channel::Channel;
 use crate::channel_config::ChannelConfig;
@@ -75,7 +75,7 @@ use crate::cutter::{Batch, BlockCutter, CutReason};
 use crate::error::{Error, Result};
 use crate::metrics::RaftGauges;
 use crate::writer::{BlockContent, BlockWriter};
-use weft_protos::block::{config_of_block, config_of_envelope};
+use weft_protos::block::config_of_block;
 
 pub(crate) use storage::LogStore;
 use transport::Transport;
@@ -555,7 +555,12 @@ async fn run(
         let deadline = match (core.is_leader(), core.checkpoints.streams()) {
             (false, _) => None,
             (true, false) => core.cutter.deadline(),
-            (true, true) => core.checkpoints.deadline(),
+            // A checkpoint is proposed only when the leader may propose: a
+            // deadline that passed meanwhile fires once it can.
+            (true, true) => core
+                .checkpoints
+                .deadline()
+                .filter(|_| core.takes_submissions()),
         };
         let timer = async {
             match deadline {
@@ -590,7 +595,11 @@ async fn run(
         }
         // A stream channel's leader cuts as soon as it has taken all it
         // can: nothing waits for a batch timeout.
-        if core.checkpoints.streams() && core.takes_submissions() && mailbox.is_empty() {
+        if core.is_leader()
+            && core.checkpoints.streams()
+            && core.takes_submissions()
+            && mailbox.is_empty()
+        {
             let batch = core.cutter.cut();
             core.propose_batch(batch, CutReason::Stream);
         }
@@ -953,16 +962,8 @@ impl Core {
         };
         if let BlockContent::Config(envelope) = &content {
             let number = self.writer.next_number();
-            let (_, config) =
-                config_of_envelope(envelope.clone()).ok_or_else(|| Error::BadChain {
-                    channel: self.channel.id.clone(),
-                    block: number,
-                    reason: "a decided CONFIG envelope holds no config".to_owned(),
-                })?;
-            let config = ChannelConfig::new(&self.channel.id, number, config)?;
-            self.cutter
-                .reconfigure(config.orderer.batch_size, config.orderer.batch_timeout);
-            self.checkpoints.reconfigure(config.orderer.stream);
+            let config = ordered_config(&self.channel.id, number, envelope)?;
+            reconfigure(&mut self.cutter, &mut self.checkpoints, &config);
             tracing::info!(
                 channel = %self.channel.id,
                 block = number,
@@ -1050,6 +1051,12 @@ impl Core {
             height,
             last_header_hash: hash,
         };
+        // The entries compacted away can no longer rewrite their blocks: a
+        // stream channel's unsigned blocks must be on disk first.
+        self.channel.store.sync().map_err(|source| Error::Ledger {
+            channel: self.channel.id.clone(),
+            source,
+        })?;
         self.store
             .compact(index, data.encode_to_vec())
             .map_err(|reason| Error::Raft {
