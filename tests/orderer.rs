@@ -468,26 +468,7 @@ async fn a_peer_stages_stream_blocks_until_a_checkpoint_and_rolls_back_a_forged_
         BlockMetadataIndex::Signatures,
         signatures.encode_to_vec().into(),
     );
-    for block in &chain[..2] {
-        assert!(
-            forged_peer
-                .commit(block.clone(), weft_msp::now())
-                .unwrap()
-                .staged
-        );
-    }
-    let error = forged_peer.commit(forged, weft_msp::now()).unwrap_err();
-    assert!(
-        matches!(
-            error,
-            weft_peer_committer::Error::RolledBack {
-                block: 3,
-                to: 1,
-                ..
-            }
-        ),
-        "{error}"
-    );
+    stage_then_roll_back(&mut forged_peer, &chain[..2], forged);
     assert_eq!(forged_peer.handle().ledger.height(), 1);
     assert_eq!(*forged_peer.handle().applied.borrow(), 1);
     assert_eq!(committed_height(&forged_peer), 1);
@@ -509,23 +490,7 @@ async fn a_peer_stages_stream_blocks_until_a_checkpoint_and_rolls_back_a_forged_
     let mut stripped_peer = committer(&network, stripped_dir.path());
     let mut stripped = chain[2].clone();
     weft_protos::block::seal_block_unsigned(&mut stripped, 0, Bytes::new());
-    for block in &chain[..2] {
-        stripped_peer
-            .commit(block.clone(), weft_msp::now())
-            .unwrap();
-    }
-    let error = stripped_peer.commit(stripped, weft_msp::now()).unwrap_err();
-    assert!(
-        matches!(
-            error,
-            weft_peer_committer::Error::RolledBack {
-                block: 3,
-                to: 1,
-                ..
-            }
-        ),
-        "{error}"
-    );
+    stage_then_roll_back(&mut stripped_peer, &chain[..2], stripped);
 
     // A restart with staged blocks: they are dropped and fetched again.
     let restart_dir = tempfile::tempdir().unwrap();
@@ -542,6 +507,26 @@ async fn a_peer_stages_stream_blocks_until_a_checkpoint_and_rolls_back_a_forged_
         restarted.commit(block.clone(), weft_msp::now()).unwrap();
     }
     assert_eq!(committed_height(&restarted), 7);
+}
+
+/// Commits `staged` (blocks 1 and 2, unsigned: staged), then `refused` as
+/// block 3, which must roll both back to block 1.
+fn stage_then_roll_back(peer: &mut ChannelCommitter, staged: &[Block], refused: Block) {
+    for block in staged {
+        assert!(peer.commit(block.clone(), weft_msp::now()).unwrap().staged);
+    }
+    let error = peer.commit(refused, weft_msp::now()).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            weft_peer_committer::Error::RolledBack {
+                block: 3,
+                to: 1,
+                ..
+            }
+        ),
+        "{error}"
+    );
 }
 
 /// The TxIDs of a block's transactions, in order.

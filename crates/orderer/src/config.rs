@@ -127,15 +127,8 @@ impl ChannelOrdererConfig {
             })?;
         let batch_size = batch_size(&decode_value::<BatchSizeValue>(orderer, "BatchSize")?)?;
         let timeout = decode_value::<BatchTimeout>(orderer, "BatchTimeout")?;
-        let batch_timeout = weft_protos::duration::parse_go_duration(&timeout.timeout)
-            .map_err(|reason| invalid("BatchTimeout", &timeout.timeout, reason))?;
-        if batch_timeout.is_zero() {
-            return Err(invalid(
-                "BatchTimeout",
-                &timeout.timeout,
-                "the batch timeout must be positive".to_owned(),
-            ));
-        }
+        let batch_timeout =
+            positive_duration("BatchTimeout", &timeout.timeout, "the batch timeout")?;
         let consensus_type = decode_value::<ConsensusType>(orderer, "ConsensusType")?;
         let consensus = match consensus_type.r#type.as_str() {
             "solo" => Consensus::Solo,
@@ -191,20 +184,26 @@ fn stream_mode(value: &StreamModeValue) -> Result<StreamMode, ConfigError> {
             "a checkpoint must cover at least one transaction".to_owned(),
         ));
     }
-    let interval = &value.checkpoint_interval;
-    let checkpoint_interval = weft_protos::duration::parse_go_duration(interval)
-        .map_err(|reason| invalid("StreamMode.checkpoint_interval", interval, reason))?;
-    if checkpoint_interval.is_zero() {
-        return Err(invalid(
-            "StreamMode.checkpoint_interval",
-            interval,
-            "the checkpoint interval must be positive".to_owned(),
-        ));
-    }
+    let checkpoint_interval = positive_duration(
+        "StreamMode.checkpoint_interval",
+        &value.checkpoint_interval,
+        "the checkpoint interval",
+    )?;
     Ok(StreamMode {
         checkpoint_transactions: value.checkpoint_transactions,
         checkpoint_interval,
     })
+}
+
+/// `text` read as a Go duration that must be positive; errors name `key`
+/// and say "`what` must be positive".
+fn positive_duration(key: &str, text: &str, what: &str) -> Result<Duration, ConfigError> {
+    let duration = weft_protos::duration::parse_go_duration(text)
+        .map_err(|reason| invalid(key, text, reason))?;
+    if duration.is_zero() {
+        return Err(invalid(key, text, format!("{what} must be positive")));
+    }
+    Ok(duration)
 }
 
 fn batch_size(value: &BatchSizeValue) -> Result<BatchSize, ConfigError> {
