@@ -20,7 +20,7 @@ use tonic::transport::Channel;
 use weft_ledger::{BlockStore, Durability, StoreConfig};
 use weft_msp::testing::TestOrg;
 use weft_msp::{NodeRole, Signer};
-use weft_orderer::{NodeConfig, Orderer};
+use weft_orderer::{BlockContent, BlockWriter, NodeConfig, Orderer, Seal};
 use weft_peer_committer::{ChannelCommitter, TxValidationCode};
 use weft_protos::common::implicit_meta_policy::Rule;
 use weft_protos::common::policy::PolicyType;
@@ -295,35 +295,27 @@ async fn a_clean_shutdown_orders_the_pending_batch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_channel_cuts_at_once_and_signs_checkpoints() {
-    // Goal: a solo stream channel (checkpoint every 3 transactions or 2 s;
+    // Goal: a solo stream channel (checkpoint every 3 transactions or 1 h;
     // batch timeout 1 h) delivers each transaction in a block of its own
-    // when they come one at a time, signs exactly the blocks that reach
-    // the count, cuts an empty signed block when the interval runs out
-    // after an unsigned one, groups a burst into blocks no larger than
-    // MaxMessageCount, and stops on a signed block. Every block links to
-    // the one before and records the last config.
-    let network = Network::streaming(3, "2s");
+    // when they come one at a time, and signs each of those blocks (it
+    // goes idle after each: no transaction waits for a checkpoint); groups
+    // a burst into blocks no larger than MaxMessageCount, whose unsigned
+    // stretches stay under the count; and stops on a signed block. Every
+    // block links to the one before and records the last config.
+    let network = Network::streaming(3, "1h");
     let mut stream = StreamOrderer::start(&network).await;
     let mut chain = vec![network.genesis.clone()];
 
-    // One at a time: the blocks of the 1st and 2nd transactions go
-    // unsigned, the 3rd reaches the count; the 4th starts a new stretch.
     for index in 0..4 {
         let (tx_id, block) = stream.order_one(&network, &format!("one-{index}")).await;
         assert_eq!(tx_ids_of(&block), [tx_id], "block {}", chain.len());
-        let signed = if index == 2 { 1 } else { 0 };
         assert_eq!(
             weft_protos::block::signature_count(&block),
-            signed,
-            "transaction {index}"
+            1,
+            "transaction {index}: the orderer idles after it"
         );
         chain.push(block);
     }
-    // The 4th is unsigned: the interval brings an empty checkpoint.
-    let checkpoint = stream.blocks.next().await;
-    assert!(tx_ids_of(&checkpoint).is_empty());
-    assert_eq!(weft_protos::block::signature_count(&checkpoint), 1);
-    chain.push(checkpoint);
 
     // A burst on one stream: blocks of up to MaxMessageCount, and no
     // stretch of unsigned blocks holds 3 transactions or more.
@@ -392,15 +384,13 @@ async fn a_peer_stages_stream_blocks_until_a_checkpoint_and_rolls_back_a_forged_
     // checkpoint count requires a signature. A restart drops staged blocks
     // no checkpoint confirmed.
     let network = Network::streaming(3, "1h");
-    let mut stream = StreamOrderer::start(&network).await;
-    let mut chain = Vec::new();
-    let mut keys = Vec::new();
-    for index in 0..6 {
-        let key = format!("staged-{index}");
-        chain.push(stream.order_one(&network, &key).await.1);
-        keys.push(key);
-    }
-    stream.stop().await;
+    let keys: Vec<String> = (0..6).map(|index| format!("staged-{index}")).collect();
+    let (open, checkpoint) = (Seal::Unsigned, Seal::Signed);
+    let chain = stream_chain(
+        &network,
+        &keys,
+        &[open, open, checkpoint, open, open, checkpoint],
+    );
     let signed: Vec<bool> = chain
         .iter()
         .map(|block| weft_protos::block::signature_count(block) > 0)
@@ -600,6 +590,27 @@ impl StreamOrderer {
         self.orderer.shutdown().await.unwrap();
         self.data
     }
+}
+
+/// A stream channel's blocks as its orderer writes them (the orderer's
+/// `BlockWriter`, signing as the network's orderer), one transaction
+/// writing each of `keys` per block, sealed as `seals` say: a feeder for
+/// a peer, with the checkpoints where a test needs them (a real orderer
+/// signs every block it cuts while idle).
+fn stream_chain(network: &Network, keys: &[String], seals: &[Seal]) -> Vec<Block> {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(BlockStore::open(&StoreConfig::new(dir.path().join(CHANNEL))).unwrap());
+    store.append(&network.genesis).unwrap();
+    let signer = Arc::new(network.orderer.clone_signer());
+    let mut writer = BlockWriter::new(CHANNEL, store, signer, 0).unwrap();
+    keys.iter()
+        .zip(seals)
+        .map(|(key, seal)| {
+            let (_, envelope) = network.transaction(CHANNEL, &network.client1, key, 0);
+            let content = BlockContent::Transactions(vec![envelope.encode_to_vec().into()]);
+            writer.write(&content, *seal).unwrap()
+        })
+        .collect()
 }
 
 /// One Deliver stream read a block at a time.

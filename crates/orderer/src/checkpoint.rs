@@ -8,9 +8,17 @@
 //! transactions have gone unsigned, or `checkpoint_interval` after the
 //! first of them. Since a signature covers its block's header, and each
 //! header carries the hash of the one before, a checkpoint authenticates
-//! every block since the last one. When the interval runs out with no
-//! block to carry the signature, the consenter cuts an empty checkpoint
-//! block ([`Checkpoints::deadline`]).
+//! every block since the last one.
+//!
+//! A block cut when the consenter is about to go idle ([`Load::Idle`]:
+//! nothing else waits, no earlier block is still being decided) is signed
+//! too: otherwise the checkpoint interval would run out with no block to
+//! carry the signature, and an empty checkpoint block costs every node far
+//! more than one signature does. So at low load every block is signed and
+//! durable at once; only under load, when blocks follow each other, do
+//! signatures spread out to every N transactions or T. The empty
+//! checkpoint block ([`Checkpoints::deadline`]) remains for the rare tip
+//! left unsigned when load stops.
 //!
 //! Config blocks are always signed: peers must authenticate a new
 //! configuration before they use it. Block channels sign every block.
@@ -29,6 +37,16 @@ pub enum Seal {
     Signed,
     /// A stream channel's block between checkpoints.
     Unsigned,
+}
+
+/// What follows the block being sealed, as its consenter sees it at the cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Load {
+    /// Nothing else waits to be cut and no earlier block is still being
+    /// decided: the consenter goes idle after this block.
+    Idle,
+    /// More blocks follow or are in flight.
+    Busy,
 }
 
 /// The checkpoint state of one channel: what went unsigned since the last
@@ -64,14 +82,16 @@ impl Checkpoints {
     }
 
     /// The seal of the next block, of `transactions` transactions, cut at
-    /// `now`; records it. An empty block is only cut as a checkpoint.
-    pub fn seal(&mut self, transactions: usize, now: Instant) -> Seal {
+    /// `now` under `load`; records it. An empty block is only cut as a
+    /// checkpoint.
+    pub fn seal(&mut self, transactions: usize, now: Instant, load: Load) -> Seal {
         let Some(mode) = self.mode else {
             return Seal::Signed;
         };
         let unsigned = self.unsigned_transactions + transactions as u64;
         let since = self.unsigned_since.unwrap_or(now);
         let due = transactions == 0
+            || load == Load::Idle
             || unsigned >= u64::from(mode.checkpoint_transactions)
             || now.saturating_duration_since(since) >= mode.checkpoint_interval;
         if due {
@@ -132,7 +152,10 @@ mod tests {
         let now = Instant::now();
         assert!(!checkpoints.streams());
         for transactions in [1, 10, 0] {
-            assert_eq!(checkpoints.seal(transactions, now), Seal::Signed);
+            assert_eq!(
+                checkpoints.seal(transactions, now, Load::Busy),
+                Seal::Signed
+            );
         }
         assert_eq!(checkpoints.deadline(), None);
     }
@@ -146,7 +169,7 @@ mod tests {
         let now = Instant::now();
         let seals: Vec<Seal> = [1, 2, 1, 3, 1]
             .into_iter()
-            .map(|transactions| checkpoints.seal(transactions, now))
+            .map(|transactions| checkpoints.seal(transactions, now, Load::Busy))
             .collect();
         assert_eq!(
             seals,
@@ -169,27 +192,43 @@ mod tests {
         let mut checkpoints = stream(1000, 10);
         let start = Instant::now();
         assert_eq!(checkpoints.deadline(), None);
-        assert_eq!(checkpoints.seal(1, start), Seal::Unsigned);
+        assert_eq!(checkpoints.seal(1, start, Load::Busy), Seal::Unsigned);
         let deadline = start + Duration::from_millis(10);
         assert_eq!(checkpoints.deadline(), Some(deadline));
         assert_eq!(
-            checkpoints.seal(1, start + Duration::from_millis(4)),
+            checkpoints.seal(1, start + Duration::from_millis(4), Load::Busy),
             Seal::Unsigned
         );
         assert_eq!(checkpoints.deadline(), Some(deadline));
-        assert_eq!(checkpoints.seal(1, deadline), Seal::Signed);
+        assert_eq!(checkpoints.seal(1, deadline, Load::Busy), Seal::Signed);
         assert_eq!(checkpoints.deadline(), None);
-        assert_eq!(checkpoints.seal(0, deadline), Seal::Signed);
+        assert_eq!(checkpoints.seal(0, deadline, Load::Busy), Seal::Signed);
+    }
+
+    #[test]
+    fn a_block_cut_as_the_consenter_goes_idle_is_signed() {
+        // Goal: at low load no transaction waits for an empty checkpoint
+        // block: the block after which nothing follows is signed at once,
+        // whatever the count and interval say, and the count starts again.
+        let mut checkpoints = stream(100, 60_000);
+        let now = Instant::now();
+        assert_eq!(checkpoints.seal(1, now, Load::Busy), Seal::Unsigned);
+        assert_eq!(checkpoints.seal(2, now, Load::Idle), Seal::Signed);
+        assert!(!checkpoints.pending());
+        assert_eq!(checkpoints.deadline(), None);
+        assert_eq!(checkpoints.seal(1, now, Load::Idle), Seal::Signed);
+        let mut blocks = Checkpoints::new(None);
+        assert_eq!(blocks.seal(1, now, Load::Busy), Seal::Signed);
     }
 
     #[test]
     fn a_config_block_is_a_checkpoint_and_may_end_streaming() {
         let mut checkpoints = stream(100, 1000);
         let now = Instant::now();
-        assert_eq!(checkpoints.seal(3, now), Seal::Unsigned);
+        assert_eq!(checkpoints.seal(3, now, Load::Busy), Seal::Unsigned);
         checkpoints.reconfigure(None);
         assert!(!checkpoints.pending());
-        assert_eq!(checkpoints.seal(1, now), Seal::Signed);
+        assert_eq!(checkpoints.seal(1, now, Load::Busy), Seal::Signed);
     }
 
     #[test]
@@ -203,7 +242,7 @@ mod tests {
                 .deadline()
                 .is_some_and(|deadline| deadline <= now)
         );
-        assert_eq!(checkpoints.seal(1, now), Seal::Signed);
+        assert_eq!(checkpoints.seal(1, now, Load::Busy), Seal::Signed);
         let mut blocks = Checkpoints::new(None);
         blocks.overdue(now);
         assert!(!blocks.pending());

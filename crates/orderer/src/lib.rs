@@ -53,7 +53,7 @@ mod server;
 pub mod writer;
 
 pub use broadcast::CHECKS_IN_FLIGHT_MAX;
-pub use checkpoint::{Checkpoints, Seal};
+pub use checkpoint::{Checkpoints, Load, Seal};
 pub use config::{BatchSize, ChannelOrdererConfig, ConfigError, Consensus, StreamMode};
 pub use consensus::Consenter;
 pub use cutter::{BlockCutter, CutReason};

@@ -58,6 +58,19 @@ impl BlockContent {
     }
 }
 
+/// When an appended block reaches the disk (fsync) on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Every signed block is synced as it is written: the block store is
+    /// the consenter's only record (solo). A stream channel's unsigned
+    /// blocks are synced by the next checkpoint's write.
+    SyncSigned,
+    /// No block is synced on its own: the consenter's own synced log
+    /// (Raft's) can write every block again after a crash, and the
+    /// consenter syncs the store before it compacts that log.
+    BackedByLog,
+}
+
 /// Writes a channel's blocks: assembles each decided batch into the next
 /// block, signs it as this orderer and appends it to the block store.
 pub struct BlockWriter {
@@ -69,6 +82,7 @@ pub struct BlockWriter {
     last_config: u64,
     /// Whether the last block written carries a signature.
     tip_signed: bool,
+    durability: Durability,
     rng: ring::rand::SystemRandom,
 }
 
@@ -121,8 +135,16 @@ impl BlockWriter {
             previous_hash,
             last_config,
             tip_signed,
+            durability: Durability::SyncSigned,
             rng: ring::rand::SystemRandom::new(),
         })
+    }
+
+    /// The writer of a consenter with a synced log of its own: appends are
+    /// never synced on their own (see [`Durability::BackedByLog`]).
+    pub fn backed_by_log(mut self) -> Self {
+        self.durability = Durability::BackedByLog;
+        self
     }
 
     /// Whether the last block written is signed: a stream channel whose
@@ -178,12 +200,15 @@ impl BlockWriter {
             Seal::Signed => self.sign(&mut block, last_config, consenter_metadata)?,
             Seal::Unsigned => seal_block_unsigned(&mut block, last_config, consenter_metadata),
         }
-        // A stream channel's unsigned block is not synced on its own: the
-        // next checkpoint's write (or a Raft snapshot) syncs it, and until
-        // then Raft's synced log can write it again after a crash.
-        let appended = match seal {
-            Seal::Signed => self.store.append(&block),
-            Seal::Unsigned => self.store.append_unsynced(&block),
+        // A process crash loses no write, synced or not. A machine crash
+        // may lose unsynced ones: Raft writes them again from its log;
+        // solo's were unsigned blocks, never durable for a peer, which
+        // waits for the checkpoint whose synced write covers them.
+        let appended = match (seal, self.durability) {
+            (Seal::Signed, Durability::SyncSigned) => self.store.append(&block),
+            (Seal::Unsigned, _) | (_, Durability::BackedByLog) => {
+                self.store.append_unsynced(&block)
+            }
         };
         appended.map_err(|source| Error::Ledger {
             channel: self.channel_id.clone(),

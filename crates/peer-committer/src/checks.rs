@@ -13,6 +13,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use weft_msp::{Identity, UnixTime};
@@ -22,26 +23,40 @@ use weft_protos::{DecodeError, Layer};
 
 use crate::{ChannelContext, TxValidationCode};
 
-/// Checks every transaction of a block in parallel; one code per
-/// transaction, `Valid` meaning "passed stage 1".
+/// Blocks of fewer transactions are handled on the calling thread: handing
+/// one or two transactions to the rayon pool costs more in thread wake-ups
+/// than it saves, and a stream channel's blocks are mostly that small.
+pub(crate) const PARALLEL_MIN_TRANSACTIONS: usize = 4;
+
+/// Checks every transaction of a block, in parallel unless the block is
+/// small; one code per transaction, `Valid` meaning "passed stage 1".
 pub fn check_block(
     block: &DecodedBlock,
     context: &ChannelContext,
     now: UnixTime,
 ) -> Vec<TxValidationCode> {
+    let check = |(transaction, raw): (&Result<TxEnvelope, DecodeError>, &Bytes)| {
+        if raw.is_empty() {
+            return TxValidationCode::NilEnvelope;
+        }
+        match transaction {
+            Ok(transaction) => check_transaction(transaction, context, now),
+            Err(error) => code_for_decode_error(error),
+        }
+    };
+    if block.transactions.len() < PARALLEL_MIN_TRANSACTIONS {
+        return block
+            .transactions
+            .iter()
+            .zip(&block.raw_envelopes)
+            .map(check)
+            .collect();
+    }
     block
         .transactions
         .par_iter()
         .zip(block.raw_envelopes.par_iter())
-        .map(|(transaction, raw)| {
-            if raw.is_empty() {
-                return TxValidationCode::NilEnvelope;
-            }
-            match transaction {
-                Ok(transaction) => check_transaction(transaction, context, now),
-                Err(error) => code_for_decode_error(error),
-            }
-        })
+        .map(check)
         .collect()
 }
 

@@ -37,7 +37,7 @@ use weft_protos::common::{Block, BlockMetadataIndex, Config, Metadata};
 use weft_protos::view::{DecodedBlock, Limits, TxBody, TxEnvelope};
 use weft_statedb::{Height, VersionedState};
 
-use crate::checks::check_block;
+use crate::checks::{PARALLEL_MIN_TRANSACTIONS, check_block};
 use crate::lifecycle::{ChaincodeDefinitions, LIFECYCLE_NAMESPACE};
 use crate::mvcc::{mark_duplicate_tx_ids, update_batch, validate_block};
 use crate::{ChannelContext, Error, Result, TxValidationCode};
@@ -335,10 +335,19 @@ impl ChannelCommitter {
                     let context = shared.read().clone();
                     let at = now();
                     let expected_previous = previous;
-                    rayon::spawn(move || {
+                    let transactions = block.data.as_ref().map_or(0, |data| data.data.len());
+                    let prepare_and_send = move || {
                         // The receiver is gone only when the committer stopped.
                         let _ = done.send(prepare(block, context, expected_previous, at, limits));
-                    });
+                    };
+                    // A small block is prepared on this thread, which still
+                    // runs ahead of the commits; a large one on the pool,
+                    // beside the next ones.
+                    if transactions < PARALLEL_MIN_TRANSACTIONS {
+                        prepare_and_send();
+                    } else {
+                        rayon::spawn(prepare_and_send);
+                    }
                     if queue.send(result).is_err() {
                         return;
                     }
@@ -795,14 +804,16 @@ fn block_signatures(
         .collect()
 }
 
-/// Decodes a block's envelopes in parallel (a block's transactions are
-/// independent until MVCC).
+/// Decodes a block's envelopes, in parallel unless the block is small (a
+/// block's transactions are independent until MVCC).
 fn decode(block: Block, limits: Limits) -> DecodedBlock {
     let raw_envelopes: Vec<Bytes> = block.data.map(|data| data.data).unwrap_or_default();
-    let transactions = raw_envelopes
-        .par_iter()
-        .map(|raw| TxEnvelope::decode(raw.clone(), limits))
-        .collect();
+    let decode_one = |raw: &Bytes| TxEnvelope::decode(raw.clone(), limits);
+    let transactions = if raw_envelopes.len() < PARALLEL_MIN_TRANSACTIONS {
+        raw_envelopes.iter().map(decode_one).collect()
+    } else {
+        raw_envelopes.par_iter().map(decode_one).collect()
+    };
     DecodedBlock {
         header: block.header.unwrap_or_default(),
         metadata: block.metadata.unwrap_or_default(),

@@ -22,7 +22,7 @@ use weft_protos::tx::Sign;
 use super::{ChainTask, Mailbox, Submission, ordered_config, reconfigure};
 use crate::admission::{Admitted, readmit};
 use crate::channel::Channel;
-use crate::checkpoint::{Checkpoints, Seal};
+use crate::checkpoint::{Checkpoints, Load, Seal};
 use crate::cutter::{Batch, BlockCutter, CutReason};
 use crate::error::{Error, Result};
 use crate::writer::{BlockContent, BlockWriter};
@@ -115,7 +115,7 @@ impl Solo {
                     if self.checkpoints.streams() {
                         self.checkpoint().await?;
                     } else if let Some(batch) = self.cutter.expire(Instant::now()) {
-                        self.write_batch(batch, CutReason::Timeout).await?;
+                        self.write_batch(batch, CutReason::Timeout, Load::Busy).await?;
                     }
                 }
             }
@@ -126,7 +126,7 @@ impl Solo {
             self.order(submission.input).await?;
         }
         let batch = self.cutter.cut();
-        self.write_batch(batch, CutReason::Halt).await?;
+        self.write_batch(batch, CutReason::Halt, Load::Idle).await?;
         // A stream channel stops on a signed block, so that peers need not
         // wait for this orderer's next start to make its last blocks
         // durable.
@@ -154,13 +154,14 @@ impl Solo {
             } => {
                 let ordered = self.cutter.ordered(envelope, size_bytes, Instant::now());
                 for (batch, reason) in ordered.batches.into_iter().zip(ordered.reasons) {
-                    self.write_batch(batch, reason).await?;
+                    self.write_batch(batch, reason, Load::Busy).await?;
                 }
                 Ok(())
             }
             Admitted::Config { envelope, .. } => {
                 let pending = self.cutter.cut();
-                self.write_batch(pending, CutReason::Config).await?;
+                self.write_batch(pending, CutReason::Config, Load::Busy)
+                    .await?;
                 self.channel
                     .metrics
                     .block_cut(&self.channel.id, CutReason::Config);
@@ -171,7 +172,8 @@ impl Solo {
                 // sees the block can transact under it; anything checked
                 // under it is ordered after the block anyway.
                 self.channel.install(config);
-                self.write(BlockContent::Config(envelope)).await?;
+                self.write(BlockContent::Config(envelope), Load::Idle)
+                    .await?;
                 tracing::info!(channel = %self.channel.id, block = number, "channel reconfigured");
                 Ok(())
             }
@@ -179,7 +181,8 @@ impl Solo {
     }
 
     /// A stream channel: orders what else the mailbox holds now (at most
-    /// a block's worth), then cuts what is pending as the next block.
+    /// a block's worth), then cuts what is pending as the next block,
+    /// signed if nothing arrived meanwhile.
     async fn stream_block(&mut self, mailbox: &mut mpsc::Receiver<Submission>) -> Result<()> {
         let most = self.channel.config().orderer.batch_size.max_message_count as usize;
         for _ in 1..most {
@@ -189,7 +192,12 @@ impl Solo {
             }
         }
         let batch = self.cutter.cut();
-        self.write_batch(batch, CutReason::Stream).await
+        let load = if mailbox.is_empty() {
+            Load::Idle
+        } else {
+            Load::Busy
+        };
+        self.write_batch(batch, CutReason::Stream, load).await
     }
 
     /// A stream channel whose checkpoint interval ran out: an empty signed
@@ -201,29 +209,33 @@ impl Solo {
         self.channel
             .metrics
             .block_cut(&self.channel.id, CutReason::Checkpoint);
-        self.write(BlockContent::Transactions(Vec::new()))
+        self.write(BlockContent::Transactions(Vec::new()), Load::Idle)
             .await
             .map(drop)
     }
 
-    async fn write_batch(&mut self, batch: Batch, reason: CutReason) -> Result<()> {
+    async fn write_batch(&mut self, batch: Batch, reason: CutReason, load: Load) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
         self.channel.metrics.block_cut(&self.channel.id, reason);
-        self.write(BlockContent::Transactions(batch))
+        self.write(BlockContent::Transactions(batch), load)
             .await
             .map(drop)
     }
 
-    async fn write(&mut self, content: BlockContent) -> Result<weft_protos::common::Block> {
+    async fn write(
+        &mut self,
+        content: BlockContent,
+        load: Load,
+    ) -> Result<weft_protos::common::Block> {
         let seal = match content {
             BlockContent::Config(_) => {
                 self.checkpoints.signed();
                 Seal::Signed
             }
             BlockContent::Transactions(ref batch) => {
-                self.checkpoints.seal(batch.len(), Instant::now())
+                self.checkpoints.seal(batch.len(), Instant::now(), load)
             }
         };
         let writer = self.writer.clone();

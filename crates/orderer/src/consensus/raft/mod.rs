@@ -69,7 +69,7 @@ use super::{ChainTask, Mailbox, Submission, ordered_config, reconfigure};
 use crate::admission::{Admitted, Refusal, readmit};
 use crate::channel::Channel;
 use crate::channel_config::ChannelConfig;
-use crate::checkpoint::{Checkpoints, Seal};
+use crate::checkpoint::{Checkpoints, Load, Seal};
 use crate::config::Consensus;
 use crate::cutter::{Batch, BlockCutter, CutReason};
 use crate::error::{Error, Result};
@@ -94,6 +94,8 @@ const RAFT_INFLIGHT_MESSAGES_MAX: usize = 256;
 /// behind catches up from the log rather than a snapshot (Fabric's
 /// `SnapshotCatchUpEntries`).
 const SNAPSHOT_CATCH_UP_ENTRIES: usize = 4;
+/// Raft messages stepped before their `Ready` is handled, at most.
+const INBOX_DRAINED_MAX: usize = 256;
 /// How often a node missing blocks retries pulling them.
 const PULL_RETRY: Duration = Duration::from_millis(500);
 /// How many rounds of pulling from every peer before giving up.
@@ -315,7 +317,8 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         .map_err(|e| raft_error(format!("catching up failed: {e}")))?
     };
     pulled?;
-    let writer = writer_back;
+    // Raft's synced log is this node's record: block writes need no fsync.
+    let writer = writer_back.backed_by_log();
     let snapshot_index = store.snapshot_now().get_metadata().index;
     let tip = channel
         .store
@@ -575,7 +578,17 @@ async fn run(
             biased;
             _ = &mut halted => break,
             message = inbox.recv() => match message {
-                Some(message) => core.step(message),
+                Some(message) => {
+                    core.step(message);
+                    // Whatever else arrived goes into the same `Ready`: one
+                    // log write and one round of sends for all of it.
+                    for _ in 1..INBOX_DRAINED_MAX {
+                        match inbox.try_recv() {
+                            Ok(message) => core.step(message),
+                            Err(_) => break,
+                        }
+                    }
+                }
                 None => break,
             },
             _ = ticks.tick() => {
@@ -756,7 +769,14 @@ impl Core {
             .pending_waiters
             .drain(..batch.len().min(self.pending_waiters.len()))
             .collect();
-        let checkpoint = self.checkpoints.seal(batch.len(), Instant::now()) == Seal::Signed
+        // A stream block cut with no other block in flight is the last
+        // before the leader goes idle: it carries the checkpoint.
+        let load = if reason == CutReason::Stream && self.proposed.is_empty() {
+            Load::Idle
+        } else {
+            Load::Busy
+        };
+        let checkpoint = self.checkpoints.seal(batch.len(), Instant::now(), load) == Seal::Signed
             && self.checkpoints.streams();
         let entry = LogEntry {
             content: Some(log_entry::Content::Transactions(LogBatch {

@@ -156,7 +156,8 @@ impl LogStore {
     }
 
     /// Appends `entries` (replacing any from their first index on) and
-    /// records `hard_state`, in one batch, synced when `sync`.
+    /// records `hard_state`, in one batch, synced when `sync` and Raft
+    /// needs it (new entries, term or vote).
     pub fn persist(
         &self,
         entries: &[Entry],
@@ -192,7 +193,16 @@ impl LogStore {
         if let Some(hard_state) = hard_state {
             batch.put(HARD_STATE_KEY, encode(hard_state, "hard state")?);
         }
-        self.write(batch, sync)?;
+        // Raft needs its entries, term and vote on disk before it answers;
+        // a commit index is learnt again from the leader (and raised from
+        // the blocks on open), so a hard state that moves only the commit
+        // index is not synced: each decided block would cost every node
+        // one more fsync.
+        let must_sync = !entries.is_empty()
+            || hard_state.is_some_and(|hard_state| {
+                hard_state.term != state.hard_state.term || hard_state.vote != state.hard_state.vote
+            });
+        self.write(batch, sync && must_sync)?;
         if let Some(first) = entries.first() {
             let kept = usize::try_from(first.index - state.first_index).unwrap_or(usize::MAX);
             state.terms.truncate(kept);
@@ -222,8 +232,9 @@ impl LogStore {
     }
 
     /// Raises the commit index to `applied` (the last entry the block store
-    /// holds a block of, which was committed), synced: raft-rs refuses to
-    /// start with entries applied beyond the commit index.
+    /// holds a block of, which was committed): raft-rs refuses to start
+    /// with entries applied beyond the commit index. Not synced either: it
+    /// is raised again on every open.
     pub fn commit_at_least(&self, applied: u64) -> StoreResult<()> {
         let mut hard_state = self.inner.state.read().hard_state.clone();
         if hard_state.commit >= applied {

@@ -3,9 +3,10 @@
 //! (client side), shared by all Raft channels of the node.
 //!
 //! - Raft messages go out through one sender task per peer endpoint with
-//!   a bounded queue; it sends whatever is queued as one `Step` call.
-//!   A full queue or a failed call drops messages, which Raft tolerates
-//!   (it retries by itself), so a dead peer never blocks the others.
+//!   a bounded queue; it sends whatever is queued as one request on a
+//!   long-lived `Step` stream. A full queue or a broken stream drops
+//!   messages, which Raft tolerates (it retries by itself), so a dead
+//!   peer never blocks the others.
 //! - A follower forwards the envelopes it accepted to the leader on one
 //!   long-lived `Forward` stream per leader endpoint, in batches of
 //!   whatever is queued; the leader answers each once its block is decided,
@@ -59,8 +60,11 @@ const STEP_BATCH_MAX: usize = 256;
 pub(crate) const INBOX_MAX: usize = 4096;
 /// How long connecting to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// How long a `Step` call may take.
-const STEP_TIMEOUT: Duration = Duration::from_secs(2);
+/// Batches of Raft messages buffered for a peer's `Step` stream before
+/// new ones are dropped.
+const STEP_REQUESTS_BUFFERED: usize = 64;
+/// How long a node waits before opening a `Step` stream that ended again.
+const STEP_RETRY: Duration = Duration::from_millis(50);
 /// Envelopes queued for forwarding to one leader before new ones are
 /// refused (SERVICE_UNAVAILABLE): more than a channel's mailbox holds.
 const FORWARD_QUEUE_MAX: usize = 8192;
@@ -434,54 +438,84 @@ fn refusal_of(answer: SubmitResponse) -> Result<(), Refusal> {
 /// transport is dropped.
 async fn send_steps(
     endpoint: String,
-    mut client: ClusterClient<GrpcChannel>,
+    client: ClusterClient<GrpcChannel>,
     mut queue: mpsc::Receiver<RaftMessage>,
     batch_bytes_max: usize,
 ) {
     let mut failing = false;
     let mut next = None;
     loop {
-        let first = match next.take() {
-            Some(message) => message,
-            None => match queue.recv().await {
-                Some(message) => message,
-                None => return,
-            },
+        // One long-lived `Step` stream; a new one once it ends.
+        let (requests, requests_out) = mpsc::channel(STEP_REQUESTS_BUFFERED);
+        let mut call = {
+            let mut client = client.clone();
+            Box::pin(async move {
+                client
+                    .step(tokio_stream::wrappers::ReceiverStream::new(requests_out))
+                    .await
+            })
         };
-        let mut batch_bytes = first.message.len();
-        let mut messages = vec![first];
-        while messages.len() < STEP_BATCH_MAX {
-            match queue.try_recv() {
-                Ok(message) if batch_bytes + message.message.len() > batch_bytes_max => {
-                    next = Some(message);
-                    break;
+        let ended = loop {
+            let first = match next.take() {
+                Some(message) => message,
+                None => tokio::select! {
+                    ended = &mut call => break ended.err(),
+                    message = queue.recv() => match message {
+                        Some(message) => message,
+                        None => return,
+                    },
+                },
+            };
+            let messages = take_batch(first, &mut queue, &mut next, batch_bytes_max);
+            match requests.try_send(StepRequest { messages }) {
+                Ok(()) => {
+                    if failing {
+                        tracing::info!(peer = %endpoint, "consenter reachable again");
+                        failing = false;
+                    }
                 }
-                Ok(message) => {
-                    batch_bytes += message.message.len();
-                    messages.push(message);
+                // The stream is backed up: Raft resends what it lost.
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    tracing::debug!(peer = %endpoint, "raft messages dropped: the stream is full");
                 }
-                Err(_) => break,
+                Err(mpsc::error::TrySendError::Closed(_)) => break (&mut call).await.err(),
             }
+        };
+        if let Some(status) = ended
+            && !failing
+        {
+            tracing::warn!(peer = %endpoint, error = %status.message(), "consenter unreachable; raft messages dropped");
+            failing = true;
         }
-        let mut request = Request::new(StepRequest { messages });
-        request.set_timeout(STEP_TIMEOUT);
-        match client.step(request).await {
-            Ok(_) => {
-                if failing {
-                    tracing::info!(peer = %endpoint, "consenter reachable again");
-                    failing = false;
-                }
+        // Raft resends; do not spin on a dead peer.
+        tokio::time::sleep(STEP_RETRY).await;
+    }
+}
+
+/// The first message and whatever else is queued, up to a batch's count
+/// and bytes; a message that would overflow the bytes waits in `next`.
+fn take_batch(
+    first: RaftMessage,
+    queue: &mut mpsc::Receiver<RaftMessage>,
+    next: &mut Option<RaftMessage>,
+    batch_bytes_max: usize,
+) -> Vec<RaftMessage> {
+    let mut batch_bytes = first.message.len();
+    let mut messages = vec![first];
+    while messages.len() < STEP_BATCH_MAX {
+        match queue.try_recv() {
+            Ok(message) if batch_bytes + message.message.len() > batch_bytes_max => {
+                *next = Some(message);
+                break;
             }
-            Err(status) => {
-                if !failing {
-                    tracing::warn!(peer = %endpoint, error = %status.message(), "consenter unreachable; raft messages dropped");
-                    failing = true;
-                }
-                // Raft resends; do not spin on a dead peer.
-                tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok(message) => {
+                batch_bytes += message.message.len();
+                messages.push(message);
             }
+            Err(_) => break,
         }
     }
+    messages
 }
 
 /// A channel's Raft node as the cluster service reaches it.
@@ -664,17 +698,13 @@ async fn answer_forwarded(
     }
 }
 
-#[tonic::async_trait]
-impl Cluster for ClusterService {
-    async fn step(
-        &self,
-        request: Request<StepRequest>,
-    ) -> Result<Response<StepResponse>, GrpcStatus> {
-        let caller = Caller::of(&request, self.authenticate)?;
+impl ClusterService {
+    /// Hands one request's Raft messages to their channels' Raft nodes.
+    fn take_steps(&self, caller: &Caller, request: StepRequest) -> Result<(), GrpcStatus> {
         // The channel last found to be the caller's: a batch is mostly one
         // channel's messages.
         let mut checked: Option<String> = None;
-        for message in request.into_inner().messages {
+        for message in request.messages {
             let Some(inbox) = self.inboxes.get(&message.channel) else {
                 tracing::debug!(channel = %message.channel, "a raft message for a channel not ordered by raft here");
                 continue;
@@ -703,7 +733,29 @@ impl Cluster for ClusterService {
                 }
             }
         }
-        Ok(Response::new(StepResponse {}))
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl Cluster for ClusterService {
+    async fn step(
+        &self,
+        request: Request<Streaming<StepRequest>>,
+    ) -> Result<Response<StepResponse>, GrpcStatus> {
+        let caller = Caller::of(&request, self.authenticate)?;
+        let mut requests = request.into_inner();
+        let mut shutdown = self.shutdown.clone();
+        loop {
+            let request = tokio::select! {
+                request = requests.message() => request?,
+                _ = shutdown.wait_for(|stopping| *stopping) => None,
+            };
+            match request {
+                Some(request) => self.take_steps(&caller, request)?,
+                None => return Ok(Response::new(StepResponse {})),
+            }
+        }
     }
 
     type ForwardStream = AnswerStream;
