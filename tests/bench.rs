@@ -810,7 +810,9 @@ fn weft_bench_streams_on_a_raft_network() {
     // Goal: `weft bench --stream` starts a Raft network whose channel
     // streams (checkpoint every 10 transactions or 1 s) and whose peers
     // report commit status at applied; its 8 clients see every
-    // transaction committed VALID, with no failures. With at most 8
+    // transaction committed VALID, with no failures, and the bench reports
+    // the Gateway's CommitStatus latency (applied) beside the commit
+    // events' (durable), having checked both agree. With at most 8
     // transactions in flight no block reaches the count alone, so the
     // peers' chain has unsigned blocks between the checkpoints they
     // verified.
@@ -836,6 +838,11 @@ fn weft_bench_streams_on_a_raft_network() {
     assert!(results["committed"].as_u64().unwrap() > 0, "{results}");
     assert_eq!(results["valid"], results["committed"], "{results}");
     assert_eq!(results["failures"], serde_json::json!({}), "{results}");
+    let applied = &results["commit_status_latency_ms"];
+    assert!(
+        applied["p50"].as_f64().is_some_and(|ms| ms > 0.0),
+        "{results}"
+    );
     let network = dir.path().join("work/network");
     let channel = std::fs::read_to_string(network.join("channel.yaml")).unwrap();
     assert!(

@@ -38,6 +38,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use weft_msp::Signer;
 use weft_protos::common::{Envelope, Status};
+use weft_protos::gateway::gateway_client::GatewayClient;
+use weft_protos::gateway::{CommitStatusRequest, SignedCommitStatusRequest};
 use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
 use weft_protos::protos::TxValidationCode;
 use weft_protos::protos::endorser_client::EndorserClient;
@@ -45,6 +47,7 @@ use weft_protos::tx::{Invocation, Proposal};
 
 use super::{quantile, summary_line};
 use crate::client::{Dialer, follow_headers, next_block, next_block_number, subscribe};
+use crate::network::CommitStatus;
 use crate::network::connection::ConnectionFile;
 
 /// How long a transaction may take from proposal to commit event.
@@ -137,6 +140,14 @@ pub struct LoadArgs {
     /// 2.9 KB: the client's and endorser's certificates dominate).
     #[arg(long, default_value_t = 0)]
     pub memo_bytes: usize,
+    /// Also ask the creator's peer's Gateway for each transaction's status
+    /// (`CommitStatus`, as Fabric's Gateway clients do) and report that
+    /// latency beside the commit events'. Against peers whose Gateway
+    /// reports at applied (`--commit-status applied`), it is a stream
+    /// channel's applied latency, the commit events' its durable one. On
+    /// with --commit-status applied.
+    #[arg(long)]
+    pub gateway_commit_status: bool,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -357,6 +368,7 @@ struct Org {
     msp_id: String,
     user: Arc<Signer>,
     endorser: EndorserClient<Channel>,
+    gateway: GatewayClient<Channel>,
     peer: SocketAddr,
 }
 
@@ -483,6 +495,8 @@ struct TxRecord {
     /// Index of its channel in the client's channels.
     channel: usize,
     block: u64,
+    /// When its Gateway `CommitStatus` answered, if asked.
+    status_at: Option<Instant>,
 }
 
 impl TxRecord {
@@ -508,6 +522,8 @@ struct Client {
     broadcasters: Vec<Arc<Broadcaster>>,
     router: Arc<CommitRouter>,
     watched_peers: usize,
+    /// Whether each transaction also waits for its Gateway `CommitStatus`.
+    ask_commit_status: bool,
 }
 
 impl Client {
@@ -562,6 +578,17 @@ impl Client {
             return Err(format!("the orderer answered {name}"));
         }
         let acknowledged_at = Instant::now();
+        let status_answer = if self.ask_commit_status {
+            let request =
+                signed_commit_status_request(&proposal.tx_id, invocation.channel_id, creator)?;
+            let mut gateway = self.orgs[plan[0]].gateway.clone();
+            Some(tokio::spawn(async move {
+                let answer = gateway.commit_status(request).await;
+                (Instant::now(), answer)
+            }))
+        } else {
+            None
+        };
         let commit = tokio::time::timeout(TRANSACTION_WAIT_MAX, committed)
             .await
             .map_err(|_| {
@@ -569,6 +596,20 @@ impl Client {
                 format!("no commit event within {TRANSACTION_WAIT_MAX:?}")
             })?
             .map_err(|_| "the commit event streams ended".to_owned())?;
+        let status_at = match status_answer {
+            None => None,
+            Some(answer) => {
+                let (at, answer) = tokio::time::timeout(TRANSACTION_WAIT_MAX, answer)
+                    .await
+                    .map_err(|_| format!("no CommitStatus answer within {TRANSACTION_WAIT_MAX:?}"))?
+                    .map_err(|e| e.to_string())?;
+                let answer = answer.map_err(|e| format!("CommitStatus: {}", e.message()))?;
+                if answer.into_inner().result != commit.code {
+                    return Err("CommitStatus and the commit events disagree".to_owned());
+                }
+                Some(at)
+            }
+        };
         Ok(TxRecord {
             endorse: endorsed - started,
             broadcast: acknowledged_at - endorsed,
@@ -578,8 +619,28 @@ impl Client {
             bytes,
             channel: slot % self.channels.len(),
             block: commit.block,
+            status_at,
         })
     }
+}
+
+/// A `CommitStatus` request for `tx_id`, signed by its creator.
+fn signed_commit_status_request(
+    tx_id: &str,
+    channel_id: &str,
+    creator: &Signer,
+) -> Result<SignedCommitStatusRequest, String> {
+    let request = CommitStatusRequest {
+        channel_id: channel_id.to_owned(),
+        transaction_id: tx_id.to_owned(),
+        identity: creator.serialized_identity().clone(),
+    };
+    let request = prost::Message::encode_to_vec(&request);
+    let signature = creator.sign(&request).map_err(|e| e.to_string())?;
+    Ok(SignedCommitStatusRequest {
+        request: request.into(),
+        signature: signature.into(),
+    })
 }
 
 /// Runs the endorsement requests of one transaction side by side.
@@ -805,10 +866,12 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
                 .with_context(|| format!("the user of {}", organization.name))?,
         );
         let peer = organization.peers[0].address()?;
+        let link = dialer.connect(peer).await?;
         orgs.push(Org {
             msp_id: organization.msp_id.clone(),
             user,
-            endorser: EndorserClient::new(dialer.connect(peer).await?),
+            endorser: EndorserClient::new(link.clone()),
+            gateway: GatewayClient::new(link),
             peer,
         });
     }
@@ -863,6 +926,8 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
         plans,
         broadcasters,
         router,
+        ask_commit_status: args.gateway_commit_status
+            || args.network.stream.commit_status == Some(CommitStatus::Applied),
     });
     let run_id = hex::encode(&client.orgs[0].user.new_nonce()?[..4]);
     let slots: Vec<SlotWorkload> = (0..args.clients)
@@ -1243,6 +1308,8 @@ struct Results {
     ordering_ms: Percentiles,
     /// From the block leaving the orderer to the first commit event.
     commit_ms: Percentiles,
+    /// From the proposal to the Gateway's `CommitStatus` answer, if asked.
+    commit_status_latency_ms: Option<Percentiles>,
     /// Per committed transaction and peer, from the peers' metrics.
     peer_validate_ms: f64,
     peer_mvcc_ms: f64,
@@ -1345,6 +1412,15 @@ impl Results {
             commit_ms: Percentiles::of(split(|r, ordered| {
                 r.committed_at.saturating_duration_since(ordered)
             })),
+            commit_status_latency_ms: in_window
+                .iter()
+                .map(|r| {
+                    let answered = r.status_at?.saturating_duration_since(r.acknowledged_at);
+                    Some(r.endorse + r.broadcast + answered)
+                })
+                .collect::<Option<Vec<Duration>>>()
+                .filter(|latencies| !latencies.is_empty())
+                .map(Percentiles::of),
             peer_validate_ms: per_tx_peer(after.validate - before.validate),
             peer_mvcc_ms: per_tx_peer(after.mvcc - before.mvcc),
             peer_ledger_ms: per_tx_peer(after.ledger - before.ledger),
@@ -1428,6 +1504,13 @@ impl Results {
         row(&mut text, "broadcast (ms)", pct(&self.broadcast_ms));
         row(&mut text, "ordering (ms)", pct(&self.ordering_ms));
         row(&mut text, "commit (ms)", pct(&self.commit_ms));
+        if let Some(latency) = &self.commit_status_latency_ms {
+            row(
+                &mut text,
+                "latency to Gateway CommitStatus p50 / p95 / p99 (ms)",
+                pct(latency),
+            );
+        }
         row(
             &mut text,
             "peer VSCC / MVCC / ledger per tx (ms)",

@@ -49,6 +49,7 @@ use weft_protos::protos::{ChaincodeEvent, ProposalResponse};
 use weft_protos::tx::ReceivedProposal;
 use weft_protos::view::{DecodedBlock, Limits, TxBody};
 
+use crate::commit_status::CommitWaiters;
 use crate::{Endorser, JoinedChannel};
 
 /// The policy a client must satisfy to read commit status and events.
@@ -81,6 +82,8 @@ pub struct GatewayService {
     /// connection, let alone a TLS handshake, per transaction would cost
     /// more than the transaction.
     links: Arc<Mutex<HashMap<String, Channel>>>,
+    /// The `CommitStatus` calls waiting, by channel.
+    commit_waiters: Arc<Mutex<HashMap<String, Arc<CommitWaiters>>>>,
 }
 
 impl GatewayService {
@@ -89,7 +92,20 @@ impl GatewayService {
             endorser,
             config: Arc::new(config),
             links: Arc::default(),
+            commit_waiters: Arc::default(),
         }
+    }
+
+    /// The waiting `CommitStatus` calls of `channel`, answered by a task
+    /// started on the first call.
+    fn commit_waiters(&self, channel_id: &str, channel: &dyn JoinedChannel) -> Arc<CommitWaiters> {
+        self.commit_waiters
+            .lock()
+            .entry(channel_id.to_owned())
+            .or_insert_with(|| {
+                CommitWaiters::start(channel.blocks().clone(), channel.committed_height())
+            })
+            .clone()
     }
 
     /// The connection to the node at `address`.
@@ -308,27 +324,29 @@ impl Gateway for GatewayService {
             &signed.request,
             &signed.signature,
         )?;
-        let blocks = channel.blocks().clone();
-        let mut heights = channel.committed_height();
-        loop {
-            let committed = *heights.borrow_and_update();
-            let store = blocks.clone();
-            let tx_id = request.transaction_id.clone();
-            let location = tokio::task::spawn_blocking(move || store.tx_location(&tx_id))
-                .await
-                .map_err(|e| Status::internal(e.to_string()))?
-                .map_err(|e| Status::internal(format!("reading the ledger failed: {e}")))?;
-            if let Some(location) = location.filter(|l| l.block_number < committed) {
-                return Ok(Response::new(CommitStatusResponse {
-                    // Blocks this peer committed always carry their codes.
-                    result: location.validation_code.map_or(255, i32::from),
-                    block_number: location.block_number,
-                }));
-            }
-            if heights.changed().await.is_err() {
-                return Err(Status::unavailable("the channel's ledger closed"));
-            }
+        // Waiting first, then looking up, leaves no gap for a block to
+        // commit the transaction unseen.
+        let answer = self
+            .commit_waiters(&request.channel_id, channel.as_ref())
+            .wait(&request.transaction_id);
+        let committed = *channel.committed_height().borrow();
+        let store = channel.blocks().clone();
+        let tx_id = request.transaction_id.clone();
+        let location = tokio::task::spawn_blocking(move || store.tx_location(&tx_id))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| Status::internal(format!("reading the ledger failed: {e}")))?;
+        if let Some(location) = location.filter(|l| l.block_number < committed) {
+            return Ok(Response::new(CommitStatusResponse {
+                // Blocks this peer committed always carry their codes.
+                result: location.validation_code.map_or(255, i32::from),
+                block_number: location.block_number,
+            }));
         }
+        answer
+            .await
+            .map(Response::new)
+            .map_err(|_| Status::unavailable("the channel's ledger closed"))
     }
 
     async fn evaluate(

@@ -19,6 +19,7 @@
 
 pub mod builtin;
 pub mod chaincode;
+mod commit_status;
 mod endorser;
 pub mod external;
 pub mod gateway;
