@@ -36,7 +36,7 @@ use prost::Message;
 use weft_ledger::{BlockStore, Durability, StoreConfig};
 use weft_msp::Signer;
 use weft_peer_committer::{ChannelCommitter, TxValidationCode};
-use weft_protos::block::{new_block, sign_block};
+use weft_protos::block::{new_block, seal_block_unsigned, sign_block, signature_count};
 use weft_protos::common::{Block, BlockMetadataIndex, Envelope};
 use weft_protos::hash::{Hash, block_header_hash, sha256};
 use weft_protos::protos::{ChaincodeId, Response};
@@ -60,6 +60,10 @@ const STALE_BLOCKS_MAX: usize = 3;
 /// The crashing committer checkpoints its world state after every block
 /// whose number is a multiple of this.
 const CHECKPOINT_EVERY: u64 = 5;
+/// On the stream channel, the orderer signed every block whose number is
+/// a multiple of this (its `StreamMode` counts 300 transactions: three
+/// blocks).
+const STREAM_CHECKPOINT_EVERY: u64 = 3;
 const SEED_DEFAULT: u64 = 0x7765_6674_2d63_6f6d;
 /// Blocks in preparation while one commits, in the pipelined run.
 const PIPELINE_DEPTH: usize = 4;
@@ -82,12 +86,12 @@ fn committer_matches_a_sequential_reference_model() {
         let dir = tempfile::tempdir().unwrap();
         let (state, ledger) = open_stores(dir.path(), engine, Durability::EveryBlock);
         let mut committer =
-            ChannelCommitter::create(network.genesis.clone(), state.clone(), ledger.clone())
+            ChannelCommitter::create(network.chain.genesis.clone(), state.clone(), ledger.clone())
                 .unwrap();
         let outcomes = if pipelined {
             let mut outcomes = Vec::with_capacity(BLOCKS);
             committer.commit_stream(
-                network.blocks.iter().cloned(),
+                network.chain.blocks.iter().cloned(),
                 PIPELINE_DEPTH,
                 weft_msp::now,
                 |outcome| {
@@ -98,6 +102,7 @@ fn committer_matches_a_sequential_reference_model() {
             outcomes
         } else {
             network
+                .chain
                 .blocks
                 .iter()
                 .map(|block| {
@@ -116,7 +121,7 @@ fn committer_matches_a_sequential_reference_model() {
             assert!(!committed.reconfigured, "{context}");
             assert_codes(network, number, &committed.codes, &context);
         }
-        assert_matches_reference(network, state.as_ref(), &ledger, &context);
+        assert_matches_reference(network, &network.chain, state.as_ref(), &ledger, &context);
     }
 }
 
@@ -143,6 +148,27 @@ fn a_killed_committer_recovers_to_the_reference() {
     }
 }
 
+#[test]
+fn a_peer_killed_between_checkpoints_recovers_to_its_last_checkpoint() {
+    // Goal: on a stream channel (a checkpoint every third block), a
+    // committer process killed with SIGKILL at varying instants, between
+    // checkpoints as often as not, reopens with the blocks no checkpoint
+    // confirmed dropped and its state replayed to its last checkpoint: no
+    // block it reported durable is lost, it ends on a signed block, and
+    // committing the rest of the stream (as the orderer delivers it again)
+    // ends where the reference ends: the same blocks, header hashes,
+    // validation codes and world state.
+    if let Some(dir) = std::env::var_os(CRASH_CHILD_ENV) {
+        run_crashing_committer(Path::new(&dir));
+        return;
+    }
+    let network = network();
+    let mut entropy = crash_entropy();
+    for round in 0..STREAM_KILL_ROUNDS {
+        kill_stream_peer_and_recover(network, round, &mut entropy);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // The network: crypto material, genesis block, transactions and blocks,
 // generated once per test process and shared by the tests.
@@ -150,15 +176,51 @@ fn a_killed_committer_recovers_to_the_reference() {
 
 /// Everything the tests commit, with what the reference model expects.
 struct Network {
-    genesis: Block,
-    /// Blocks 1..=BLOCKS, signed by the orderer and chained from genesis.
-    blocks: Vec<Block>,
+    /// A block channel: blocks 1..=BLOCKS, each signed by the orderer.
+    chain: Chain,
+    /// The same transactions in the same blocks on a stream channel (its
+    /// genesis block carries `StreamMode`): only every
+    /// `STREAM_CHECKPOINT_EVERY`-th block is signed, a checkpoint.
+    stream: Chain,
     /// Per block, what each transaction is, for messages.
     kinds: Vec<Vec<Kind>>,
     /// Per block, the reference model's code for each transaction.
     codes: Vec<Vec<TxValidationCode>>,
     /// The reference model's final world state of the chaincode namespace.
     state: BTreeMap<String, (Bytes, Height)>,
+}
+
+/// A genesis block and the blocks chained from it.
+struct Chain {
+    genesis: Block,
+    blocks: Vec<Block>,
+}
+
+impl Chain {
+    /// Chains `transactions` (one block each) from `genesis`; block `n` is
+    /// signed by `orderer` when `signed(n)`, otherwise sealed unsigned.
+    fn new(
+        genesis: Block,
+        transactions: &[Vec<Bytes>],
+        orderer: &Signer,
+        signed: impl Fn(u64) -> bool,
+        rng: &mut Rng,
+    ) -> Self {
+        let mut previous_hash = block_header_hash(genesis.header.as_ref().unwrap());
+        let mut blocks = Vec::with_capacity(transactions.len());
+        for (offset, envelopes) in transactions.iter().enumerate() {
+            let number = offset as u64 + 1;
+            let mut block = new_block(number, &previous_hash, envelopes.clone());
+            if signed(number) {
+                sign_block(&mut block, 0, orderer, Bytes::from(rng.bytes(24))).unwrap();
+            } else {
+                seal_block_unsigned(&mut block, 0, Bytes::new());
+            }
+            previous_hash = block_header_hash(block.header.as_ref().unwrap());
+            blocks.push(block);
+        }
+        Self { genesis, blocks }
+    }
 }
 
 /// What a generated transaction is, and so which checks it fails by
@@ -233,14 +295,13 @@ fn build_network() -> Network {
     println!("generating transactions with WEFT_TEST_SEED={seed}");
     // The crypto material is only needed until the signers are loaded.
     let dir = tempfile::tempdir().unwrap();
-    let (genesis, parties) = generate_channel(dir.path());
+    let (genesis, stream_genesis, parties) = generate_channel(dir.path());
     drop(dir);
 
     let mut rng = Rng(seed);
     let mut model = Model::default();
     let mut generator = Generator::default();
-    let mut previous_hash = block_header_hash(genesis.header.as_ref().unwrap());
-    let mut blocks = Vec::with_capacity(BLOCKS);
+    let mut transactions = Vec::with_capacity(BLOCKS);
     let mut kinds = Vec::with_capacity(BLOCKS);
     let mut codes = Vec::with_capacity(BLOCKS);
     for offset in 0..BLOCKS {
@@ -253,15 +314,7 @@ fn build_network() -> Network {
         assert_eq!(txs.len(), TXS_PER_BLOCK);
         let block_codes = model.commit(number, &txs);
         generator.remember(&txs, &block_codes);
-
-        let mut block = new_block(
-            number,
-            &previous_hash,
-            txs.iter().map(|tx| tx.envelope.clone()).collect(),
-        );
-        sign_block(&mut block, 0, &parties.orderer, Bytes::from(rng.bytes(24))).unwrap();
-        previous_hash = block_header_hash(block.header.as_ref().unwrap());
-        blocks.push(block);
+        transactions.push(txs.iter().map(|tx| tx.envelope.clone()).collect());
         kinds.push(txs.iter().map(|tx| tx.kind).collect());
         codes.push(block_codes);
     }
@@ -269,9 +322,17 @@ fn build_network() -> Network {
     // The generator's own bookkeeping holds: transfers conserve money.
     let total: i64 = model.state.values().map(|(value, _)| balance(value)).sum();
     assert_eq!(total, ACCOUNTS as i64 * INITIAL_BALANCE);
+    let chain = Chain::new(genesis, &transactions, &parties.orderer, |_| true, &mut rng);
+    let stream = Chain::new(
+        stream_genesis,
+        &transactions,
+        &parties.orderer,
+        |number| number % STREAM_CHECKPOINT_EVERY == 0,
+        &mut rng,
+    );
     let network = Network {
-        genesis,
-        blocks,
+        chain,
+        stream,
         kinds,
         codes,
         state: model.state,
@@ -289,10 +350,12 @@ struct Parties {
     orderer: Signer,
 }
 
-/// Runs `weft crypto generate` and `weft channel genesis` in `dir`.
-fn generate_channel(dir: &Path) -> (Block, Parties) {
+/// Runs `weft crypto generate` and `weft channel genesis` in `dir`: the
+/// genesis blocks of a block channel and of a stream channel, with the
+/// same organisations.
+fn generate_channel(dir: &Path) -> (Block, Block, Parties) {
     std::fs::write(dir.join("crypto-config.yaml"), CRYPTO_CONFIG).unwrap();
-    std::fs::write(dir.join("configtx.yaml"), CONFIGTX).unwrap();
+    std::fs::write(dir.join("configtx.yaml"), configtx_with_stream_profile()).unwrap();
     weft(&[
         "crypto",
         "generate",
@@ -301,20 +364,23 @@ fn generate_channel(dir: &Path) -> (Block, Parties) {
         "--output",
         dir.join("crypto").to_str().unwrap(),
     ]);
-    let genesis_path = dir.join("genesis.block");
-    weft(&[
-        "channel",
-        "genesis",
-        "--config",
-        dir.join("configtx.yaml").to_str().unwrap(),
-        "--profile",
-        "TwoOrgsSolo",
-        "--channel",
-        CHANNEL,
-        "--output",
-        genesis_path.to_str().unwrap(),
-    ]);
-    let genesis = Block::decode(std::fs::read(genesis_path).unwrap().as_slice()).unwrap();
+    let genesis = |profile: &str| {
+        let path = dir.join(format!("{profile}.block"));
+        weft(&[
+            "channel",
+            "genesis",
+            "--config",
+            dir.join("configtx.yaml").to_str().unwrap(),
+            "--profile",
+            profile,
+            "--channel",
+            CHANNEL,
+            "--output",
+            path.to_str().unwrap(),
+        ]);
+        Block::decode(std::fs::read(path).unwrap().as_slice()).unwrap()
+    };
+    let (blocks, stream) = (genesis("TwoOrgsSolo"), genesis("TwoOrgsStream"));
 
     let crypto = dir.join("crypto");
     let signer = |folder: &str, msp_id: &str| {
@@ -343,7 +409,7 @@ fn generate_channel(dir: &Path) -> (Block, Parties) {
             "OrdererMSP",
         ),
     };
-    (genesis, parties)
+    (blocks, stream, parties)
 }
 
 fn weft(args: &[&str]) {
@@ -437,6 +503,21 @@ Profiles:
         Endorsement: {Type: ImplicitMeta, Rule: \"MAJORITY Endorsement\"}
       Capabilities: {V2_5: true}
 ";
+
+/// [`CONFIGTX`] and a second profile, `TwoOrgsStream`: `TwoOrgsSolo` whose
+/// channel streams, a checkpoint every 300 transactions.
+fn configtx_with_stream_profile() -> String {
+    let solo = &CONFIGTX[CONFIGTX.find("  TwoOrgsSolo:").unwrap()..];
+    let stream = solo
+        .replacen("  TwoOrgsSolo:", "  TwoOrgsStream:", 1)
+        .replacen(
+            "      OrdererType: solo\n",
+            "      OrdererType: solo\n      StreamMode: {CheckpointTransactions: 300, CheckpointInterval: 1h}\n",
+            1,
+        );
+    assert!(stream.contains("StreamMode"));
+    format!("{CONFIGTX}{stream}")
+}
 
 // ---------------------------------------------------------------------------
 // The reference model.
@@ -857,6 +938,10 @@ const CHILD_TIME_MAX: Duration = Duration::from_secs(120);
 
 /// Set in the child's environment to the state engine to use.
 const CRASH_ENGINE_ENV: &str = "WEFT_COMMITTER_CRASH_ENGINE";
+/// Set in the child's environment to 1 to commit the stream channel.
+const CRASH_STREAM_ENV: &str = "WEFT_COMMITTER_CRASH_STREAM";
+/// Kills of a peer on the stream channel, each at another point.
+const STREAM_KILL_ROUNDS: usize = 4;
 
 /// Runs a committer in a child process on `network`'s blocks, kills it with
 /// SIGKILL at a varying instant, then recovers its stores in this process
@@ -864,7 +949,7 @@ const CRASH_ENGINE_ENV: &str = "WEFT_COMMITTER_CRASH_ENGINE";
 fn kill_and_recover(network: &Network, engine: Engine, entropy: &mut Rng) {
     let context = format!("{engine:?} after the crash");
     let dir = tempfile::tempdir().unwrap();
-    write_block_files(network, &dir.path().join("blocks"));
+    write_block_files(&network.chain, &dir.path().join("blocks"));
     let last = BLOCKS as u64;
     let crash_after = match std::env::var("WEFT_TEST_CRASH_AFTER") {
         Ok(fixed) => fixed
@@ -881,69 +966,14 @@ fn kill_and_recover(network: &Network, engine: Engine, entropy: &mut Rng) {
          reports block {crash_after} (WEFT_TEST_CRASH_AFTER={crash_after})"
     );
 
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "a_killed_committer_recovers_to_the_reference",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CRASH_CHILD_ENV, dir.path())
-        .env(CRASH_ENGINE_ENV, format!("{engine:?}"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    // Reports are read on a thread, so that waiting for them can time out.
-    let stdout = child.stdout.take().unwrap();
-    let (reports, reported) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if let Some(number) = line.strip_prefix(COMMITTED_REPORT)
-                && reports
-                    .send((number.parse::<u64>().unwrap(), Instant::now()))
-                    .is_err()
-            {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + CHILD_TIME_MAX;
-    let mut last_reported: Option<(u64, Instant)> = None;
-    let mut block_time = Duration::ZERO;
-    while last_reported.is_none_or(|(number, _)| number < crash_after) {
-        match reported.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(report) => {
-                if let Some((_, at)) = last_reported {
-                    block_time = report.1.duration_since(at);
-                }
-                last_reported = Some(report);
-            }
-            Err(error) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "{engine:?}: the committer stopped reporting after {last_reported:?}: {error}"
-                );
-            }
-        }
-    }
-    // Not a synchronisation: the kill may land anywhere, and the next
-    // report, if it comes first, is only recorded.
-    if let Ok(report) = reported.recv_timeout(block_time * into_next_permille as u32 / 1000) {
-        last_reported = Some(report);
-    }
-    child.kill().unwrap();
-    let status = child.wait().unwrap();
-    assert!(
-        !status.success(),
-        "{engine:?}: the committer was killed, not finished"
+    let last_reported = run_and_kill(
+        dir.path(),
+        &format!("{engine:?}"),
+        engine,
+        false,
+        crash_after,
+        into_next_permille,
     );
-    reader.join().unwrap();
-    // Reports already in the pipe were committed before the kill too.
-    let (last_reported, _) = reported.try_iter().last().or(last_reported).unwrap();
 
     let (state, ledger) = open_stores(dir.path(), engine, Durability::EveryBlock);
     let height = ledger.height();
@@ -996,18 +1026,181 @@ fn kill_and_recover(network: &Network, engine: Engine, entropy: &mut Rng) {
         "{context}: replayed to the tip"
     );
     for number in height..=last {
-        let block = network.blocks[number as usize - 1].clone();
+        let block = network.chain.blocks[number as usize - 1].clone();
         let committed = committer.commit(block, weft_msp::now()).unwrap();
         assert_codes(network, number, &committed.codes, &context);
     }
-    assert_matches_reference(network, state.as_ref(), &ledger, &context);
+    assert_matches_reference(network, &network.chain, state.as_ref(), &ledger, &context);
+}
+
+fn kill_stream_peer_and_recover(network: &Network, round: usize, entropy: &mut Rng) {
+    let context = format!("stream round {round}");
+    let dir = tempfile::tempdir().unwrap();
+    write_block_files(&network.stream, &dir.path().join("blocks"));
+    let last = BLOCKS as u64;
+    // A checkpoint that leaves blocks to commit after the crash.
+    let checkpoints = (last - 1) / STREAM_CHECKPOINT_EVERY;
+    let crash_after = entropy.below(checkpoints) * STREAM_CHECKPOINT_EVERY;
+    let into_next_permille = entropy.below(1000);
+    println!(
+        "{context}: killing the committer {into_next_permille}/1000 of a checkpoint's time after \
+         block {crash_after} is durable"
+    );
+    let last_durable = run_and_kill(
+        dir.path(),
+        &context,
+        Engine::Memory,
+        true,
+        crash_after,
+        into_next_permille,
+    );
+
+    let (state, ledger) = open_stores(dir.path(), Engine::Memory, Durability::EveryBlock);
+    let stored = ledger.height();
+    let mut committer = ChannelCommitter::open(CHANNEL, state.clone(), ledger.clone()).unwrap();
+    let height = committer.height();
+    let tip = height - 1;
+    println!(
+        "{context}: killed with block {last_durable} durable and {stored} blocks stored; \
+         reopened at height {height}"
+    );
+    assert!(
+        tip >= last_durable,
+        "{context}: lost durable block {last_durable}"
+    );
+    assert!(
+        tip <= last_durable + STREAM_CHECKPOINT_EVERY,
+        "{context}: tip {tip} after durable {last_durable}"
+    );
+    assert_eq!(tip % STREAM_CHECKPOINT_EVERY, 0, "{context}: tip {tip}");
+    assert_eq!(
+        ledger.height(),
+        height,
+        "{context}: the staged tail is dropped"
+    );
+    let tip_block = ledger.block(tip).unwrap().unwrap();
+    assert!(
+        tip == 0 || signature_count(&tip_block) > 0,
+        "{context}: block {tip} is a checkpoint"
+    );
+    assert_eq!(
+        *committer.handle().committed.borrow(),
+        height,
+        "{context}: what is stored is durable"
+    );
+    if tip > 0 {
+        assert_eq!(
+            state.height().map(|at| at.block_num),
+            Some(tip),
+            "{context}: replayed to the checkpoint"
+        );
+    }
+    for number in height..=last {
+        let block = network.stream.blocks[number as usize - 1].clone();
+        let committed = committer.commit(block, weft_msp::now()).unwrap();
+        assert_eq!(
+            committed.staged,
+            number % STREAM_CHECKPOINT_EVERY != 0,
+            "{context}: block {number}"
+        );
+        assert_codes(network, number, &committed.codes, &context);
+    }
+    assert_eq!(
+        *committer.handle().committed.borrow(),
+        last + 1,
+        "{context}"
+    );
+    assert_matches_reference(network, &network.stream, state.as_ref(), &ledger, &context);
+}
+
+/// Runs the crashing committer in a child process on the block files in
+/// `dir` (a stream channel's when `stream`), kills it with SIGKILL
+/// `into_next_permille`/1000 of a block time after it reported block
+/// `crash_after`, and returns the last block it reported.
+fn run_and_kill(
+    dir: &Path,
+    label: &str,
+    engine: Engine,
+    stream: bool,
+    crash_after: u64,
+    into_next_permille: u64,
+) -> u64 {
+    let test = if stream {
+        "a_peer_killed_between_checkpoints_recovers_to_its_last_checkpoint"
+    } else {
+        "a_killed_committer_recovers_to_the_reference"
+    };
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CRASH_CHILD_ENV, dir)
+        .env(CRASH_ENGINE_ENV, format!("{engine:?}"))
+        .env(CRASH_STREAM_ENV, if stream { "1" } else { "0" })
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    // Reports are read on a thread, so that waiting for them can time out.
+    let stdout = child.stdout.take().unwrap();
+    let (reports, reported) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(number) = line.strip_prefix(COMMITTED_REPORT)
+                && reports
+                    .send((number.parse::<u64>().unwrap(), Instant::now()))
+                    .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + CHILD_TIME_MAX;
+    let mut last_reported: Option<(u64, Instant)> = None;
+    let mut block_time = Duration::ZERO;
+    while last_reported.is_none_or(|(number, _)| number < crash_after) {
+        match reported.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(report) => {
+                if let Some((_, at)) = last_reported {
+                    block_time = report.1.duration_since(at);
+                }
+                last_reported = Some(report);
+            }
+            Err(error) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{label}: the committer stopped reporting after {last_reported:?}: {error}");
+            }
+        }
+    }
+    // Not a synchronisation: the kill may land anywhere, and the next
+    // report, if it comes first, is only recorded.
+    if let Ok(report) = reported.recv_timeout(block_time * into_next_permille as u32 / 1000) {
+        last_reported = Some(report);
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert!(
+        !status.success(),
+        "{label}: the committer was killed, not finished"
+    );
+    reader.join().unwrap();
+    // Reports already in the pipe were committed before the kill too.
+    let (last_reported, _) = reported.try_iter().last().or(last_reported).unwrap();
+    last_reported
 }
 
 /// The child: creates the channel from the block files, commits them one by
 /// one, checkpoints the state every few blocks, and reports each block once
 /// `commit` returned for it. Then it waits for the parent, which kills it
 /// long before (its stdin closing ends the wait if the parent is gone).
+///
+/// On a stream channel it reports the last durable block (the committed
+/// height, which only checkpoints move) each time it moves, and tries a
+/// state checkpoint after every block (the committer takes one only while
+/// no block is staged).
 fn run_crashing_committer(dir: &Path) {
+    let stream = std::env::var(CRASH_STREAM_ENV).as_deref() == Ok("1");
     let started = Instant::now();
     let engine = match std::env::var(CRASH_ENGINE_ENV).as_deref() {
         Ok("Memory") => Engine::Memory,
@@ -1029,10 +1222,18 @@ fn run_crashing_committer(dir: &Path) {
         committer
             .commit(read_block_file(&blocks, number), weft_msp::now())
             .unwrap();
-        if number % CHECKPOINT_EVERY == 0 {
+        if stream {
             committer.checkpoint().unwrap();
+            let durable = *committer.handle().committed.borrow() - 1;
+            if durable == number {
+                writeln!(stdout, "{COMMITTED_REPORT}{durable}").unwrap();
+            }
+        } else {
+            if number % CHECKPOINT_EVERY == 0 {
+                committer.checkpoint().unwrap();
+            }
+            writeln!(stdout, "{COMMITTED_REPORT}{number}").unwrap();
         }
-        writeln!(stdout, "{COMMITTED_REPORT}{number}").unwrap();
         stdout.flush().unwrap();
     }
     let _ = std::io::stdin().read_to_end(&mut Vec::new());
@@ -1048,10 +1249,10 @@ fn crash_entropy() -> Rng {
     Rng(u64::from(std::process::id()) << 32 | u64::from(nanos))
 }
 
-fn write_block_files(network: &Network, dir: &Path) {
+fn write_block_files(chain: &Chain, dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
-    for (number, block) in std::iter::once(&network.genesis)
-        .chain(&network.blocks)
+    for (number, block) in std::iter::once(&chain.genesis)
+        .chain(&chain.blocks)
         .enumerate()
     {
         std::fs::write(block_file(dir, number as u64), block.encode_to_vec()).unwrap();
@@ -1125,13 +1326,14 @@ fn assert_codes(network: &Network, number: u64, codes: &[TxValidationCode], cont
 /// stores), and that the world state is the reference model's.
 fn assert_matches_reference(
     network: &Network,
+    chain: &Chain,
     state: &dyn StateReader,
     ledger: &BlockStore,
     context: &str,
 ) {
     assert_eq!(ledger.height(), BLOCKS as u64 + 1, "{context}");
-    let expected_blocks = std::iter::once((&network.genesis, vec![TxValidationCode::Valid]))
-        .chain(network.blocks.iter().zip(network.codes.iter().cloned()));
+    let expected_blocks = std::iter::once((&chain.genesis, vec![TxValidationCode::Valid]))
+        .chain(chain.blocks.iter().zip(network.codes.iter().cloned()));
     for (number, (generated, codes)) in expected_blocks.enumerate() {
         let stored = ledger.block(number as u64).unwrap().unwrap();
         assert_eq!(
