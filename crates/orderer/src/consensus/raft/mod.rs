@@ -387,8 +387,19 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         route,
     };
     let (halt, halted) = oneshot::channel();
-    let task = tokio::spawn(async move {
-        let result = run(core, mailbox.0, inbox, halted).await;
+    // The loop runs on a thread of its own, with a runtime of its own for
+    // its timers and queues: each `Ready` (log writes, block writes) is
+    // handled right there, where a hop to a blocking thread and back per
+    // `Ready` cost more than the Raft logic.
+    let task = tokio::task::spawn_blocking(move || {
+        let result = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .map_err(|e| Error::Task {
+                channel: channel_id.clone(),
+                reason: format!("starting the raft loop's runtime: {e}"),
+            })
+            .and_then(|runtime| runtime.block_on(run(core, mailbox.0, inbox, halted)));
         if let Err(error) = &result {
             tracing::error!(channel = %channel_id, %error, "raft chain stopped");
             shared.failed(error.to_string());
@@ -402,7 +413,7 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
 fn catch_up(
     channel: &Channel,
     writer: &mut BlockWriter,
-    transport: &Transport,
+    transport: &Arc<Transport>,
     members: &Members,
     snapshot: &Snapshot,
 ) -> Result<()> {
@@ -413,7 +424,6 @@ fn catch_up(
         channel: channel.id.clone(),
         reason: format!("a snapshot's data does not decode: {e}"),
     })?;
-    let runtime = tokio::runtime::Handle::current();
     let mut rounds = 0;
     while writer.next_number() < data.height {
         let mut progressed = false;
@@ -422,8 +432,7 @@ fn catch_up(
                 continue;
             }
             let start = writer.next_number();
-            let pulled =
-                runtime.block_on(transport.pull(endpoint, &channel.id, start, data.height));
+            let pulled = pull_blocking(transport, endpoint, &channel.id, start, data.height);
             match pulled {
                 Ok(blocks) => {
                     for block in &blocks {
@@ -475,6 +484,33 @@ fn catch_up(
         });
     }
     Ok(())
+}
+
+/// [`Transport::pull`] from a thread that may not wait on the node's
+/// runtime directly (the Raft loop's thread runs a runtime of its own): the
+/// pull runs on the node's runtime and this thread waits for its result.
+fn pull_blocking(
+    transport: &Arc<Transport>,
+    endpoint: &str,
+    channel_id: &str,
+    start: u64,
+    end: u64,
+) -> std::result::Result<Vec<weft_protos::common::Block>, String> {
+    let (done, result) = std::sync::mpsc::sync_channel(1);
+    let (transport_owned, endpoint, channel_id) = (
+        transport.clone(),
+        endpoint.to_owned(),
+        channel_id.to_owned(),
+    );
+    transport.runtime().spawn(async move {
+        let pulled = transport_owned
+            .pull(&endpoint, &channel_id, start, end)
+            .await;
+        let _ = done.send(pulled);
+    });
+    result
+        .recv()
+        .map_err(|_| "the node's runtime stopped".to_owned())?
 }
 
 /// Makes a pulled config block's configuration current.
@@ -617,16 +653,7 @@ async fn run(
             core.propose_batch(batch, CutReason::Stream);
         }
         if core.node.has_ready() {
-            core = tokio::task::spawn_blocking(move || {
-                let result = core.handle_ready();
-                (core, result)
-            })
-            .await
-            .map_err(|e| Error::Task {
-                channel: String::new(),
-                reason: format!("a raft ready task died: {e}"),
-            })
-            .and_then(|(core, result)| result.map(|()| core))?;
+            core.handle_ready()?;
         }
     }
     // Envelopes not decided yet get no SUCCESS; their clients hear the

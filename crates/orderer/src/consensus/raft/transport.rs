@@ -112,24 +112,35 @@ pub(crate) struct Transport {
     message_bytes_max: usize,
     /// TLS towards the other consenters; `None` dials in plaintext.
     tls: Option<ClientTlsConfig>,
+    /// The node's runtime, where connections and sender tasks run: each
+    /// channel's Raft loop runs on a thread of its own.
+    runtime: tokio::runtime::Handle,
 }
 
 impl Transport {
+    /// The transport of a node whose runtime is the current one.
     pub fn new(message_bytes_max: usize, tls: Option<ClientTlsConfig>) -> Self {
         Self {
             peers: Mutex::new(HashMap::new()),
             message_bytes_max,
             tls,
+            runtime: tokio::runtime::Handle::current(),
         }
     }
 
+    /// The node's runtime.
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.runtime
+    }
+
     /// The peer at `endpoint`, connected lazily; its sender task starts
-    /// with it. Must run inside the Tokio runtime.
+    /// with it, on the node's runtime.
     fn peer(&self, endpoint: &str) -> Result<Peer, String> {
         let mut peers = self.peers.lock();
         if let Some(peer) = peers.get(endpoint) {
             return Ok(peer.clone());
         }
+        let _runtime = self.runtime.enter();
         let channel = weft_protos::dial::endpoint(endpoint, self.tls.as_ref())
             .map_err(|e| format!("consenter endpoint {endpoint:?} is not usable: {e}"))?
             .connect_timeout(CONNECT_TIMEOUT)
