@@ -1131,9 +1131,18 @@ fn hyperledger_caliper_runs_kv_and_smallbank_rounds_against_weft_network_up() {
     // that binding installs: tests/js/caliper), drives a `weft network up`
     // network unchanged, configured from the connection file it writes:
     // rounds of kv puts, smallbank account creations and smallbank
-    // operations, every transaction endorsed, ordered and committed.
+    // operations, every transaction endorsed, ordered and committed: on a
+    // block channel and on a stream channel.
+    for (port_offset, options) in [(200, &[][..]), (215, &["--stream"][..])] {
+        caliper_rounds_succeed(port_offset, options);
+    }
+}
+
+/// Caliper's rounds against `weft network up --orderers 1` with `options`:
+/// every transaction of every round succeeds.
+fn caliper_rounds_succeed(port_offset: u16, options: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    let (network, data) = solo_network(dir.path(), 200, &[]);
+    let (network, data) = solo_network(dir.path(), port_offset, options);
     let connection = connection_file(&data);
     let network_config = caliper_network_config(&connection, dir.path());
     // (label, transactions, workload module, its arguments)
@@ -1212,7 +1221,7 @@ fn hyperledger_caliper_runs_kv_and_smallbank_rounds_against_weft_network_up() {
         assert_eq!(
             row[2..4],
             [count.to_string().as_str(), "0"],
-            "{label}: {results}"
+            "{options:?} {label}: {results}"
         );
     }
     assert!(network.interrupt());
@@ -1228,10 +1237,21 @@ fn raw_protocol_clients_endorse_broadcast_and_deliver_as_on_fabric() {
     // transaction), a DeliverFiltered stream of filtered blocks only, in
     // which the transaction shows up VALID with its chaincode event, and a
     // seek to Newest answered at once by the newest block and SUCCESS, on
-    // the peer and on the orderer.
+    // the peer and on the orderer. On a block channel and on a stream
+    // channel; every node a thread of the one `network up` process
+    // (--in-process).
+    for (port_offset, options) in [
+        (300, &["--in-process"][..]),
+        (315, &["--in-process", "--stream"][..]),
+    ] {
+        raw_clients_get_fabric_answers(port_offset, options);
+    }
+}
+
+/// tests/js/raw.js against `weft network up --orderers 1` with `options`.
+fn raw_clients_get_fabric_answers(port_offset: u16, options: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    // Every node a thread of the one `network up` process (--in-process).
-    let (network, data) = solo_network(dir.path(), 300, &["--in-process"]);
+    let (network, data) = solo_network(dir.path(), port_offset, options);
     let connection = connection_file(&data);
     let stdout = run_node(["raw.js".to_owned(), connection.to_string()]);
     let seen: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
