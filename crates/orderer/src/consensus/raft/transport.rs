@@ -65,6 +65,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const STEP_REQUESTS_BUFFERED: usize = 64;
 /// How long a node waits before opening a `Step` stream that ended again.
 const STEP_RETRY: Duration = Duration::from_millis(50);
+/// How long a node waits before trying a peer found unreachable again.
+const STEP_RETRY_UNREACHABLE: Duration = Duration::from_millis(500);
+/// A `Step` stream open this long reached its peer.
+const STEP_STREAM_HEALTHY_AFTER: Duration = Duration::from_secs(1);
 /// Envelopes queued for forwarding to one leader before new ones are
 /// refused (SERVICE_UNAVAILABLE): more than a channel's mailbox holds.
 const FORWARD_QUEUE_MAX: usize = 8192;
@@ -458,6 +462,7 @@ async fn send_steps(
     loop {
         // One long-lived `Step` stream; a new one once it ends.
         let (requests, requests_out) = mpsc::channel(STEP_REQUESTS_BUFFERED);
+        let opened = Instant::now();
         let mut call = {
             let mut client = client.clone();
             Box::pin(async move {
@@ -479,8 +484,10 @@ async fn send_steps(
             };
             let messages = take_batch(first, &mut queue, &mut next, batch_bytes_max);
             match requests.try_send(StepRequest { messages }) {
+                // A queued request says nothing of the peer (the stream may
+                // still fail to connect); a stream that lasts does.
                 Ok(()) => {
-                    if failing {
+                    if failing && opened.elapsed() >= STEP_STREAM_HEALTHY_AFTER {
                         tracing::info!(peer = %endpoint, "consenter reachable again");
                         failing = false;
                     }
@@ -499,7 +506,12 @@ async fn send_steps(
             failing = true;
         }
         // Raft resends; do not spin on a dead peer.
-        tokio::time::sleep(STEP_RETRY).await;
+        tokio::time::sleep(if failing {
+            STEP_RETRY_UNREACHABLE
+        } else {
+            STEP_RETRY
+        })
+        .await;
     }
 }
 
