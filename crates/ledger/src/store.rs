@@ -492,11 +492,8 @@ impl Shared {
     fn index_block(&self, block: &Block, number: u64, batch: &mut WriteBatch) -> Result<()> {
         let tx_ids = self.cf(CF_TX_IDS)?;
         let envelopes = block.data.as_ref().map_or(&[][..], |data| &data.data[..]);
-        let filter = block.metadata.as_ref().and_then(|metadata| {
-            metadata
-                .metadata
-                .get(BlockMetadataIndex::TransactionsFilter as usize)
-        });
+        let filter =
+            weft_protos::block::metadata_slot(block, BlockMetadataIndex::TransactionsFilter);
 
         // First occurrences within this block...
         let ids: Vec<Option<String>> = envelopes.iter().map(tx_id_of).collect();

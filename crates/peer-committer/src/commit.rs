@@ -838,11 +838,7 @@ fn set_filter(block: &mut Block, codes: &[TxValidationCode]) {
 }
 
 fn stored_codes(block: &Block) -> Option<Vec<TxValidationCode>> {
-    let filter = block
-        .metadata
-        .as_ref()?
-        .metadata
-        .get(BlockMetadataIndex::TransactionsFilter as usize)?;
+    let filter = weft_protos::block::metadata_slot(block, BlockMetadataIndex::TransactionsFilter)?;
     filter
         .iter()
         .map(|&code| TxValidationCode::try_from(i32::from(code)).ok())

@@ -250,14 +250,7 @@ fn shape_block(request: &SeekRequest, bytes: Bytes, shape: Shape) -> Option<Deli
 /// transactions (config) carry no actions at all.
 pub(crate) fn filtered(channel_id: &str, block: Block) -> FilteredBlock {
     let number = block.header.as_ref().map_or(0, |header| header.number);
-    let codes = block
-        .metadata
-        .as_ref()
-        .and_then(|metadata| {
-            metadata
-                .metadata
-                .get(BlockMetadataIndex::TransactionsFilter as usize)
-        })
+    let codes = weft_protos::block::metadata_slot(&block, BlockMetadataIndex::TransactionsFilter)
         .cloned()
         .unwrap_or_default();
     let envelopes = block.data.map(|data| data.data).unwrap_or_default();

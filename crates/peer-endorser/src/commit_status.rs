@@ -16,12 +16,15 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::{oneshot, watch};
 use weft_ledger::BlockStore;
+use weft_protos::block::metadata_slot;
 use weft_protos::common::BlockMetadataIndex;
 use weft_protos::gateway::CommitStatusResponse;
 use weft_protos::view::Limits;
 
-/// Waiting calls are swept of abandoned ones once there are this many
-/// transactions waited for.
+/// Waiting calls are swept of abandoned ones (clients gone) once there are
+/// this many transactions waited for, and then each time their number has
+/// doubled since the last sweep, so that a sweep's cost stays spread over
+/// the calls that grew the map.
 const SWEEP_WAITING_ABOVE: usize = 4096;
 
 /// The code answered for a transaction its block records no code for.
@@ -30,7 +33,14 @@ const NO_CODE: i32 = 255;
 /// The calls waiting on one channel, by TxID.
 #[derive(Debug, Default)]
 pub(crate) struct CommitWaiters {
-    waiting: Mutex<HashMap<String, Vec<oneshot::Sender<CommitStatusResponse>>>>,
+    waiting: Mutex<Waiting>,
+}
+
+/// The answers owed, by TxID, and when the next sweep is due.
+#[derive(Debug, Default)]
+struct Waiting {
+    answers: HashMap<String, Vec<oneshot::Sender<CommitStatusResponse>>>,
+    sweep_above: usize,
 }
 
 impl CommitWaiters {
@@ -51,30 +61,40 @@ impl CommitWaiters {
     pub fn wait(&self, tx_id: &str) -> oneshot::Receiver<CommitStatusResponse> {
         let (answer, answered) = oneshot::channel();
         let mut waiting = self.waiting.lock();
-        if waiting.len() > SWEEP_WAITING_ABOVE {
-            waiting.retain(|_, answers| {
+        if waiting.answers.len() > waiting.sweep_above.max(SWEEP_WAITING_ABOVE) {
+            waiting.answers.retain(|_, answers| {
                 answers.retain(|answer| !answer.is_closed());
                 !answers.is_empty()
             });
+            waiting.sweep_above = waiting.answers.len() * 2;
         }
-        waiting.entry(tx_id.to_owned()).or_default().push(answer);
+        waiting
+            .answers
+            .entry(tx_id.to_owned())
+            .or_default()
+            .push(answer);
         answered
+    }
+
+    /// Drops the answers owed for `tx_id` whose calls have gone (a call
+    /// that found its transaction by its own lookup).
+    pub fn forget_gone(&self, tx_id: &str) {
+        let mut waiting = self.waiting.lock();
+        if let Some(answers) = waiting.answers.get_mut(tx_id) {
+            answers.retain(|answer| !answer.is_closed());
+            if answers.is_empty() {
+                waiting.answers.remove(tx_id);
+            }
+        }
     }
 
     /// Answers the calls waiting for the transactions of `block`.
     fn answer(&self, number: u64, block: &weft_protos::common::Block) {
         let mut waiting = self.waiting.lock();
-        if waiting.is_empty() {
+        if waiting.answers.is_empty() {
             return;
         }
-        let codes = block
-            .metadata
-            .as_ref()
-            .and_then(|metadata| {
-                metadata
-                    .metadata
-                    .get(BlockMetadataIndex::TransactionsFilter as usize)
-            })
+        let codes = metadata_slot(block, BlockMetadataIndex::TransactionsFilter)
             .cloned()
             .unwrap_or_default();
         let envelopes = block
@@ -84,7 +104,7 @@ impl CommitWaiters {
             .unwrap_or_default();
         for (index, raw) in envelopes.iter().enumerate() {
             let Some(tx_id) = tx_id_of(raw) else { continue };
-            let Some(answers) = waiting.remove(&tx_id) else {
+            let Some(answers) = waiting.answers.remove(&tx_id) else {
                 continue;
             };
             let result = codes.get(index).map_or(NO_CODE, |code| i32::from(*code));
@@ -120,7 +140,7 @@ async fn follow(
         // A rolled-back stream lowers the height: its blocks come again.
         next = next.min(committed);
         while next < committed {
-            if !waiters.waiting.lock().is_empty() {
+            if !waiters.waiting.lock().answers.is_empty() {
                 match store.block(next) {
                     Ok(Some(block)) => waiters.answer(next, &block),
                     Ok(None) => break,
@@ -133,7 +153,7 @@ async fn follow(
             next += 1;
         }
     }
-    waiters.waiting.lock().clear();
+    waiters.waiting.lock().answers.clear();
 }
 
 #[cfg(test)]

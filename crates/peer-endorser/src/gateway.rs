@@ -326,9 +326,8 @@ impl Gateway for GatewayService {
         )?;
         // Waiting first, then looking up, leaves no gap for a block to
         // commit the transaction unseen.
-        let answer = self
-            .commit_waiters(&request.channel_id, channel.as_ref())
-            .wait(&request.transaction_id);
+        let waiters = self.commit_waiters(&request.channel_id, channel.as_ref());
+        let answer = waiters.wait(&request.transaction_id);
         let committed = *channel.committed_height().borrow();
         let store = channel.blocks().clone();
         let tx_id = request.transaction_id.clone();
@@ -337,6 +336,8 @@ impl Gateway for GatewayService {
             .map_err(|e| Status::internal(e.to_string()))?
             .map_err(|e| Status::internal(format!("reading the ledger failed: {e}")))?;
         if let Some(location) = location.filter(|l| l.block_number < committed) {
+            drop(answer);
+            waiters.forget_gone(&request.transaction_id);
             return Ok(Response::new(CommitStatusResponse {
                 // Blocks this peer committed always carry their codes.
                 result: location.validation_code.map_or(255, i32::from),
@@ -468,14 +469,7 @@ fn chaincode_events(
     block: weft_protos::common::Block,
     chaincode: &str,
 ) -> Vec<(String, ChaincodeEvent)> {
-    let filter = block
-        .metadata
-        .as_ref()
-        .and_then(|metadata| {
-            metadata
-                .metadata
-                .get(BlockMetadataIndex::TransactionsFilter as usize)
-        })
+    let filter = weft_protos::block::metadata_slot(&block, BlockMetadataIndex::TransactionsFilter)
         .cloned()
         .unwrap_or_default();
     let Ok(decoded) = DecodedBlock::from_block(block, Limits::default()) else {
