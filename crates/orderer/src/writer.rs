@@ -58,12 +58,15 @@ impl BlockContent {
     }
 }
 
-/// When an appended block reaches the disk (fsync) on its own.
+/// Which appends go to disk as the block store's durability setting says
+/// (by default a synced write), and which are left unsynced. Not to be
+/// confused with that setting ([`weft_ledger::Durability`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
-    /// Every signed block is synced as it is written: the block store is
-    /// the consenter's only record (solo). A stream channel's unsigned
-    /// blocks are synced by the next checkpoint's write.
+enum SyncRule {
+    /// Signed blocks are appended with the store's durability: the block
+    /// store is the consenter's only record (solo). A stream channel's
+    /// unsigned blocks are left unsynced; the next checkpoint's write
+    /// covers them.
     SyncSigned,
     /// No block is synced on its own: the consenter's own synced log
     /// (Raft's) can write every block again after a crash, and the
@@ -82,7 +85,7 @@ pub struct BlockWriter {
     last_config: u64,
     /// Whether the last block written carries a signature.
     tip_signed: bool,
-    durability: Durability,
+    sync_rule: SyncRule,
     rng: ring::rand::SystemRandom,
 }
 
@@ -135,15 +138,16 @@ impl BlockWriter {
             previous_hash,
             last_config,
             tip_signed,
-            durability: Durability::SyncSigned,
+            sync_rule: SyncRule::SyncSigned,
             rng: ring::rand::SystemRandom::new(),
         })
     }
 
     /// The writer of a consenter with a synced log of its own: appends are
-    /// never synced on their own (see [`Durability::BackedByLog`]).
+    /// never synced on their own: that log can write every block again
+    /// after a crash, and the consenter syncs the store before compacting it.
     pub fn backed_by_log(mut self) -> Self {
-        self.durability = Durability::BackedByLog;
+        self.sync_rule = SyncRule::BackedByLog;
         self
     }
 
@@ -203,12 +207,10 @@ impl BlockWriter {
         // A process crash loses no write, synced or not. A machine crash
         // may lose unsynced ones: Raft writes them again from its log;
         // solo's were unsigned blocks, never durable for a peer, which
-        // waits for the checkpoint whose synced write covers them.
-        let appended = match (seal, self.durability) {
-            (Seal::Signed, Durability::SyncSigned) => self.store.append(&block),
-            (Seal::Unsigned, _) | (_, Durability::BackedByLog) => {
-                self.store.append_unsynced(&block)
-            }
+        // waits for the checkpoint whose write covers them.
+        let appended = match (seal, self.sync_rule) {
+            (Seal::Signed, SyncRule::SyncSigned) => self.store.append(&block),
+            (Seal::Unsigned, _) | (_, SyncRule::BackedByLog) => self.store.append_unsynced(&block),
         };
         appended.map_err(|source| Error::Ledger {
             channel: self.channel_id.clone(),
