@@ -729,9 +729,17 @@ fn weft_bench_starts_a_network_of_its_own() {
             "2s",
             "--clients",
             "4",
+            // Shaped as Fabric's load tools are: a connection and a
+            // Broadcast stream per pair of clients.
+            "--connections",
+            "2",
         ],
     );
     let (printed, results) = (&run.stdout, &run.results);
+    assert_eq!(
+        results["client_shape"], "2 connections to each peer with a Broadcast stream each",
+        "{results}"
+    );
     assert_eq!(
         run.summary().transactions,
         results["committed"].as_u64().unwrap()
@@ -746,8 +754,29 @@ fn weft_bench_starts_a_network_of_its_own() {
         "| commit (ms) |",
         "| peer VSCC / MVCC / ledger per tx (ms) |",
         "| server CPU per tx (ms) |",
+        "| blocks (tx per block) |",
+        "| CPU per tx / per block by node (ms) |",
     ] {
         assert!(printed.contains(row), "{row} missing from\n{printed}");
+    }
+    // Every node's CPU is reported per transaction and per block, and a
+    // block holds at least one transaction.
+    assert!(results["blocks"].as_u64().unwrap() > 0, "{results}");
+    assert!(
+        results["transactions_per_block"].as_f64().unwrap() >= 1.0,
+        "{results}"
+    );
+    for per in ["node_cpu_ms_per_tx", "node_cpu_ms_per_block"] {
+        let nodes: Vec<&String> = results[per].as_object().unwrap().keys().collect();
+        assert_eq!(
+            nodes,
+            [
+                "orderer0.example.com",
+                "peer0.org1.example.com",
+                "peer0.org2.example.com"
+            ],
+            "{results}"
+        );
     }
     assert!(
         printed.contains("| CPU seconds | bench client "),

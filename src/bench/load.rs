@@ -148,6 +148,13 @@ pub struct LoadArgs {
     /// with --commit-status applied.
     #[arg(long)]
     pub gateway_commit_status: bool,
+    /// Shape the client as Fabric's common load tools do (tape): this many
+    /// gRPC connections to each endorsing peer, each with a Broadcast
+    /// stream of its own (connection k to orderer k mod orderers), client
+    /// i on connection i mod N. Without it, every client shares one
+    /// connection per peer and one Broadcast stream per orderer.
+    #[arg(long)]
+    pub connections: Option<usize>,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -208,6 +215,9 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 pub fn run(args: &LoadArgs) -> Result<()> {
     if args.clients == 0 {
         bail!("--clients must be at least 1");
+    }
+    if args.connections == Some(0) {
+        bail!("--connections must be at least 1");
     }
     if args
         .rates
@@ -367,9 +377,22 @@ fn start_network(
 struct Org {
     msp_id: String,
     user: Arc<Signer>,
+    /// The client's connections to the organisation's peer.
+    links: Vec<PeerLink>,
+    peer: SocketAddr,
+}
+
+/// One gRPC connection to a peer.
+struct PeerLink {
     endorser: EndorserClient<Channel>,
     gateway: GatewayClient<Channel>,
-    peer: SocketAddr,
+}
+
+impl Org {
+    /// The connection client slot `slot` uses.
+    fn link(&self, slot: usize) -> &PeerLink {
+        &self.links[slot % self.links.len()]
+    }
 }
 
 /// One Broadcast stream and the transactions awaiting its answers, in
@@ -519,6 +542,7 @@ struct Client {
     orgs: Vec<Org>,
     /// For each client slot, the organisations (indices) that endorse.
     plans: Vec<Vec<usize>>,
+    /// Slot `i` broadcasts on stream `i mod n`.
     broadcasters: Vec<Arc<Broadcaster>>,
     router: Arc<CommitRouter>,
     watched_peers: usize,
@@ -543,7 +567,7 @@ impl Client {
         let proposal = Proposal::new(&invocation, creator.serialized_identity().clone());
         let signed = proposal.signed(creator).map_err(|e| e.to_string())?;
         let endorsements = plan.iter().map(|&org| {
-            let mut endorser = self.orgs[org].endorser.clone();
+            let mut endorser = self.orgs[org].link(slot).endorser.clone();
             let signed = signed.clone();
             async move { endorser.process_proposal(signed).await }
         });
@@ -581,7 +605,7 @@ impl Client {
         let status_answer = if self.ask_commit_status {
             let request =
                 signed_commit_status_request(&proposal.tx_id, invocation.channel_id, creator)?;
-            let mut gateway = self.orgs[plan[0]].gateway.clone();
+            let mut gateway = self.orgs[plan[0]].link(slot).gateway.clone();
             Some(tokio::spawn(async move {
                 let answer = gateway.commit_status(request).await;
                 (Instant::now(), answer)
@@ -857,6 +881,7 @@ struct Progress {
 /// `rate` or else in closed loop.
 async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) -> Result<Results> {
     let dialer = connection.dialer()?;
+    let connections = args.connections.unwrap_or(1);
     let mut orgs = Vec::new();
     for organization in &connection.organizations {
         let user = Arc::new(
@@ -866,12 +891,18 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
                 .with_context(|| format!("the user of {}", organization.name))?,
         );
         let peer = organization.peers[0].address()?;
-        let link = dialer.connect(peer).await?;
+        let mut links = Vec::new();
+        for _ in 0..connections {
+            let link = dialer.connect(peer).await?;
+            links.push(PeerLink {
+                endorser: EndorserClient::new(link.clone()),
+                gateway: GatewayClient::new(link),
+            });
+        }
         orgs.push(Org {
             msp_id: organization.msp_id.clone(),
             user,
-            endorser: EndorserClient::new(link.clone()),
-            gateway: GatewayClient::new(link),
+            links,
             peer,
         });
     }
@@ -914,8 +945,11 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
             }
         });
     }
+    // One stream per orderer, or one per connection in the load tools'
+    // shape.
+    let streams = args.connections.unwrap_or(orderers.len());
     let mut broadcasters = Vec::new();
-    for &orderer in &orderers {
+    for &orderer in orderers.iter().cycle().take(streams) {
         broadcasters.push(Broadcaster::open(&dialer, orderer).await?);
     }
     let client = Arc::new(Client {
@@ -934,7 +968,7 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
         .map(|slot| SlotWorkload::new(args.workload, &run_id, slot, args.keys, args.memo_bytes))
         .collect();
     println!(
-        "weft bench: workload {}, {}, {} {}, {} organisations, {} orderers",
+        "weft bench: workload {}, {}, {} {}, {} organisations, {} orderers; {}",
         args.workload.name(),
         match rate {
             Some(rate) => format!(
@@ -950,7 +984,8 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
         },
         client.channels.join(", "),
         client.orgs.len(),
-        client.broadcasters.len(),
+        orderers.len(),
+        client_shape(args),
     );
     prepare(&client, &slots).await?;
 
@@ -981,6 +1016,17 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
         client_cpu,
         &ordered_at.lock().map(|map| map.clone()).unwrap_or_default(),
     ))
+}
+
+/// How the bench's clients reach the network, for reports.
+fn client_shape(args: &LoadArgs) -> String {
+    match args.connections {
+        None => "one connection per peer, one Broadcast stream per orderer".to_owned(),
+        Some(connections) => format!(
+            "{connections} connection{} to each peer with a Broadcast stream each",
+            if connections == 1 { "" } else { "s" }
+        ),
+    }
 }
 
 /// The channels the bench transacts on: the connection file's, or the
@@ -1221,6 +1267,10 @@ async fn report_progress(progress: Arc<Progress>, started: Instant, deadline: In
 /// Counters read from the nodes' `/metrics` before and after the window.
 #[derive(Debug, Default, Clone)]
 struct Scrape {
+    /// CPU seconds of each node, by name.
+    node_cpu: BTreeMap<String, f64>,
+    /// Blocks on the first orderer, over every channel.
+    blocks: f64,
     orderer_cpu: f64,
     peer_cpu: f64,
     validate: f64,
@@ -1237,17 +1287,24 @@ fn scrape(connection: &ConnectionFile) -> Result<Scrape> {
     for peer in peers {
         let metrics = super::http_get(peer.operations_address()?, "/metrics")
             .with_context(|| format!("reading the metrics of {}", peer.name))?;
-        scrape.peer_cpu += super::metric_sum(&metrics, "process_cpu_seconds_total");
+        let cpu = super::metric_sum(&metrics, "process_cpu_seconds_total");
+        scrape.node_cpu.insert(peer.name.clone(), cpu);
+        scrape.peer_cpu += cpu;
         scrape.validate += super::metric_sum(&metrics, "weft_committer_validate_seconds_sum");
         scrape.mvcc += super::metric_sum(&metrics, "weft_committer_mvcc_seconds_sum");
         scrape.ledger += super::metric_sum(&metrics, "ledger_blockstorage_commit_time_sum")
             + super::metric_sum(&metrics, "ledger_statedb_commit_time_sum");
         scrape.peers += 1;
     }
-    for orderer in &connection.orderers {
+    for (index, orderer) in connection.orderers.iter().enumerate() {
         let metrics = super::http_get(orderer.operations_address()?, "/metrics")
             .with_context(|| format!("reading the metrics of {}", orderer.name))?;
-        scrape.orderer_cpu += super::metric_sum(&metrics, "process_cpu_seconds_total");
+        let cpu = super::metric_sum(&metrics, "process_cpu_seconds_total");
+        scrape.node_cpu.insert(orderer.name.clone(), cpu);
+        scrape.orderer_cpu += cpu;
+        if index == 0 {
+            scrape.blocks = super::metric_sum(&metrics, "ledger_blockchain_height");
+        }
     }
     Ok(scrape)
 }
@@ -1316,6 +1373,14 @@ struct Results {
     peer_ledger_ms: f64,
     cpu_seconds: BTreeMap<String, f64>,
     server_cpu_ms_per_tx: f64,
+    /// How the clients reach the network (`--connections`).
+    client_shape: String,
+    /// Blocks cut while the bench ran (and drained), over its channels.
+    blocks: u64,
+    transactions_per_block: f64,
+    /// CPU of each node per transaction and per block, in milliseconds.
+    node_cpu_ms_per_tx: BTreeMap<String, f64>,
+    node_cpu_ms_per_block: BTreeMap<String, f64>,
     transaction_bytes: f64,
     codes: BTreeMap<String, u64>,
     failures: BTreeMap<String, u64>,
@@ -1382,6 +1447,18 @@ impl Results {
             |seconds: f64| seconds * 1000.0 / all_committed / after.peers.max(1) as f64;
         let orderer_cpu = after.orderer_cpu - before.orderer_cpu;
         let peer_cpu = after.peer_cpu - before.peer_cpu;
+        let blocks = (after.blocks - before.blocks).max(0.0);
+        let node_cpu: BTreeMap<&String, f64> = after
+            .node_cpu
+            .iter()
+            .map(|(node, cpu)| (node, cpu - before.node_cpu.get(node).unwrap_or(cpu)))
+            .collect();
+        let per = |count: f64| -> BTreeMap<String, f64> {
+            node_cpu
+                .iter()
+                .map(|(node, cpu)| ((*node).clone(), cpu * 1000.0 / count.max(1.0)))
+                .collect()
+        };
         let cpu_seconds = BTreeMap::from([
             ("orderers".to_owned(), orderer_cpu),
             ("peers".to_owned(), peer_cpu),
@@ -1426,6 +1503,11 @@ impl Results {
             peer_ledger_ms: per_tx_peer(after.ledger - before.ledger),
             server_cpu_ms_per_tx: (orderer_cpu + peer_cpu) * 1000.0 / all_committed,
             cpu_seconds,
+            client_shape: client_shape(args),
+            blocks: blocks as u64,
+            transactions_per_block: all_committed / blocks.max(1.0),
+            node_cpu_ms_per_tx: per(all_committed),
+            node_cpu_ms_per_block: per(blocks),
             transaction_bytes: in_window.iter().map(|r| r.bytes as f64).sum::<f64>()
                 / committed.max(1) as f64,
             codes,
@@ -1480,6 +1562,7 @@ impl Results {
                     .unwrap_or("every organisation")
             ),
         );
+        row(&mut text, "client", self.client_shape.clone());
         row(
             &mut text,
             "committed",
@@ -1529,6 +1612,24 @@ impl Results {
             &mut text,
             "server CPU per tx (ms)",
             format!("{:.3}", self.server_cpu_ms_per_tx),
+        );
+        row(
+            &mut text,
+            "blocks (tx per block)",
+            format!("{} ({:.1})", self.blocks, self.transactions_per_block),
+        );
+        let by_node: Vec<String> = self
+            .node_cpu_ms_per_tx
+            .iter()
+            .map(|(node, per_tx)| {
+                let per_block = self.node_cpu_ms_per_block.get(node).unwrap_or(&0.0);
+                format!("{node} {per_tx:.3} / {per_block:.2}")
+            })
+            .collect();
+        row(
+            &mut text,
+            "CPU per tx / per block by node (ms)",
+            by_node.join(", "),
         );
         row(
             &mut text,
