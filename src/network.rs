@@ -164,6 +164,10 @@ pub struct StreamArgs {
     /// Fixed when the network is created.
     #[arg(long)]
     pub stream: bool,
+    /// With --stream and several channels: only the first N stream, the
+    /// others cut blocks [default: all stream].
+    #[arg(long, requires = "stream")]
+    pub stream_channels: Option<usize>,
     /// With --stream: a checkpoint at the latest every N transactions
     /// [default: 100].
     #[arg(long, requires = "stream")]
@@ -197,6 +201,7 @@ impl StreamArgs {
                 .clone()
                 .unwrap_or_else(|| "2ms".to_owned()),
             commit_status_applied: self.commit_status == Some(CommitStatus::Applied),
+            channels: self.stream_channels,
         })
     }
 
@@ -206,7 +211,10 @@ impl StreamArgs {
             || "off".to_owned(),
             |stream| {
                 format!(
-                    "on (checkpoint every {} transactions or {}, commit status at {})",
+                    "on ({}checkpoint every {} transactions or {}, commit status at {})",
+                    stream.channels.map_or(String::new(), |count| format!(
+                        "the first {count} channel(s), "
+                    )),
                     stream.checkpoint_transactions,
                     stream.checkpoint_interval,
                     if stream.commit_status_applied {
@@ -567,7 +575,16 @@ impl Network {
             } else {
                 "channels"
             },
-            self.plan.channel_names().join(", "),
+            self.plan
+                .channel_names()
+                .iter()
+                .enumerate()
+                .map(|(index, name)| match self.plan.streams(index) {
+                    true => format!("{name} (stream)"),
+                    false => name.clone(),
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
             self.plan.deployed.join(", ")
         );
         let orderers = self.plan.orderer_nodes().unwrap_or_default();
@@ -656,8 +673,9 @@ fn create(dir: &Path, plan: &Plan) -> Result<()> {
     crate::cryptogen::generate(&crypto_config, &root.join("crypto"))?;
     let channel_config = root.join("channel.yaml");
     std::fs::write(&channel_config, plan.channel_yaml()?)?;
-    for channel in plan.channel_names() {
-        let genesis = crate::channel::genesis_block(&channel_config, Some("Network"), &channel)?;
+    for (index, channel) in plan.channel_names().into_iter().enumerate() {
+        let profile = plan.channel_profile(index);
+        let genesis = crate::channel::genesis_block(&channel_config, Some(profile), &channel)?;
         std::fs::write(
             root.join(format!("{channel}.block")),
             genesis.encode_to_vec(),

@@ -844,12 +844,16 @@ fn weft_bench_streams_on_a_raft_network() {
     // events' (durable), having checked both agree. With at most 8
     // transactions in flight no block reaches the count alone, so the
     // peers' chain has unsigned blocks between the checkpoints they
-    // verified.
+    // verified. A second channel beside it cuts blocks, every one signed.
     let dir = tempfile::tempdir().unwrap();
     let (_, results) = bench(
         dir.path(),
         &[
             "--stream",
+            "--channels",
+            "2",
+            "--stream-channels",
+            "1",
             "--checkpoint-transactions",
             "10",
             "--checkpoint-interval",
@@ -881,20 +885,28 @@ fn weft_bench_streams_on_a_raft_network() {
     let peer = std::fs::read_to_string(network.join("peer0.org1.example.com/peer.yaml")).unwrap();
     assert!(peer.contains("commitStatus: applied"), "{peer}");
     // The peer's chain: blocks between checkpoints carry no signature.
-    let store = weft_ledger::BlockStore::open(&weft_ledger::StoreConfig::new(
-        network.join("peer0.org1.example.com/data/ledgers/mychannel/blocks"),
-    ))
-    .unwrap();
-    let signed: Vec<bool> = (1..store.height())
-        .map(|number| {
-            let block = store.block(number).unwrap().unwrap();
-            weft_protos::block::signature_count(&block) > 0
-        })
-        .collect();
+    let signed = |channel: &str| -> Vec<bool> {
+        let store = weft_ledger::BlockStore::open(&weft_ledger::StoreConfig::new(network.join(
+            format!("peer0.org1.example.com/data/ledgers/{channel}/blocks"),
+        )))
+        .unwrap();
+        (1..store.height())
+            .map(|number| {
+                let block = store.block(number).unwrap().unwrap();
+                weft_protos::block::signature_count(&block) > 0
+            })
+            .collect()
+    };
+    let streamed = signed("mychannel");
     assert!(
-        signed.contains(&true) && signed.contains(&false),
-        "{signed:?}"
+        streamed.contains(&true) && streamed.contains(&false),
+        "{streamed:?}"
     );
+    // The block channel: transactions committed, every block signed.
+    let by_channel = &results["committed_by_channel"];
+    assert!(by_channel["mychannel2"].as_u64().unwrap() > 0, "{results}");
+    let blocks = signed("mychannel2");
+    assert!(!blocks.is_empty() && !blocks.contains(&false), "{blocks:?}");
 }
 
 #[test]

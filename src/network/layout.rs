@@ -79,7 +79,15 @@ pub struct StreamPlan {
     /// checkpoint (`gateway.commitStatus: applied`), instead of durable.
     #[serde(default)]
     pub commit_status_applied: bool,
+    /// How many channels stream, the first ones; `None`: all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channels: Option<usize>,
 }
+
+/// `channel.yaml`'s profile of block channels.
+pub const BLOCK_PROFILE: &str = "Network";
+/// `channel.yaml`'s profile of stream channels.
+pub const STREAM_PROFILE: &str = "StreamNetwork";
 
 fn one_channel() -> usize {
     1
@@ -218,6 +226,14 @@ impl Plan {
             if interval.is_zero() {
                 bail!("--checkpoint-interval: must be positive");
             }
+            if let Some(count) = stream.channels
+                && !(1..=self.channels).contains(&count)
+            {
+                bail!(
+                    "--stream-channels: {count} is not between 1 and the {} channel(s)",
+                    self.channels
+                );
+            }
         }
         weft_policy::dsl::parse(&self.policy).context("--policy")?;
         self.orderer_nodes()?;
@@ -320,15 +336,17 @@ impl Plan {
     }
 
     /// `channel.yaml`: the channels' configuration in configtx.yaml's
-    /// format, profile `Network`.
+    /// format: profile `Network` for block channels, `StreamNetwork` for
+    /// stream channels.
     pub fn channel_yaml(&self) -> Result<String> {
         let orderers = self.orderer_nodes()?;
         let peers = self.peer_nodes()?;
         let addresses: Vec<String> = orderers.iter().map(|o| o.grpc.to_string()).collect();
         let mut text = String::from(
-            "# The configuration of this network's channels (each made from profile\n\
-             # Network), in configtx.yaml's format (written by `weft network up`; see\n\
-             # config/channel.yaml for every key). Paths are relative to this file.\n\
+            "# The configuration of this network's channels (block channels made from\n\
+             # profile Network, stream channels from StreamNetwork), in configtx.yaml's\n\
+             # format, written by `weft network up` (config/channel.yaml explains\n\
+             # every key). Paths are relative to this file.\n\
              Organizations:\n  - &OrdererOrg\n    Name: OrdererOrg\n    ID: OrdererMSP\n\
              \x20   MSPDir: crypto/ordererOrganizations/example.com/msp\n    Policies:\n\
              \x20     Readers: {Type: Signature, Rule: \"OR('OrdererMSP.member')\"}\n\
@@ -356,17 +374,47 @@ impl Plan {
                 anchor.port()
             );
         }
+        text.push_str("Profiles:\n");
+        self.write_profile(&mut text, BLOCK_PROFILE, None, &addresses, &orderers);
+        if let Some(stream) = &self.stream {
+            self.write_profile(
+                &mut text,
+                STREAM_PROFILE,
+                Some(stream),
+                &addresses,
+                &orderers,
+            );
+        }
+        Ok(text)
+    }
+
+    /// One profile of `channel.yaml`: a block channel's, or a stream
+    /// channel's with its `StreamMode`.
+    fn write_profile(
+        &self,
+        text: &mut String,
+        name: &str,
+        stream: Option<&StreamPlan>,
+        addresses: &[String],
+        orderers: &[OrdererNode],
+    ) {
         let orderer_type = if self.orderers == 1 {
             "solo"
         } else {
             "etcdraft"
         };
+        // The first profile defines the policies' anchor, later ones use it.
+        let policies = if name == BLOCK_PROFILE {
+            "&ImplicitPolicies\n\
+             \x20     Readers: {Type: ImplicitMeta, Rule: \"ANY Readers\"}\n\
+             \x20     Writers: {Type: ImplicitMeta, Rule: \"ANY Writers\"}\n\
+             \x20     Admins: {Type: ImplicitMeta, Rule: \"MAJORITY Admins\"}"
+        } else {
+            "*ImplicitPolicies"
+        };
         let _ = write!(
             text,
-            "Profiles:\n  Network:\n    Policies: &ImplicitPolicies\n\
-             \x20     Readers: {{Type: ImplicitMeta, Rule: \"ANY Readers\"}}\n\
-             \x20     Writers: {{Type: ImplicitMeta, Rule: \"ANY Writers\"}}\n\
-             \x20     Admins: {{Type: ImplicitMeta, Rule: \"MAJORITY Admins\"}}\n\
+            "  {name}:\n    Policies: {policies}\n\
              \x20   Capabilities: {{V2_0: true}}\n\
              \x20   Orderer:\n      OrdererType: {orderer_type}\n      Addresses: [{}]\n\
              \x20     BatchTimeout: {}\n      BatchSize: {{MaxMessageCount: {}, AbsoluteMaxBytes: 10 MB, PreferredMaxBytes: 2 MB}}\n",
@@ -374,7 +422,7 @@ impl Plan {
             self.batch_timeout,
             self.block_size
         );
-        if let Some(stream) = &self.stream {
+        if let Some(stream) = stream {
             let _ = writeln!(
                 text,
                 "      StreamMode: {{CheckpointTransactions: {}, CheckpointInterval: {}}}",
@@ -383,7 +431,7 @@ impl Plan {
         }
         if self.orderers > 1 {
             text.push_str("      EtcdRaft:\n        Consenters:\n");
-            for orderer in &orderers {
+            for orderer in orderers {
                 let tls = format!(
                     "crypto/ordererOrganizations/{ORDERER_DOMAIN}/orderers/{}/tls/server.crt",
                     orderer.name
@@ -412,7 +460,23 @@ impl Plan {
              \x20       Endorsement: {Type: ImplicitMeta, Rule: \"MAJORITY Endorsement\"}\n\
              \x20     Capabilities: {V2_5: true}\n",
         );
-        Ok(text)
+    }
+
+    /// Whether the channel of position `index` (0: the first) streams.
+    pub fn streams(&self, index: usize) -> bool {
+        self.stream
+            .as_ref()
+            .is_some_and(|stream| stream.channels.is_none_or(|count| index < count))
+    }
+
+    /// The profile of `channel.yaml` a channel's genesis block is made
+    /// from.
+    pub fn channel_profile(&self, index: usize) -> &'static str {
+        if self.streams(index) {
+            STREAM_PROFILE
+        } else {
+            BLOCK_PROFILE
+        }
     }
 
     /// The configuration file of an orderer, for a file in `dir/<name>/`.
@@ -654,6 +718,46 @@ mod tests {
             tls: false,
             mutual_tls: false,
             deployed: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_first_stream_channels_stream_and_the_rest_cut_blocks() {
+        let stream = |channels| StreamPlan {
+            checkpoint_transactions: 10,
+            checkpoint_interval: "5ms".to_owned(),
+            commit_status_applied: false,
+            channels,
+        };
+        let mixed = Plan {
+            channels: 3,
+            stream: Some(stream(Some(1))),
+            ..plan(3)
+        };
+        mixed.check().unwrap();
+        let profiles: Vec<&str> = (0..3).map(|index| mixed.channel_profile(index)).collect();
+        assert_eq!(profiles, [STREAM_PROFILE, BLOCK_PROFILE, BLOCK_PROFILE]);
+        let yaml: serde_yaml::Value = serde_yaml::from_str(&mixed.channel_yaml().unwrap()).unwrap();
+        let orderer = |profile: &str| yaml["Profiles"][profile]["Orderer"].clone();
+        assert!(orderer(BLOCK_PROFILE)["StreamMode"].is_null());
+        assert_eq!(
+            orderer(STREAM_PROFILE)["StreamMode"]["CheckpointTransactions"],
+            10
+        );
+        let all = Plan {
+            channels: 2,
+            stream: Some(stream(None)),
+            ..plan(3)
+        };
+        assert!((0..2).all(|index| all.streams(index)));
+        assert!(!plan(3).streams(0));
+        for count in [0, 4] {
+            let bad = Plan {
+                stream: Some(stream(Some(count))),
+                ..mixed.clone()
+            };
+            let error = format!("{:#}", bad.check().unwrap_err());
+            assert!(error.contains("--stream-channels"), "{error}");
         }
     }
 
