@@ -8,7 +8,7 @@
 //! published (an atomic plus the watch channel); readers see a block only
 //! once the height covers it, never half of it.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -69,7 +69,16 @@ struct Shared {
     flush_wake: Condvar,
     height_tx: watch::Sender<u64>,
     durable_tx: watch::Sender<u64>,
+    /// The last few blocks appended, as stored, oldest first: Deliver
+    /// streams at the tip send them without a read from the disk (and
+    /// without a hand-off to a blocking thread).
+    recent: Mutex<VecDeque<(u64, Bytes)>>,
 }
+
+/// Blocks kept in [`Shared::recent`].
+const RECENT_BLOCKS: usize = 8;
+/// A block larger than this is not kept in [`Shared::recent`].
+const RECENT_BLOCK_BYTES_MAX: usize = 4 * 1024 * 1024;
 
 #[derive(Debug, Clone, Copy)]
 struct Tail {
@@ -126,6 +135,7 @@ impl BlockStore {
             flush_wake: Condvar::new(),
             height_tx: watch::Sender::new(height),
             durable_tx: watch::Sender::new(height),
+            recent: Mutex::new(VecDeque::with_capacity(RECENT_BLOCKS)),
         });
 
         let flusher = match config.durability {
@@ -181,7 +191,8 @@ impl BlockStore {
         })?;
         check_links(header, block, &tail)?;
         let header_hash = block_header_hash(header);
-        let batch = shared.batch_for(block, number, header_hash)?;
+        let encoded = Bytes::from(block.encode_to_vec());
+        let batch = shared.batch_for(block, &encoded, number, header_hash)?;
 
         let every_block = durability == Durability::EveryBlock;
         let mut options = WriteOptions::default();
@@ -202,6 +213,7 @@ impl BlockStore {
             height,
             header_hash: Some(header_hash),
         };
+        shared.remember(number, encoded);
         *shared.last_header_hash.write() = Some(header_hash);
         shared.height.store(height, Ordering::Release);
         if every_block {
@@ -267,6 +279,7 @@ impl BlockStore {
             height,
             header_hash: Some(header_hash),
         };
+        shared.recent.lock().retain(|(number, _)| *number < height);
         *shared.last_header_hash.write() = Some(header_hash);
         shared.height.store(height, Ordering::Release);
         shared.durable_height.fetch_min(height, Ordering::AcqRel);
@@ -327,6 +340,27 @@ impl BlockStore {
         }
         self.shared.ensure_durable(number + 1)?;
         self.shared.read_block_bytes(number).map(Some)
+    }
+
+    /// The stored bytes of block `number` if it is one of the last few
+    /// appended and may be served at once: below the height and, under
+    /// group commit, already durable. Never touches the disk, so an async
+    /// task may call it; `None` means read it with
+    /// [`BlockStore::block_bytes`].
+    pub fn recent_block_bytes(&self, number: u64) -> Option<Bytes> {
+        let shared = &*self.shared;
+        if number >= self.height() {
+            return None;
+        }
+        if matches!(shared.durability, Durability::GroupCommit { .. })
+            && shared.durable_height.load(Ordering::Acquire) <= number
+        {
+            return None;
+        }
+        let recent = shared.recent.lock();
+        let oldest = recent.front()?.0;
+        let (found, bytes) = recent.get(usize::try_from(number.checked_sub(oldest)?).ok()?)?;
+        (*found == number).then(|| bytes.clone())
     }
 
     /// Block `number`, decoded; `None` at or beyond the height. Under group
@@ -470,11 +504,18 @@ impl Shared {
         column_family(&self.db, &self.path, name)
     }
 
-    /// The batch that appends `block` as number `number`.
-    fn batch_for(&self, block: &Block, number: u64, header_hash: Hash) -> Result<WriteBatch> {
+    /// The batch that appends `block` (serialized: `encoded`) as number
+    /// `number`.
+    fn batch_for(
+        &self,
+        block: &Block,
+        encoded: &[u8],
+        number: u64,
+        header_hash: Hash,
+    ) -> Result<WriteBatch> {
         let blocks = self.cf(CF_BLOCKS)?;
         let mut batch = WriteBatch::default();
-        batch.put_cf(blocks, block_key(number), block.encode_to_vec());
+        batch.put_cf(blocks, block_key(number), encoded);
         batch.put(
             TAIL_KEY,
             encode_tail(&TailRecord {
@@ -619,6 +660,24 @@ impl Shared {
     fn poison(&self, reason: String) {
         // The first failure is the one worth reporting.
         let _ = self.poisoned.set(reason);
+    }
+
+    /// Keeps block `number`, just appended, among the recent blocks.
+    fn remember(&self, number: u64, encoded: Bytes) {
+        let mut recent = self.recent.lock();
+        // Contiguous numbers only: after a truncation, or a block too large
+        // to keep, start again from this one.
+        if recent.back().is_some_and(|(last, _)| last + 1 != number) {
+            recent.clear();
+        }
+        if encoded.len() > RECENT_BLOCK_BYTES_MAX {
+            recent.clear();
+            return;
+        }
+        if recent.len() == RECENT_BLOCKS {
+            recent.pop_front();
+        }
+        recent.push_back((number, encoded));
     }
 
     /// Under group commit, makes blocks below `height` durable before a

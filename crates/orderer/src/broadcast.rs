@@ -20,11 +20,14 @@
 //!
 //! One stream's envelopes are checked concurrently on the rayon pool (the
 //! signature verification dominates), at most
-//! [`CHECKS_IN_FLIGHT_MAX`] at a time, while their outcomes are taken in
-//! request order: each accepted envelope enters its channel's mailbox, and
+//! [`CHECKS_IN_FLIGHT_MAX`] at a time, when several have arrived together;
+//! fewer than [`PARALLEL_MIN_ENVELOPES`] are checked on the stream's own
+//! task, since waking a pool thread for one envelope costs more than it
+//! saves. Outcomes are taken in request order: each accepted envelope enters its channel's mailbox, and
 //! each response is sent, in the order the client sent them (FastFabric
 //! O-II).
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -47,6 +50,9 @@ use crate::metrics::OrdererMetrics;
 
 /// Envelopes of one stream being checked at once.
 pub const CHECKS_IN_FLIGHT_MAX: usize = 64;
+/// Envelopes read from one stream together from which they are checked on
+/// the rayon pool; fewer are checked on the stream's task.
+const PARALLEL_MIN_ENVELOPES: usize = 4;
 /// Envelopes of one stream submitted to the consenter and not answered
 /// yet (Raft answers once a block is decided: enough for several blocks).
 const SUBMITTED_IN_FLIGHT_MAX: usize = 1024;
@@ -127,16 +133,57 @@ async fn read_requests(
                 }
             },
         };
-        let read_at = Instant::now();
-        let (outcome, outcome_out) = oneshot::channel();
-        let context = context.clone();
-        rayon::spawn(move || {
-            // The receiver is gone only if the stream was abandoned.
-            let _ = outcome.send(check(&envelope, &context));
-        });
-        if checks.send((read_at, outcome_out)).await.is_err() {
+        // Whatever else the client has already sent is read too: enough
+        // of them are worth checking in parallel.
+        let mut arrived = vec![(Instant::now(), envelope)];
+        let mut ended = false;
+        while arrived.len() < CHECKS_IN_FLIGHT_MAX {
+            match already_sent(&mut requests) {
+                None => break,
+                Some(Ok(Some(envelope))) => arrived.push((Instant::now(), envelope)),
+                Some(Ok(None)) => {
+                    ended = true;
+                    break;
+                }
+                Some(Err(error)) => {
+                    tracing::debug!(%error, "broadcast: request stream failed");
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        let parallel = arrived.len() >= PARALLEL_MIN_ENVELOPES;
+        for (read_at, envelope) in arrived {
+            let (outcome, outcome_out) = oneshot::channel();
+            if parallel {
+                let context = context.clone();
+                rayon::spawn(move || {
+                    // The receiver is gone only if the stream was abandoned.
+                    let _ = outcome.send(check(&envelope, &context));
+                });
+            } else {
+                let _ = outcome.send(check(&envelope, &context));
+            }
+            if checks.send((read_at, outcome_out)).await.is_err() {
+                return;
+            }
+        }
+        if ended {
             return;
         }
+    }
+}
+
+/// The stream's next message if the client has already sent it, without
+/// waiting for one.
+fn already_sent(
+    requests: &mut Streaming<Envelope>,
+) -> Option<Result<Option<Envelope>, GrpcStatus>> {
+    let mut next = std::pin::pin!(requests.message());
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match next.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(message) => Some(message),
+        std::task::Poll::Pending => None,
     }
 }
 

@@ -675,7 +675,12 @@ fn one_batch_holds_the_block_its_index_entries_and_the_tail() {
     store.append(&chain[0]).unwrap();
     let batch = store
         .shared
-        .batch_for(&chain[1], 1, block_header_hash(header(&chain[1])))
+        .batch_for(
+            &chain[1],
+            &chain[1].encode_to_vec(),
+            1,
+            block_header_hash(header(&chain[1])),
+        )
         .unwrap();
     assert_eq!(batch.len(), 1 + 3 + 1);
 }
@@ -729,4 +734,56 @@ fn unsynced_blocks_wait_for_a_sync_and_truncation_removes_them_with_their_index(
         3
     );
     assert_eq!(store.durable_height(), 4);
+}
+
+#[test]
+fn the_last_blocks_are_served_from_memory_as_stored_and_only_once_readable() {
+    // Goal: Deliver at the tip sends a block without a disk read, and what
+    // it sends is exactly what a read from disk gives: only below the
+    // height, under group commit only once durable, never a truncated
+    // block, and only the last few blocks.
+    let dir = TempDir::new().unwrap();
+    let store = open(&dir, Durability::EveryBlock);
+    let chain = synthetic_chain("recent", RECENT_BLOCKS as u64 + 4, 2);
+    append_all(&store, &chain);
+    let tip = chain.len() as u64 - 1;
+    assert_eq!(store.recent_block_bytes(tip + 1), None);
+    for number in tip + 1 - RECENT_BLOCKS as u64..=tip {
+        assert_eq!(
+            store.recent_block_bytes(number),
+            store.block_bytes(number).unwrap(),
+            "block {number}"
+        );
+    }
+    assert_eq!(store.recent_block_bytes(tip - RECENT_BLOCKS as u64), None);
+
+    // A staged block truncated away is never served; its replacement is.
+    let staged = synthetic_block(tip + 1, chain.last(), &["staged"], None);
+    store.append_unsynced(&staged).unwrap();
+    assert_eq!(
+        store.recent_block_bytes(tip + 1),
+        Some(Bytes::from(staged.encode_to_vec()))
+    );
+    store.truncate(tip + 1).unwrap();
+    assert_eq!(store.recent_block_bytes(tip + 1), None);
+    let other = synthetic_block(tip + 1, chain.last(), &["other"], None);
+    store.append(&other).unwrap();
+    assert_eq!(
+        store.recent_block_bytes(tip + 1),
+        Some(Bytes::from(other.encode_to_vec()))
+    );
+    drop(store);
+
+    // Under group commit a block not yet durable is left to `block_bytes`,
+    // which syncs before serving it.
+    let dir = TempDir::new().unwrap();
+    let store = open(&dir, NO_TIMER);
+    let chain = synthetic_chain("pending", 2, 1);
+    append_all(&store, &chain);
+    assert_eq!(store.recent_block_bytes(1), None);
+    store.block_bytes(1).unwrap().unwrap();
+    assert_eq!(
+        store.recent_block_bytes(1),
+        Some(Bytes::from(chain[1].encode_to_vec()))
+    );
 }
