@@ -19,6 +19,7 @@
 pub mod connection;
 mod layout;
 mod nodes;
+mod supervisor;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -31,6 +32,7 @@ use tokio::sync::watch;
 use layout::BUILTIN_CHAINCODES;
 pub use layout::Plan;
 use nodes::{Role, RunningNode};
+use supervisor::{NodeState, RestartPolicy};
 
 /// The file in the data directory that holds the network's [`Plan`].
 const PLAN_FILE: &str = "network.yaml";
@@ -338,40 +340,40 @@ impl UpArgs {
     }
 }
 
-/// Runs `weft network up` until Ctrl-C or SIGTERM, or until a node fails.
+/// Runs `weft network up` until Ctrl-C or SIGTERM. A node that exits on
+/// its own is started again (`supervisor`), while the others keep serving.
 pub fn up(args: &UpArgs) -> Result<()> {
     let mut network = Network::up(args)?;
     network.print_ready();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let failure = runtime.block_on(async {
-        let mut watch = tokio::time::interval(Duration::from_millis(500));
+    runtime.block_on(async {
+        let mut watch = tokio::time::interval(SUPERVISE_EVERY);
         let stop = interrupted();
         tokio::pin!(stop);
         loop {
             tokio::select! {
-                () = &mut stop => return None,
+                () = &mut stop => return,
                 _ = watch.tick() => {
-                    if let Some(failure) = network.failed_node() {
-                        return Some(failure);
+                    for event in network.supervise(Instant::now()) {
+                        println!("{event}");
                     }
                 }
             }
         }
     });
     println!("stopping the network");
-    let stopped = network.stop();
-    if let Some(failure) = failure {
-        bail!("{failure}");
-    }
-    stopped?;
+    network.stop()?;
     println!(
         "network stopped; `weft network up --dir {}` resumes it",
         network.dir.display()
     );
     Ok(())
 }
+
+/// How often `weft network up` looks at its nodes.
+const SUPERVISE_EVERY: Duration = Duration::from_millis(500);
 
 /// A base port from which every port of a new network with `args` is
 /// free on this machine (for networks that need not be found at Fabric's
@@ -404,6 +406,9 @@ pub struct Network {
     pub plan: Plan,
     /// Orderers first, then peers, in start order.
     nodes: Vec<RunningNode>,
+    /// Where each node stands, by the index of `nodes`, once it runs.
+    states: Vec<NodeState>,
+    restarts: RestartPolicy,
     in_process: bool,
 }
 
@@ -431,9 +436,12 @@ impl Network {
             dir,
             plan,
             nodes: Vec::new(),
+            states: Vec::new(),
+            restarts: RestartPolicy::default(),
             in_process: args.in_process,
         };
         network.start()?;
+        network.states = vec![NodeState::started(Instant::now()); network.nodes.len()];
         network.deploy_builtins()?;
         network
             .plan
@@ -614,12 +622,57 @@ impl Network {
         self.dir.join(CONNECTION_FILE)
     }
 
-    /// A node that stopped on its own, and why.
-    pub fn failed_node(&mut self) -> Option<String> {
-        self.nodes.iter_mut().find_map(|node| {
-            let reason = node.exited()?;
-            Some(format!("{} stopped: {reason}", node.name))
-        })
+    /// Looks at every node once: one that exited is logged and given a
+    /// time to start again, one whose time has come is started again, one
+    /// that failed too often in a row is left stopped. What happened, for
+    /// the operator.
+    pub fn supervise(&mut self, now: Instant) -> Vec<String> {
+        let mut events = Vec::new();
+        for (node, state) in self.nodes.iter_mut().zip(&mut self.states) {
+            match *state {
+                NodeState::Running { .. } => {
+                    let Some(reason) = node.exited() else {
+                        continue;
+                    };
+                    tracing::warn!(node = %node.name, "{reason}");
+                    *state = self.restarts.exited(*state, now);
+                    let log = match node.log().as_os_str().is_empty() {
+                        true => String::new(),
+                        false => format!(" (its log: {})", node.log().display()),
+                    };
+                    events.push(match *state {
+                        NodeState::Waiting { at, attempt } => format!(
+                            "{} stopped: {reason}{log}; starting it again in {:.0?} \
+                             (restart {attempt} of at most {} in a row)",
+                            node.name,
+                            at.saturating_duration_since(now),
+                            self.restarts.attempts_max
+                        ),
+                        _ => format!(
+                            "{} stopped: {reason}{log}; it failed {} times in a row, so it \
+                             stays stopped while the rest of the network serves (Ctrl-C and \
+                             `weft network up` again to retry)",
+                            node.name, self.restarts.attempts_max
+                        ),
+                    });
+                }
+                NodeState::Waiting { at, attempt } if at <= now => match node.respawn() {
+                    Ok(()) => {
+                        *state = self.restarts.restarted(attempt, now);
+                        events.push(format!("{} started again", node.name));
+                    }
+                    Err(error) => {
+                        // As if it had exited at once.
+                        *state = self
+                            .restarts
+                            .exited(self.restarts.restarted(attempt, now), now);
+                        events.push(format!("{} could not be started: {error:#}", node.name));
+                    }
+                },
+                NodeState::Waiting { .. } | NodeState::GivenUp { .. } => {}
+            }
+        }
+        events
     }
 
     /// Stops the peers (all at once), then the orderers.

@@ -1030,6 +1030,187 @@ fn ctrl_c_while_a_network_starts_stops_the_nodes_started_so_far() {
     assert!(std::net::TcpListener::bind(("127.0.0.1", base)).is_ok());
 }
 
+#[test]
+fn weft_network_up_starts_a_killed_node_again_and_the_bench_gives_up_on_a_stalled_one() {
+    // Goal: under `weft network up`, a SIGKILL of one Raft orderer or of
+    // the peer stops nothing else: the node is reported and started again,
+    // and the network commits as before. A peer that stalls (SIGSTOP)
+    // under `weft bench` makes its transactions unconfirmed after
+    // --tx-timeout, and the bench still ends with its results.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("net");
+    let base = free_base_port(500).to_string();
+    let mut network = NetworkUp::start(&data, &["--orgs", "1", "--base-port", &base]);
+    let connection = connection_file(&data);
+    let connect = data.join("connection.yaml");
+    let connect = connect.to_str().unwrap();
+    let commits = |label: &str| {
+        let (_, results) = bench(
+            dir.path(),
+            &[
+                "--connect",
+                connect,
+                "--duration",
+                "2s",
+                "--clients",
+                "4",
+                "--workload",
+                "1w",
+            ],
+        );
+        assert!(
+            results["committed"].as_u64().unwrap() > 0,
+            "{label}: {results}"
+        );
+        assert_eq!(
+            results["failures"],
+            serde_json::json!({}),
+            "{label}: {results}"
+        );
+    };
+    commits("before any kill");
+    for (node, operations) in [
+        (
+            "orderer1.example.com",
+            &connection["orderers"][1]["operations"],
+        ),
+        (
+            "peer0.org1.example.com",
+            &connection["organizations"][0]["peers"][0]["operations"],
+        ),
+    ] {
+        let pid = node_pid(&data, node);
+        signal(pid, "-KILL");
+        network.read_until(&format!("{node} stopped"));
+        assert!(
+            network.printed.contains("starting it again in"),
+            "{}",
+            network.printed
+        );
+        network.read_until(&format!("{node} started again"));
+        let operations = operations.as_str().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !std::net::TcpStream::connect(operations).is_ok_and(|_| {
+            http_get(operations, "/healthz")
+                .lines()
+                .next()
+                .is_some_and(|status| status.contains(" 200"))
+        }) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{node} never healthy again"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert_ne!(node_pid(&data, node), pid);
+        // A killed leader costs an election (5 to 10 s with Fabric's
+        // ticks) before the cluster orders again.
+        wait_for_one_raft_leader(&connection);
+        commits(&format!("after {node} was killed"));
+    }
+
+    // A stalled peer: its transactions are given up on, not waited for.
+    let peer = node_pid(&data, "peer0.org1.example.com");
+    let json = dir.path().join("stalled.json");
+    let mut bench = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args([
+            "bench",
+            "--connect",
+            connect,
+            "--duration",
+            "4s",
+            "--clients",
+            "4",
+        ])
+        .args(["--workload", "1w", "--tx-timeout", "2s", "--json"])
+        .arg(&json)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut progress = std::io::BufReader::new(bench.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains(" committed, ") {
+        line.clear();
+        let read = std::io::BufRead::read_line(&mut progress, &mut line).unwrap();
+        assert!(read > 0, "the bench ended before measuring");
+    }
+    signal(peer, "-STOP");
+    let output = bench.wait_with_output();
+    signal(peer, "-CONT");
+    let output = output.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(
+        stdout.lines().last().unwrap().starts_with("committed "),
+        "{stdout}"
+    );
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(results["unconfirmed"].as_u64().unwrap() > 0, "{results}");
+    assert!(
+        stdout.contains("| unconfirmed (no commit event within --tx-timeout) |"),
+        "{stdout}"
+    );
+    assert!(network.interrupt());
+}
+
+/// Waits until every orderer of the network of `connection` follows the
+/// same Raft leader.
+fn wait_for_one_raft_leader(connection: &serde_json::Value) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let leaders: Vec<f64> = connection["orderers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|orderer| {
+                let metrics = http_get(orderer["operations"].as_str().unwrap(), "/metrics");
+                metric(&metrics, "consensus_etcdraft_leader_id")
+            })
+            .collect();
+        if leaders[0] > 0.0 && leaders.iter().all(|leader| *leader == leaders[0]) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no single Raft leader: {leaders:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// The process ID of the node `name` of the network in `data`, found by
+/// its config path on its command line.
+fn node_pid(data: &Path, name: &str) -> u32 {
+    let needle = data.join(name);
+    let needle = needle.to_str().unwrap().as_bytes();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            cmdline
+                .windows(needle.len())
+                .any(|window| window == needle)
+                .then_some(pid)
+        })
+        .next()
+        .unwrap_or_else(|| panic!("{name} is not running"))
+}
+
+/// Sends `signal` (as `kill` spells it) to process `pid`.
+fn signal(pid: u32, signal: &str) {
+    assert!(
+        Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
 /// Ctrl-C to a command still starting or measuring: it must exit with
 /// failure, saying on standard error that it was interrupted.
 fn interrupt_expecting_failure(child: std::process::Child) {

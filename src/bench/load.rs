@@ -50,8 +50,8 @@ use crate::client::{Dialer, follow_headers, next_block, next_block_number, subsc
 use crate::network::CommitStatus;
 use crate::network::connection::ConnectionFile;
 
-/// How long a transaction may take from proposal to commit event.
-const TRANSACTION_WAIT_MAX: Duration = Duration::from_secs(60);
+/// The failure of a transaction given up on after `--tx-timeout`.
+const UNCONFIRMED: &str = "unconfirmed: no commit event within --tx-timeout";
 /// How often the progress line is printed.
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 /// Keys created per transaction when a key space is prepared.
@@ -148,6 +148,11 @@ pub struct LoadArgs {
     /// with --commit-status applied.
     #[arg(long)]
     pub gateway_commit_status: bool,
+    /// Give up on a transaction not committed this long after its proposal
+    /// (Go notation): it counts as unconfirmed, and the run still ends
+    /// with its results.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub tx_timeout: Duration,
     /// Shape the client as Fabric's common load tools do (tape): this many
     /// gRPC connections to each endorsing peer, each with a Broadcast
     /// stream of its own (connection k to orderer k mod orderers), client
@@ -548,9 +553,20 @@ struct Client {
     watched_peers: usize,
     /// Whether each transaction also waits for its Gateway `CommitStatus`.
     ask_commit_status: bool,
+    /// How long a transaction may take from proposal to commit.
+    tx_timeout: Duration,
 }
 
 impl Client {
+    /// [`Client::transact`], given up after `tx_timeout`: the transaction
+    /// is then unconfirmed. (Should its commit event come later, its
+    /// router entry finds no one waiting.)
+    async fn transact_within(&self, slot: usize, args: Vec<Bytes>) -> Result<TxRecord, String> {
+        tokio::time::timeout(self.tx_timeout, self.transact(slot, args))
+            .await
+            .unwrap_or_else(|_| Err(UNCONFIRMED.to_owned()))
+    }
+
     /// Proposes, endorses, broadcasts and waits for the commit of one
     /// transaction of slot `slot`.
     async fn transact(&self, slot: usize, args: Vec<Bytes>) -> Result<TxRecord, String> {
@@ -613,20 +629,13 @@ impl Client {
         } else {
             None
         };
-        let commit = tokio::time::timeout(TRANSACTION_WAIT_MAX, committed)
+        let commit = committed
             .await
-            .map_err(|_| {
-                self.router.forget(&proposal.tx_id);
-                format!("no commit event within {TRANSACTION_WAIT_MAX:?}")
-            })?
             .map_err(|_| "the commit event streams ended".to_owned())?;
         let status_at = match status_answer {
             None => None,
             Some(answer) => {
-                let (at, answer) = tokio::time::timeout(TRANSACTION_WAIT_MAX, answer)
-                    .await
-                    .map_err(|_| format!("no CommitStatus answer within {TRANSACTION_WAIT_MAX:?}"))?
-                    .map_err(|e| e.to_string())?;
+                let (at, answer) = answer.await.map_err(|e| e.to_string())?;
                 let answer = answer.map_err(|e| format!("CommitStatus: {}", e.message()))?;
                 if answer.into_inner().result != commit.code {
                     return Err("CommitStatus and the commit events disagree".to_owned());
@@ -962,6 +971,7 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
         router,
         ask_commit_status: args.gateway_commit_status
             || args.network.stream.commit_status == Some(CommitStatus::Applied),
+        tx_timeout: args.tx_timeout,
     });
     let run_id = hex::encode(&client.orgs[0].user.new_nonce()?[..4]);
     let slots: Vec<SlotWorkload> = (0..args.clients)
@@ -989,7 +999,7 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
     );
     prepare(&client, &slots).await?;
 
-    let before = scrape(connection)?;
+    let before = scrape(connection);
     let client_cpu_before = own_cpu_seconds();
     let progress = Arc::new(Progress::default());
     let started = Instant::now();
@@ -1000,7 +1010,7 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
         Some(rate) => open_loop(&client, slots, deadline, rate, &progress).await,
     };
     reporter.abort();
-    let after = scrape(connection)?;
+    let after = scrape(connection);
     let client_cpu = own_cpu_seconds() - client_cpu_before;
     Ok(Results::new(
         args,
@@ -1100,7 +1110,7 @@ async fn prepare(client: &Arc<Client>, slots: &[SlotWorkload]) -> Result<()> {
         let index = slot.slot;
         tasks.spawn(async move {
             for args in transactions {
-                let record = client.transact(index, args).await?;
+                let record = client.transact_within(index, args).await?;
                 if record.code != TxValidationCode::Valid as i32 {
                     return Err(format!("committed as {}", code_name(record.code)));
                 }
@@ -1137,7 +1147,7 @@ async fn closed_loop(
             let mut failures: BTreeMap<String, u64> = BTreeMap::new();
             while Instant::now() < deadline {
                 progress.in_flight.fetch_add(1, Ordering::Relaxed);
-                let outcome = client.transact(slot.slot, slot.next()).await;
+                let outcome = client.transact_within(slot.slot, slot.next()).await;
                 progress.in_flight.fetch_sub(1, Ordering::Relaxed);
                 match outcome {
                     Ok(record) => {
@@ -1207,7 +1217,7 @@ async fn open_loop(
         outstanding += 1;
         tokio::spawn(async move {
             progress.in_flight.fetch_add(1, Ordering::Relaxed);
-            let outcome = client.transact(slot.slot, slot.next()).await;
+            let outcome = client.transact_within(slot.slot, slot.next()).await;
             progress.in_flight.fetch_sub(1, Ordering::Relaxed);
             if outcome.is_ok() {
                 progress.committed.fetch_add(1, Ordering::Relaxed);
@@ -1265,48 +1275,90 @@ async fn report_progress(progress: Arc<Progress>, started: Instant, deadline: In
 }
 
 /// Counters read from the nodes' `/metrics` before and after the window.
-#[derive(Debug, Default, Clone)]
-struct Scrape {
-    /// CPU seconds of each node, by name.
-    node_cpu: BTreeMap<String, f64>,
-    /// Blocks on the first orderer, over every channel.
-    blocks: f64,
-    orderer_cpu: f64,
-    peer_cpu: f64,
+/// One node's counters, as its metrics read.
+#[derive(Debug, Clone, Copy, Default)]
+struct NodeScrape {
+    orderer: bool,
+    cpu: f64,
     validate: f64,
     mvcc: f64,
     ledger: f64,
-    peers: usize,
+}
+
+/// Every node's metrics at one moment.
+#[derive(Debug, Default)]
+struct Scrape {
+    nodes: BTreeMap<String, NodeScrape>,
+    /// Blocks on the first orderer, over every channel, if it answered.
+    blocks: Option<f64>,
+    /// Nodes whose metrics could not be read (a node that went away).
+    unreachable: Vec<String>,
 }
 
 /// Every node's metrics: each peer of every organisation (not only the
-/// ones the bench sends proposals to) and each orderer.
-fn scrape(connection: &ConnectionFile) -> Result<Scrape> {
+/// ones the bench sends proposals to) and each orderer. A node that does
+/// not answer is listed, not an error: the bench still reports.
+fn scrape(connection: &ConnectionFile) -> Scrape {
     let mut scrape = Scrape::default();
+    let first_orderer = connection.orderers.first().map(|orderer| &orderer.name);
     let peers = connection.organizations.iter().flat_map(|org| &org.peers);
-    for peer in peers {
-        let metrics = super::http_get(peer.operations_address()?, "/metrics")
-            .with_context(|| format!("reading the metrics of {}", peer.name))?;
-        let cpu = super::metric_sum(&metrics, "process_cpu_seconds_total");
-        scrape.node_cpu.insert(peer.name.clone(), cpu);
-        scrape.peer_cpu += cpu;
-        scrape.validate += super::metric_sum(&metrics, "weft_committer_validate_seconds_sum");
-        scrape.mvcc += super::metric_sum(&metrics, "weft_committer_mvcc_seconds_sum");
-        scrape.ledger += super::metric_sum(&metrics, "ledger_blockstorage_commit_time_sum")
-            + super::metric_sum(&metrics, "ledger_statedb_commit_time_sum");
-        scrape.peers += 1;
-    }
-    for (index, orderer) in connection.orderers.iter().enumerate() {
-        let metrics = super::http_get(orderer.operations_address()?, "/metrics")
-            .with_context(|| format!("reading the metrics of {}", orderer.name))?;
-        let cpu = super::metric_sum(&metrics, "process_cpu_seconds_total");
-        scrape.node_cpu.insert(orderer.name.clone(), cpu);
-        scrape.orderer_cpu += cpu;
-        if index == 0 {
-            scrape.blocks = super::metric_sum(&metrics, "ledger_blockchain_height");
+    let nodes = peers
+        .map(|peer| (&peer.name, peer.operations_address(), false))
+        .chain(
+            connection
+                .orderers
+                .iter()
+                .map(|orderer| (&orderer.name, orderer.operations_address(), true)),
+        );
+    for (name, address, orderer) in nodes {
+        let metrics = address.and_then(|address| super::http_get(address, "/metrics"));
+        let metrics = match metrics {
+            Ok(metrics) => metrics,
+            Err(error) => {
+                tracing::warn!(node = %name, "metrics unreadable: {error:#}");
+                scrape.unreachable.push(name.clone());
+                continue;
+            }
+        };
+        let sum = |metric: &str| super::metric_sum(&metrics, metric);
+        scrape.nodes.insert(
+            name.clone(),
+            NodeScrape {
+                orderer,
+                cpu: sum("process_cpu_seconds_total"),
+                validate: sum("weft_committer_validate_seconds_sum"),
+                mvcc: sum("weft_committer_mvcc_seconds_sum"),
+                ledger: sum("ledger_blockstorage_commit_time_sum")
+                    + sum("ledger_statedb_commit_time_sum"),
+            },
+        );
+        if Some(name) == first_orderer {
+            scrape.blocks = Some(sum("ledger_blockchain_height"));
         }
     }
-    Ok(scrape)
+    scrape
+}
+
+impl Scrape {
+    /// What each node read in both scrapes spent between them.
+    fn since(&self, before: &Scrape) -> BTreeMap<String, NodeScrape> {
+        self.nodes
+            .iter()
+            .filter_map(|(name, after)| {
+                let before = before.nodes.get(name)?;
+                Some((
+                    name.clone(),
+                    NodeScrape {
+                        orderer: after.orderer,
+                        cpu: after.cpu - before.cpu,
+                        validate: after.validate - before.validate,
+                        mvcc: after.mvcc - before.mvcc,
+                        ledger: after.ledger - before.ledger,
+                    },
+                ))
+            })
+            .collect()
+    }
 }
 
 fn own_cpu_seconds() -> f64 {
@@ -1384,6 +1436,11 @@ struct Results {
     transaction_bytes: f64,
     codes: BTreeMap<String, u64>,
     failures: BTreeMap<String, u64>,
+    /// Transactions given up on after `--tx-timeout` (also in `failures`).
+    unconfirmed: u64,
+    /// Nodes whose metrics could not be read before or after the run:
+    /// the CPU figures leave them out.
+    unreachable_nodes: Vec<String>,
     dropped_arrivals: u64,
     #[serde(skip)]
     latencies: Vec<Duration>,
@@ -1443,22 +1500,36 @@ impl Results {
         };
         // Metrics cover every transaction of the window and the drain.
         let all_committed = records.len().max(1) as f64;
+        // Only nodes read both before and after count.
+        let spent = after.since(before);
+        let peers: Vec<&NodeScrape> = spent.values().filter(|node| !node.orderer).collect();
+        let peer_sum = |pick: fn(&NodeScrape) -> f64| peers.iter().map(|node| pick(node)).sum();
         let per_tx_peer =
-            |seconds: f64| seconds * 1000.0 / all_committed / after.peers.max(1) as f64;
-        let orderer_cpu = after.orderer_cpu - before.orderer_cpu;
-        let peer_cpu = after.peer_cpu - before.peer_cpu;
-        let blocks = (after.blocks - before.blocks).max(0.0);
-        let node_cpu: BTreeMap<&String, f64> = after
-            .node_cpu
-            .iter()
-            .map(|(node, cpu)| (node, cpu - before.node_cpu.get(node).unwrap_or(cpu)))
-            .collect();
+            |seconds: f64| seconds * 1000.0 / all_committed / peers.len().max(1) as f64;
+        let orderer_cpu: f64 = spent
+            .values()
+            .filter(|node| node.orderer)
+            .map(|node| node.cpu)
+            .sum();
+        let peer_cpu: f64 = peer_sum(|node| node.cpu);
+        let blocks = match (before.blocks, after.blocks) {
+            (Some(before), Some(after)) => (after - before).max(0.0),
+            _ => 0.0,
+        };
         let per = |count: f64| -> BTreeMap<String, f64> {
-            node_cpu
+            spent
                 .iter()
-                .map(|(node, cpu)| ((*node).clone(), cpu * 1000.0 / count.max(1.0)))
+                .map(|(node, spent)| (node.clone(), spent.cpu * 1000.0 / count.max(1.0)))
                 .collect()
         };
+        let mut unreachable: Vec<String> = before
+            .unreachable
+            .iter()
+            .chain(&after.unreachable)
+            .cloned()
+            .collect();
+        unreachable.sort();
+        unreachable.dedup();
         let cpu_seconds = BTreeMap::from([
             ("orderers".to_owned(), orderer_cpu),
             ("peers".to_owned(), peer_cpu),
@@ -1498,9 +1569,11 @@ impl Results {
                 .collect::<Option<Vec<Duration>>>()
                 .filter(|latencies| !latencies.is_empty())
                 .map(Percentiles::of),
-            peer_validate_ms: per_tx_peer(after.validate - before.validate),
-            peer_mvcc_ms: per_tx_peer(after.mvcc - before.mvcc),
-            peer_ledger_ms: per_tx_peer(after.ledger - before.ledger),
+            peer_validate_ms: per_tx_peer(peer_sum(|node| node.validate)),
+            peer_mvcc_ms: per_tx_peer(peer_sum(|node| node.mvcc)),
+            peer_ledger_ms: per_tx_peer(peer_sum(|node| node.ledger)),
+            unreachable_nodes: unreachable,
+            unconfirmed: failures.get(UNCONFIRMED).copied().unwrap_or(0),
             server_cpu_ms_per_tx: (orderer_cpu + peer_cpu) * 1000.0 / all_committed,
             cpu_seconds,
             client_shape: client_shape(args),
@@ -1645,6 +1718,20 @@ impl Results {
                 .map(|(k, v)| format!("{v}× {k}"))
                 .collect();
             row(&mut text, "failed", failures.join("; "));
+        }
+        if self.unconfirmed > 0 {
+            row(
+                &mut text,
+                "unconfirmed (no commit event within --tx-timeout)",
+                self.unconfirmed.to_string(),
+            );
+        }
+        if !self.unreachable_nodes.is_empty() {
+            row(
+                &mut text,
+                "metrics unreadable (left out of the CPU figures)",
+                self.unreachable_nodes.join(", "),
+            );
         }
         if self.dropped_arrivals > 0 {
             row(

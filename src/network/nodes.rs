@@ -43,6 +43,9 @@ pub struct RunningNode {
     pub name: String,
     pub role: Role,
     pub operations: SocketAddr,
+    config: PathBuf,
+    /// A thread of this process (`--in-process`), not a child process.
+    in_process: bool,
     log: PathBuf,
     run: Run,
 }
@@ -85,6 +88,8 @@ impl RunningNode {
             name: name.to_owned(),
             role,
             operations,
+            config: config.to_owned(),
+            in_process: false,
             log,
             run: Run::Process(child),
         })
@@ -100,6 +105,7 @@ impl RunningNode {
     ) -> Result<Self> {
         let (stop, mut stopping) = watch::channel(false);
         let config = config.to_owned();
+        let node_config = config.clone();
         let handle = std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || -> Result<()> {
@@ -125,6 +131,8 @@ impl RunningNode {
             name: name.to_owned(),
             role,
             operations,
+            config: node_config,
+            in_process: true,
             log: PathBuf::new(),
             run: Run::Thread {
                 stop,
@@ -133,12 +141,31 @@ impl RunningNode {
         })
     }
 
+    /// Starts the node again, as it was started first, after it exited.
+    pub fn respawn(&mut self) -> Result<()> {
+        let spawn = if self.in_process {
+            Self::spawn_thread
+        } else {
+            Self::spawn_process
+        };
+        let again = spawn(self.role, &self.name, &self.config, self.operations)?;
+        // The old one has stopped: replacing it stops nothing.
+        *self = again;
+        Ok(())
+    }
+
+    /// Where the node logs (empty for a node in this process, which logs
+    /// to standard error).
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+
     /// Waits until the node answers `/healthz` with 200.
     pub fn wait_ready(&mut self) -> Result<()> {
         let deadline = Instant::now() + READY_WAIT_MAX;
         loop {
             if let Some(reason) = self.exited() {
-                bail!("{} did not start: {reason}", self.name);
+                bail!("{} did not start: {reason}{}", self.name, self.log_tail());
             }
             if crate::bench::http_get(self.operations, "/healthz").is_ok() {
                 return Ok(());
@@ -155,7 +182,7 @@ impl RunningNode {
         }
     }
 
-    /// Why the node stopped, if it stopped on its own.
+    /// Why the node stopped, if it stopped on its own (its log says more).
     pub fn exited(&mut self) -> Option<String> {
         let reason = match &mut self.run {
             Run::Process(child) => match child.try_wait() {
@@ -176,7 +203,7 @@ impl RunningNode {
             Run::Stopped => return None,
         };
         self.run = Run::Stopped;
-        Some(format!("{reason}{}", self.log_tail()))
+        Some(reason)
     }
 
     /// Asks the node to stop (SIGTERM, or its stop signal in-process)
