@@ -38,8 +38,8 @@ use weft_protos::orderer::deliver_response::Type as Delivered;
 use weft_protos::orderer::seek_info::SeekBehavior;
 use weft_protos::orderer::seek_position::Type as Position;
 use weft_protos::orderer::{
-    BatchSize, BatchTimeout, ConsensusType, SeekInfo, SeekNewest, SeekOldest, SeekPosition,
-    SeekSpecified,
+    BatchSize, BatchTimeout, BroadcastResponse, ConsensusType, SeekInfo, SeekNewest, SeekOldest,
+    SeekPosition, SeekSpecified,
 };
 use weft_protos::protos::{ChaincodeId, Response};
 use weft_protos::rwset::{NsReadWriteSet, TxReadWriteSet, tx_read_write_set::DataModel};
@@ -236,6 +236,7 @@ async fn orders_broadcasts_into_signed_blocks_and_survives_a_restart() {
         .map(|(_, expected)| expected.tx_id.clone().unwrap())
         .collect();
     assert_eq!(after_ids, more_ids);
+    check_unreadable_broadcasts(&orderer, &network).await;
     drop(client);
     orderer.shutdown().await.unwrap();
 
@@ -1930,6 +1931,131 @@ async fn connect(orderer: &Orderer) -> AtomicBroadcastClient<Channel> {
     AtomicBroadcastClient::new(channel)
         .max_decoding_message_size(64 << 20)
         .max_encoding_message_size(64 << 20)
+}
+
+/// Requests the orderer cannot read end a Broadcast or Deliver stream with a gRPC
+/// status saying why, after the answers to the envelopes before them (as
+/// Fabric's gRPC server does): bytes that are not an `Envelope` get
+/// INTERNAL, a request over the size limit RESOURCE_EXHAUSTED. Nothing of
+/// them is ordered.
+async fn check_unreadable_broadcasts(orderer: &Orderer, network: &Network) {
+    let height = orderer.height(CHANNEL).unwrap();
+    let (_, good) = network.transaction(CHANNEL, &network.client1, "before-garbage", 0);
+    // Field 1 with wire type 7, which no protobuf message has.
+    let garbage = Bytes::from_static(&[0x0f, 0xff, 0xff]);
+    let (answers, end) = raw_call(
+        orderer,
+        BROADCAST,
+        vec![good.encode_to_vec().into(), garbage.clone()],
+    )
+    .await;
+    let statuses: Vec<i32> = answers
+        .into_iter()
+        .map(|answer| BroadcastResponse::decode(answer).unwrap().status)
+        .collect();
+    assert_eq!(statuses, [Status::Success as i32]);
+    let end = end.expect("the stream ends with a status");
+    assert_eq!(end.code(), tonic::Code::Internal, "{end:?}");
+    assert!(end.message().contains("not an Envelope"), "{end:?}");
+
+    let oversized = Bytes::from(vec![0u8; (100 << 20) + 1024]);
+    let (answers, end) = raw_call(orderer, BROADCAST, vec![oversized]).await;
+    assert!(answers.is_empty());
+    let end = end.expect("the stream ends with a status");
+    assert_eq!(end.code(), tonic::Code::ResourceExhausted, "{end:?}");
+    assert!(end.message().contains("too large"), "{end:?}");
+    // Deliver likewise.
+    let (answers, end) = raw_call(orderer, DELIVER, vec![garbage]).await;
+    assert!(answers.is_empty());
+    let end = end.expect("the stream ends with a status");
+    assert_eq!(end.code(), tonic::Code::Internal, "{end:?}");
+    assert!(end.message().contains("not an Envelope"), "{end:?}");
+    // Only the good envelope was ordered.
+    assert!(orderer.height(CHANNEL).unwrap() <= height + 1);
+}
+
+const BROADCAST: &str = "/orderer.AtomicBroadcast/Broadcast";
+const DELIVER: &str = "/orderer.AtomicBroadcast/Deliver";
+
+/// Sends `requests` as they are, bytes on the wire, on one call of the
+/// streaming `method`; returns the answers and the status the stream ended
+/// with, if it ended with an error.
+async fn raw_call(
+    orderer: &Orderer,
+    method: &'static str,
+    requests: Vec<Bytes>,
+) -> (Vec<Bytes>, Option<tonic::Status>) {
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", orderer.local_addr()))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel).max_encoding_message_size(128 << 20);
+    grpc.ready().await.unwrap();
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(method);
+    let request = tonic::Request::new(tokio_stream::iter(requests));
+    let mut answers = Vec::new();
+    let mut stream = match grpc.streaming(request, path, RawCodec).await {
+        Ok(response) => response.into_inner(),
+        Err(status) => return (answers, Some(status)),
+    };
+    loop {
+        match stream.message().await {
+            Ok(Some(bytes)) => answers.push(bytes),
+            Ok(None) => return (answers, None),
+            Err(status) => return (answers, Some(status)),
+        }
+    }
+}
+
+/// A gRPC codec of raw bytes, to send what a Fabric client's codec never
+/// would.
+#[derive(Debug, Clone, Copy, Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Bytes,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        bytes::BufMut::put(dst, item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Bytes>, tonic::Status> {
+        Ok(Some(bytes::Buf::copy_to_bytes(
+            src,
+            bytes::Buf::remaining(src),
+        )))
+    }
 }
 
 /// Sends the envelopes on one stream; returns each response's status and

@@ -100,9 +100,19 @@ pub(crate) fn serve(
 ) -> ResponseStream {
     let (responses, responses_out) = mpsc::channel(RESPONSES_BUFFERED_MAX);
     let (checks, checks_out) = mpsc::channel(CHECKS_IN_FLIGHT_MAX);
+    let (failed, failure) = oneshot::channel();
     let metrics = context.metrics.clone();
-    tokio::spawn(read_requests(requests, context, checks, shutdown));
-    tokio::spawn(answer_in_order(checks_out, responses, remote, metrics));
+    let remote = remote.map_or_else(|| "unknown".to_owned(), |address| address.to_string());
+    tokio::spawn(read_requests(
+        requests,
+        context,
+        checks,
+        shutdown,
+        (remote.clone(), failed),
+    ));
+    tokio::spawn(answer_in_order(
+        checks_out, responses, remote, metrics, failure,
+    ));
     Box::pin(ReceiverStream::new(responses_out))
 }
 
@@ -120,34 +130,38 @@ async fn read_requests(
     context: RequestContext,
     checks: mpsc::Sender<CheckOutcome>,
     mut shutdown: watch::Receiver<bool>,
+    (remote, failed): (String, oneshot::Sender<GrpcStatus>),
 ) {
+    // A request that cannot be read ends the stream with a status saying
+    // why, after the answers to the envelopes before it.
+    let fail = |error: GrpcStatus| {
+        let status = weft_protos::dial::unreadable_request(&error, "an Envelope");
+        tracing::warn!(client = %remote, %error, "broadcast: a request could not be read");
+        let _ = failed.send(status);
+    };
     loop {
         let envelope = tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => return,
             message = requests.message() => match message {
                 Ok(Some(envelope)) => envelope,
                 Ok(None) => return,
-                Err(error) => {
-                    tracing::debug!(%error, "broadcast: request stream failed");
-                    return;
-                }
+                Err(error) => return fail(error),
             },
         };
         // Whatever else the client has already sent is read too: enough
         // of them are worth checking in parallel.
         let mut arrived = vec![(Instant::now(), envelope)];
-        let mut ended = false;
+        let mut ended = None;
         while arrived.len() < CHECKS_IN_FLIGHT_MAX {
             match already_sent(&mut requests) {
                 None => break,
                 Some(Ok(Some(envelope))) => arrived.push((Instant::now(), envelope)),
                 Some(Ok(None)) => {
-                    ended = true;
+                    ended = Some(None);
                     break;
                 }
                 Some(Err(error)) => {
-                    tracing::debug!(%error, "broadcast: request stream failed");
-                    ended = true;
+                    ended = Some(Some(error));
                     break;
                 }
             }
@@ -168,8 +182,10 @@ async fn read_requests(
                 return;
             }
         }
-        if ended {
-            return;
+        match ended {
+            None => {}
+            Some(None) => return,
+            Some(Some(error)) => return fail(error),
         }
     }
 }
@@ -194,12 +210,12 @@ fn already_sent(
 async fn answer_in_order(
     mut checks: mpsc::Receiver<CheckOutcome>,
     responses: mpsc::Sender<Result<BroadcastResponse, GrpcStatus>>,
-    remote: Option<SocketAddr>,
+    remote: String,
     metrics: OrdererMetrics,
+    failure: oneshot::Receiver<GrpcStatus>,
 ) {
-    let remote = remote.map_or_else(|| "unknown".to_owned(), |address| address.to_string());
     let (acks, acks_out) = mpsc::channel(SUBMITTED_IN_FLIGHT_MAX);
-    let answering = tokio::spawn(answer(acks_out, responses, remote, metrics));
+    let answering = tokio::spawn(answer(acks_out, responses, remote, metrics, failure));
     while let Some((read_at, outcome)) = checks.recv().await {
         let outcome = outcome.await.unwrap_or_else(|_| {
             Err(Refusal::new(
@@ -236,6 +252,7 @@ async fn answer(
     responses: mpsc::Sender<Result<BroadcastResponse, GrpcStatus>>,
     remote: String,
     metrics: OrdererMetrics,
+    mut failure: oneshot::Receiver<GrpcStatus>,
 ) {
     while let Some((read_at, channel, submitted)) = acks.recv().await {
         let result = match submitted {
@@ -268,5 +285,10 @@ async fn answer(
         if responses.send(Ok(response)).await.is_err() {
             return;
         }
+    }
+    // Every envelope read before an unreadable request is answered: the
+    // stream ends with the reason it could not go on.
+    if let Ok(status) = failure.try_recv() {
+        let _ = responses.send(Err(status)).await;
     }
 }

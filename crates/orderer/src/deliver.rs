@@ -69,7 +69,10 @@ async fn answer_all(
             Ok(Some(envelope)) => envelope,
             Ok(None) => return,
             Err(error) => {
-                tracing::debug!(%error, "deliver: request stream failed");
+                // As Fabric's gRPC server: the call ends with the reason.
+                tracing::warn!(%error, "deliver: a request could not be read");
+                let status = weft_protos::dial::unreadable_request(&error, "an Envelope");
+                let _ = sender.send(Err(status)).await;
                 return;
             }
         };
