@@ -18,6 +18,11 @@
 //! refused (Fabric orders it, peers mark it BAD_PAYLOAD); an update whose
 //! signatures do not meet a mod policy is FORBIDDEN (Fabric: BAD_REQUEST).
 //!
+//! A request that cannot be read at all (bytes that are not an `Envelope`,
+//! or over the gRPC message limit) ends the call with a gRPC status saying
+//! why, INTERNAL or RESOURCE_EXHAUSTED as Fabric's gRPC server answers,
+//! once the envelopes before it are answered.
+//!
 //! One stream's envelopes are checked concurrently on the rayon pool (the
 //! signature verification dominates), at most
 //! [`CHECKS_IN_FLIGHT_MAX`] at a time, when several have arrived together;
