@@ -1921,14 +1921,17 @@ async fn start(network: &Network, dir: &std::path::Path, genesis: Vec<Block>) ->
     .unwrap()
 }
 
+/// A connection to `orderer`'s gRPC endpoint.
+async fn channel_to(orderer: &Orderer) -> Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{}", orderer.local_addr()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
 async fn connect(orderer: &Orderer) -> AtomicBroadcastClient<Channel> {
-    let channel =
-        tonic::transport::Endpoint::from_shared(format!("http://{}", orderer.local_addr()))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-    AtomicBroadcastClient::new(channel)
+    AtomicBroadcastClient::new(channel_to(orderer).await)
         .max_decoding_message_size(64 << 20)
         .max_encoding_message_size(64 << 20)
 }
@@ -1985,13 +1988,8 @@ async fn raw_call(
     method: &'static str,
     requests: Vec<Bytes>,
 ) -> (Vec<Bytes>, Option<tonic::Status>) {
-    let channel =
-        tonic::transport::Endpoint::from_shared(format!("http://{}", orderer.local_addr()))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-    let mut grpc = tonic::client::Grpc::new(channel).max_encoding_message_size(128 << 20);
+    let mut grpc =
+        tonic::client::Grpc::new(channel_to(orderer).await).max_encoding_message_size(128 << 20);
     grpc.ready().await.unwrap();
     let path = tonic::codegen::http::uri::PathAndQuery::from_static(method);
     let request = tonic::Request::new(tokio_stream::iter(requests));

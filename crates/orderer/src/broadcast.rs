@@ -28,9 +28,9 @@
 //! [`CHECKS_IN_FLIGHT_MAX`] at a time, when several have arrived together;
 //! fewer than [`PARALLEL_MIN_ENVELOPES`] are checked on the stream's own
 //! task, since waking a pool thread for one envelope costs more than it
-//! saves. Outcomes are taken in request order: each accepted envelope enters its channel's mailbox, and
-//! each response is sent, in the order the client sent them (FastFabric
-//! O-II).
+//! saves. Outcomes are taken in request order: each accepted envelope
+//! enters its channel's mailbox, and each response is sent, in the order
+//! the client sent them (FastFabric O-II).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -113,7 +113,8 @@ pub(crate) fn serve(
         context,
         checks,
         shutdown,
-        (remote.clone(), failed),
+        remote.clone(),
+        failed,
     ));
     tokio::spawn(answer_in_order(
         checks_out, responses, remote, metrics, failure,
@@ -135,7 +136,8 @@ async fn read_requests(
     context: RequestContext,
     checks: mpsc::Sender<CheckOutcome>,
     mut shutdown: watch::Receiver<bool>,
-    (remote, failed): (String, oneshot::Sender<GrpcStatus>),
+    remote: String,
+    failed: oneshot::Sender<GrpcStatus>,
 ) {
     // A request that cannot be read ends the stream with a status saying
     // why, after the answers to the envelopes before it.
@@ -156,17 +158,19 @@ async fn read_requests(
         // Whatever else the client has already sent is read too: enough
         // of them are worth checking in parallel.
         let mut arrived = vec![(Instant::now(), envelope)];
-        let mut ended = None;
+        // How the stream ended, if it did while reading ahead: closed by
+        // the client, or failed.
+        let mut ended: Option<Result<(), GrpcStatus>> = None;
         while arrived.len() < CHECKS_IN_FLIGHT_MAX {
             match already_sent(&mut requests) {
                 None => break,
                 Some(Ok(Some(envelope))) => arrived.push((Instant::now(), envelope)),
                 Some(Ok(None)) => {
-                    ended = Some(None);
+                    ended = Some(Ok(()));
                     break;
                 }
                 Some(Err(error)) => {
-                    ended = Some(Some(error));
+                    ended = Some(Err(error));
                     break;
                 }
             }
@@ -189,8 +193,8 @@ async fn read_requests(
         }
         match ended {
             None => {}
-            Some(None) => return,
-            Some(Some(error)) => return fail(error),
+            Some(Ok(())) => return,
+            Some(Err(error)) => return fail(error),
         }
     }
 }
