@@ -636,9 +636,10 @@ impl Network {
                     };
                     tracing::warn!(node = %node.name, "{reason}");
                     *state = self.restarts.exited(*state, now);
-                    let log = match node.log().as_os_str().is_empty() {
-                        true => String::new(),
-                        false => format!(" (its log: {})", node.log().display()),
+                    let log = if node.log().as_os_str().is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (its log: {})", node.log().display())
                     };
                     events.push(match *state {
                         NodeState::Waiting { at, attempt } => format!(
