@@ -18,9 +18,11 @@
 # shellcheck disable=SC2034 # used by the scripts that source this file
 WEFT_BUILD_PACKAGES=(libclang-dev g++:g++ make:make)
 # What the tests need besides: Node.js with npm for Fabric's own JavaScript
-# clients (the tests install their npm packages themselves), openssl.
+# clients (the tests install their npm packages themselves), openssl, and
+# Java with Maven for the Kafka broker the Kafka tests start through
+# deploy/kafka.sh (which fetches Kafka's jars from Maven Central itself).
 # shellcheck disable=SC2034
-WEFT_TEST_PACKAGES=(node:nodejs npm:npm openssl:openssl)
+WEFT_TEST_PACKAGES=(node:nodejs npm:npm openssl:openssl java:default-jre-headless mvn:maven)
 
 install_missing_packages() {
   local wanted missing=()

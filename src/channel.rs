@@ -193,7 +193,19 @@ fn orderer_group(
     let metadata = match section.orderer_type.as_str() {
         "etcdraft" => raft_metadata(section, base_dir, key_path)?,
         "solo" => Bytes::new(),
-        other => bail!("{key_path}.OrdererType: {other:?} is not supported; use etcdraft or solo"),
+        "kafka" => {
+            let kafka = kafka_settings(section, key_path)?;
+            group.values.insert(
+                "KafkaBrokers".to_owned(),
+                value(orderer::KafkaBrokers {
+                    brokers: kafka.brokers.clone(),
+                }),
+            );
+            kafka_metadata(&kafka)
+        }
+        other => {
+            bail!("{key_path}.OrdererType: {other:?} is not supported; use etcdraft, solo or kafka")
+        }
     };
     group.values.insert(
         "ConsensusType".to_owned(),
@@ -272,6 +284,47 @@ fn orderer_group(
         insert_group(&mut group, organization, org_group, &org_path)?;
     }
     Ok(group)
+}
+
+/// `Orderer.Kafka` of a kafka profile, checked.
+fn kafka_settings(section: &profile::OrdererSection, key_path: &str) -> Result<profile::KafkaSpec> {
+    let kafka = section
+        .kafka
+        .clone()
+        .ok_or_else(|| anyhow!("{key_path}.Kafka: missing; a kafka orderer needs its brokers"))?;
+    if kafka.brokers.is_empty() {
+        bail!("{key_path}.Kafka.Brokers: empty; name at least one broker as host:port");
+    }
+    for (field, list) in [("Brokers", &kafka.brokers), ("Orderers", &kafka.orderers)] {
+        if let Some(bad) = list.iter().find(|entry| {
+            entry
+                .rsplit_once(':')
+                .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+        }) {
+            bail!("{key_path}.Kafka.{field}: {bad:?} is not host:port");
+        }
+    }
+    Ok(kafka)
+}
+
+/// The `ConsensusType` metadata of a kafka channel: none for Fabric 1.x's
+/// whole envelopes (a Fabric orderer reads the same config), weft's
+/// `KafkaOptions` otherwise.
+fn kafka_metadata(kafka: &profile::KafkaSpec) -> Bytes {
+    use weft_protos::kafka::{KafkaOptions, kafka_options::Payloads};
+    if kafka.payloads == profile::KafkaPayloadsSpec::Full && kafka.orderers.is_empty() {
+        return Bytes::new();
+    }
+    let payloads = match kafka.payloads {
+        profile::KafkaPayloadsSpec::Full => Payloads::Full,
+        profile::KafkaPayloadsSpec::TxId => Payloads::TxId,
+    };
+    KafkaOptions {
+        payloads: payloads as i32,
+        orderers: kafka.orderers.clone(),
+    }
+    .encode_to_vec()
+    .into()
 }
 
 fn raft_metadata(

@@ -141,6 +141,8 @@ pub struct UpArgs {
     pub block_size: Option<u32>,
     #[command(flatten)]
     pub stream: StreamArgs,
+    #[command(flatten)]
+    pub consensus: ConsensusArgs,
     /// Run every node as a thread of this process instead of a process
     /// of its own.
     #[arg(long)]
@@ -185,6 +187,75 @@ pub struct StreamArgs {
     #[arg(long, value_enum, requires = "stream")]
     pub commit_status: Option<CommitStatus>,
 }
+
+/// How the orderers of a new network agree on the order.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ConsensusArgs {
+    /// raft: a Raft cluster (solo with --orderers 1); kafka: a topic per
+    /// channel on Kafka brokers the network does not start (run one with
+    /// `bash deploy/kafka.sh start`; docs/kafka.md) [default: raft].
+    /// Fixed when the network is created.
+    #[arg(long, value_enum)]
+    pub consensus: Option<ConsensusKind>,
+    /// With --consensus kafka: the brokers, host:port, comma-separated
+    /// [default: 127.0.0.1:9092].
+    #[arg(long, value_delimiter = ',')]
+    pub kafka_brokers: Vec<String>,
+    /// With --consensus kafka: whole envelopes through Kafka, Fabric 1.x's
+    /// way, instead of only transaction IDs (FastFabric's).
+    #[arg(long)]
+    pub kafka_full_payloads: bool,
+}
+
+/// `--consensus`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ConsensusKind {
+    Raft,
+    Kafka,
+}
+
+impl ConsensusArgs {
+    /// The Kafka settings these options ask for; `None`: solo or Raft.
+    fn plan(&self) -> Result<Option<layout::KafkaPlan>> {
+        if self.consensus != Some(ConsensusKind::Kafka) {
+            if !self.kafka_brokers.is_empty() || self.kafka_full_payloads {
+                bail!("--kafka-brokers and --kafka-full-payloads need --consensus kafka");
+            }
+            return Ok(None);
+        }
+        let brokers = if self.kafka_brokers.is_empty() {
+            vec![DEFAULT_KAFKA_BROKER.to_owned()]
+        } else {
+            self.kafka_brokers.clone()
+        };
+        Ok(Some(layout::KafkaPlan {
+            brokers,
+            tx_ids_only: !self.kafka_full_payloads,
+        }))
+    }
+
+    /// How a plan's consensus reads in a mismatch message.
+    fn describe(kafka: Option<&layout::KafkaPlan>) -> String {
+        kafka.map_or_else(
+            || "raft".to_owned(),
+            |kafka| {
+                format!(
+                    "kafka ({} through {})",
+                    if kafka.tx_ids_only {
+                        "TxIDs"
+                    } else {
+                        "whole envelopes"
+                    },
+                    kafka.brokers.join(",")
+                )
+            },
+        )
+    }
+}
+
+/// Where `--consensus kafka` looks for a broker by default: where
+/// `deploy/kafka.sh start` runs one.
+const DEFAULT_KAFKA_BROKER: &str = "127.0.0.1:9092";
 
 /// `--commit-status`: when a stream network's peers report a transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -251,6 +322,7 @@ impl UpArgs {
                 .unwrap_or_else(|| "10ms".to_owned()),
             block_size: self.block_size.unwrap_or(500),
             stream: self.stream.plan(),
+            kafka: self.consensus.plan()?,
             tls: self.tls || self.mutual_tls,
             mutual_tls: self.mutual_tls,
             deployed: Vec::new(),
@@ -319,6 +391,16 @@ impl UpArgs {
                 StreamArgs::describe(plan.stream.as_ref()),
             ),
             (
+                "--consensus",
+                self.consensus
+                    .consensus
+                    .is_some()
+                    .then(|| self.consensus.plan())
+                    .transpose()?
+                    .map(|kafka| ConsensusArgs::describe(kafka.as_ref())),
+                ConsensusArgs::describe(plan.kafka.as_ref()),
+            ),
+            (
                 "--tls",
                 self.tls.then(|| "on".to_owned()),
                 if plan.tls { "on" } else { "off" }.to_owned(),
@@ -370,6 +452,27 @@ pub fn up(args: &UpArgs) -> Result<()> {
         network.dir.display()
     );
     Ok(())
+}
+
+/// Refuses to start a Kafka network whose brokers do not answer: its
+/// orderers would refuse every transaction.
+pub fn check_brokers(brokers: &[String]) -> Result<()> {
+    let answers = |broker: &String| {
+        use std::net::ToSocketAddrs as _;
+        broker.to_socket_addrs().is_ok_and(|mut addresses| {
+            addresses.any(|address| {
+                std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2)).is_ok()
+            })
+        })
+    };
+    if brokers.iter().any(answers) {
+        return Ok(());
+    }
+    bail!(
+        "no Kafka broker answers at {}: start one with `bash deploy/kafka.sh start` \
+         (docs/kafka.md), or name yours with --kafka-brokers",
+        brokers.join(", ")
+    )
 }
 
 /// How often `weft network up` looks at its nodes.
@@ -430,6 +533,9 @@ impl Network {
             println!("created a network in {}", args.dir.display());
             plan
         };
+        if let Some(kafka) = &plan.kafka {
+            check_brokers(&kafka.brokers)?;
+        }
         let dir = std::fs::canonicalize(&args.dir)
             .with_context(|| format!("locating {}", args.dir.display()))?;
         let mut network = Self {

@@ -48,6 +48,9 @@ use weft_protos::tx::{Invocation, Proposal, SimulationResult, endorse};
 use weft_protos::view::{Limits, TxEnvelope};
 use weft_statedb::memory::{MemoryOptions, MemoryState};
 
+#[path = "orderer/kafka.rs"]
+mod kafka;
+
 const CHANNEL: &str = "orders";
 const CHAINCODE: &str = "kv";
 const MAX_MESSAGE_COUNT: u32 = 10;
@@ -848,8 +851,8 @@ fn metric_value(text: &str, series: &str) -> Option<f64> {
         .and_then(|value| value.trim().parse().ok())
 }
 
-/// One `weft orderer start` process of a Raft cluster.
-struct RaftNode {
+/// One `weft orderer start` process (of a Raft cluster, or on Kafka).
+struct OrdererNode {
     config: std::path::PathBuf,
     grpc: String,
     process: Option<std::process::Child>,
@@ -859,7 +862,7 @@ struct RaftNode {
     ready: Arc<std::sync::Mutex<Option<String>>>,
 }
 
-impl RaftNode {
+impl OrdererNode {
     fn spawn(&mut self) {
         let mut process = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
             .args([
@@ -962,7 +965,7 @@ impl RaftNode {
     }
 }
 
-impl Drop for RaftNode {
+impl Drop for OrdererNode {
     fn drop(&mut self) {
         self.kill();
         // A failed test shows what the node said.
@@ -1030,7 +1033,7 @@ async fn broadcast_load(
 }
 
 /// The blocks 0..height of the channel on `node`.
-async fn blocks_of(node: &RaftNode, reader: &Signer, height: u64) -> Vec<Block> {
+async fn blocks_of(node: &OrdererNode, reader: &Signer, height: u64) -> Vec<Block> {
     let mut client = node.client().await;
     let request = seek_envelope(
         CHANNEL,
@@ -1060,7 +1063,7 @@ async fn blocks_of(node: &RaftNode, reader: &Signer, height: u64) -> Vec<Block> 
 }
 
 /// The height of the channel on `node` (Deliver of the newest block).
-async fn height_of(node: &RaftNode, reader: &Signer) -> u64 {
+async fn height_of(node: &OrdererNode, reader: &Signer) -> u64 {
     try_height_of(node, reader)
         .await
         .expect("the node serves Deliver")
@@ -1068,7 +1071,7 @@ async fn height_of(node: &RaftNode, reader: &Signer) -> u64 {
 
 /// The height of the channel on `node`, or `None` while it does not
 /// serve (starting, catching up).
-async fn try_height_of(node: &RaftNode, reader: &Signer) -> Option<u64> {
+async fn try_height_of(node: &OrdererNode, reader: &Signer) -> Option<u64> {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", node.grpc))
         .unwrap()
         .connect()
@@ -1096,15 +1099,7 @@ async fn try_height_of(node: &RaftNode, reader: &Signer) -> Option<u64> {
 /// Three Raft nodes of the channel (configs written in `dir`, not
 /// started yet), ticking every 50 ms and compacting their logs every
 /// 64 KB, and the channel's genesis block. Node `i` has Raft ID `i + 1`.
-fn raft_cluster(network: &Network, dir: &std::path::Path) -> (Vec<RaftNode>, Block) {
-    let msp = dir.join("msp");
-    for (folder, file, pem) in [
-        ("signcerts", "cert.pem", &network.orderer.0.certificate_pem),
-        ("keystore", "key_sk", &network.orderer.0.key_pem),
-    ] {
-        std::fs::create_dir_all(msp.join(folder)).unwrap();
-        std::fs::write(msp.join(folder).join(file), pem).unwrap();
-    }
+fn raft_cluster(network: &Network, dir: &std::path::Path) -> (Vec<OrdererNode>, Block) {
     let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
     let metadata = weft_protos::etcdraft::ConfigMetadata {
         consenters: ports
@@ -1125,8 +1120,29 @@ fn raft_cluster(network: &Network, dir: &std::path::Path) -> (Vec<RaftNode>, Blo
         }),
     };
     let genesis = network.genesis_with_raft(&metadata);
+    (orderer_processes(network, dir, &genesis, &ports), genesis)
+}
+
+/// Orderer processes of the channel starting from `genesis` (configs
+/// written in `dir`, not started yet), serving on each pair of `ports`
+/// (Broadcast and Deliver, cluster), each with a data directory of its
+/// own.
+fn orderer_processes(
+    network: &Network,
+    dir: &std::path::Path,
+    genesis: &Block,
+    ports: &[(u16, u16)],
+) -> Vec<OrdererNode> {
+    let msp = dir.join("msp");
+    for (folder, file, pem) in [
+        ("signcerts", "cert.pem", &network.orderer.0.certificate_pem),
+        ("keystore", "key_sk", &network.orderer.0.key_pem),
+    ] {
+        std::fs::create_dir_all(msp.join(folder)).unwrap();
+        std::fs::write(msp.join(folder).join(file), pem).unwrap();
+    }
     std::fs::write(dir.join("orders.block"), genesis.encode_to_vec()).unwrap();
-    let nodes: Vec<RaftNode> = ports
+    ports
         .iter()
         .enumerate()
         .map(|(index, (grpc, cluster))| {
@@ -1142,7 +1158,7 @@ fn raft_cluster(network: &Network, dir: &std::path::Path) -> (Vec<RaftNode>, Blo
                 ),
             )
             .unwrap();
-            RaftNode {
+            OrdererNode {
                 config,
                 grpc: format!("127.0.0.1:{grpc}"),
                 process: None,
@@ -1150,11 +1166,10 @@ fn raft_cluster(network: &Network, dir: &std::path::Path) -> (Vec<RaftNode>, Blo
                 ready: Arc::default(),
             }
         })
-        .collect();
-    (nodes, genesis)
+        .collect()
 }
 
-async fn wait_for_leader(nodes: &[RaftNode], alive: &[usize], after_term: u64) -> (usize, u64) {
+async fn wait_for_leader(nodes: &[OrdererNode], alive: &[usize], after_term: u64) -> (usize, u64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let leader = alive
@@ -2467,7 +2482,36 @@ impl Network {
         self.genesis_with("etcdraft", metadata.encode_to_vec().into())
     }
 
+    /// The channel's genesis block for Kafka ordering through `brokers`,
+    /// with weft's `options`.
+    fn genesis_with_kafka(
+        &self,
+        brokers: &[String],
+        options: &weft_protos::kafka::KafkaOptions,
+    ) -> Block {
+        self.genesis_with_values(
+            "kafka",
+            options.encode_to_vec().into(),
+            vec![(
+                "KafkaBrokers".to_owned(),
+                value(&weft_protos::orderer::KafkaBrokers {
+                    brokers: brokers.to_vec(),
+                }),
+            )],
+        )
+    }
+
     fn genesis_with(&self, consensus: &str, metadata: Bytes) -> Block {
+        self.genesis_with_values(consensus, metadata, Vec::new())
+    }
+
+    /// The genesis block, with `orderer_values` added to the orderer group.
+    fn genesis_with_values(
+        &self,
+        consensus: &str,
+        metadata: Bytes,
+        orderer_values: Vec<(String, ConfigValue)>,
+    ) -> Block {
         let member = |org: &TestOrg| format!("OR('{}.member')", org.msp_id());
         let orderer_org = org_group(
             &self.orderer_org,
@@ -2528,6 +2572,7 @@ impl Network {
             mod_policy: "Admins".to_owned(),
         };
         let mut orderer = orderer;
+        orderer.values.extend(orderer_values);
         if let Some(stream) = &self.stream {
             orderer
                 .values

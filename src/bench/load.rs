@@ -198,6 +198,8 @@ pub struct OwnNetworkArgs {
     pub batch_timeout: String,
     #[command(flatten)]
     pub stream: crate::network::StreamArgs,
+    #[command(flatten)]
+    pub consensus: crate::network::ConsensusArgs,
     /// Keep the network in this directory instead of a temporary one.
     #[arg(long, conflicts_with = "connect")]
     pub dir: Option<PathBuf>,
@@ -361,6 +363,7 @@ fn start_network(
         block_size: Some(block_size),
         batch_timeout: Some(options.batch_timeout.clone()),
         stream: options.stream.clone(),
+        consensus: options.consensus.clone(),
         tls: options.tls,
         mutual_tls: options.mutual_tls,
         ..crate::network::UpArgs::default()

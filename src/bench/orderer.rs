@@ -18,6 +18,13 @@
 //! leader, SUCCESS once the block is decided) or sends them to the leader,
 //! watches the blocks on the leader and counts the CPU of every node.
 //!
+//! With `--consensus kafka --nodes N` the channel orders through the Kafka
+//! brokers of `--kafka-brokers` (which the bench does not start: `bash
+//! deploy/kafka.sh start` runs one), each envelope size measured twice,
+//! with only TxIDs through Kafka and with whole envelopes (FastFabric's
+//! Figure 4), on a new channel (and so a new topic) per run. With
+//! `--kafka-pid` the broker's CPU is reported apart from the orderers'.
+//!
 //! The bench channel cuts a partial block after 100 ms rather than Fabric's
 //! default 2 s, so that the tail of a run is not a two-second wait; full
 //! blocks are cut by count (500) or size (2 MB), as by default.
@@ -37,6 +44,8 @@ use weft_protos::common::{ChannelHeader, Envelope, HeaderType, Payload, Status};
 use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
 use weft_protos::orderer::deliver_response::Type as DeliverType;
 use weft_protos::tx::{Invocation, Proposal, SimulationResult, endorse, seek_range};
+
+use crate::channel::profile::{KafkaPayloadsSpec, KafkaSpec};
 
 use super::{
     BenchChannel, NodeProcess, WorkDir, http_get, metric_sum, quantile, summary_line, write_json,
@@ -67,14 +76,25 @@ pub struct OrdererBenchArgs {
     /// The orderer's block store durability (ledger.durability).
     #[arg(long, default_value = "every-block", value_parser = ["every-block", "group-commit", "none"])]
     durability: String,
-    /// Who orders: one solo orderer, or a Raft (etcdraft) cluster of
-    /// `--nodes` orderer processes.
-    #[arg(long, default_value = "solo", value_parser = ["solo", "raft"])]
+    /// Who orders: one solo orderer, a Raft (etcdraft) cluster of
+    /// `--nodes` orderer processes, or `--nodes` orderers on Kafka.
+    #[arg(long, default_value = "solo", value_parser = ["solo", "raft", "kafka"])]
     consensus: String,
-    /// Orderer processes of a Raft cluster (1 to 3: the consenters of the
-    /// default channel profile).
+    /// Orderer processes of a Raft cluster or on Kafka (1 to 3: the
+    /// consenters of the default channel profile).
     #[arg(long, default_value_t = 3)]
     nodes: usize,
+    /// With Kafka: the brokers, host:port, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:9092")]
+    kafka_brokers: Vec<String>,
+    /// With Kafka: what goes through it, measured one after the other for
+    /// each envelope size: only TxIDs, whole envelopes, or both.
+    #[arg(long, default_value = "both", value_parser = ["both", "tx-id", "full"])]
+    kafka_payloads: String,
+    /// With Kafka: the broker's process ID, to report its CPU apart from
+    /// the orderers' (`cat ~/.cache/weft/kafka/run-9092/broker.pid`).
+    #[arg(long)]
+    kafka_pid: Option<i32>,
     /// With Raft: send every stream to the leader, or spread the streams
     /// over all nodes (followers forward to the leader, as a Fabric client
     /// talking to any orderer would have them).
@@ -116,6 +136,8 @@ struct RunResult {
     /// That CPU time over wall time and cores: 1.0 is every core busy.
     cpu_utilisation: f64,
     cpu_us_per_envelope: f64,
+    /// The Kafka broker's CPU time per envelope, when its process is known.
+    broker_cpu_us_per_envelope: Option<f64>,
     summary: String,
 }
 
@@ -124,18 +146,31 @@ pub fn run(args: &OrdererBenchArgs) -> Result<()> {
     if args.clients == 0 || args.transactions == 0 {
         bail!("--clients and --transactions must be at least 1");
     }
-    let raft = args.consensus == "raft";
-    if raft && !(1..=3).contains(&args.nodes) {
+    let consensus = match args.consensus.as_str() {
+        "raft" => Consensus::Raft,
+        "kafka" => Consensus::Kafka,
+        _ => Consensus::Solo,
+    };
+    if consensus != Consensus::Solo && !(1..=3).contains(&args.nodes) {
         bail!(
             "--nodes {}: the bench channel has 3 consenters; use 1 to 3",
             args.nodes
         );
     }
-    let nodes = if raft { args.nodes } else { 1 };
-    // Each Raft node's cluster port, as the channel's consenters name them.
-    let cluster_ports = (0..nodes)
-        .map(|_| free_port())
-        .collect::<Result<Vec<u16>>>()?;
+    let nodes = if consensus == Consensus::Solo {
+        1
+    } else {
+        args.nodes
+    };
+    let kafka_modes: Vec<Option<KafkaPayloadsSpec>> =
+        match (consensus, args.kafka_payloads.as_str()) {
+            (Consensus::Kafka, "tx-id") => vec![Some(KafkaPayloadsSpec::TxId)],
+            (Consensus::Kafka, "full") => vec![Some(KafkaPayloadsSpec::Full)],
+            (Consensus::Kafka, _) => {
+                vec![Some(KafkaPayloadsSpec::TxId), Some(KafkaPayloadsSpec::Full)]
+            }
+            _ => vec![None],
+        };
     let work = WorkDir::new(args.dir.as_deref())?;
     let dir = work.path().to_owned();
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
@@ -143,49 +178,81 @@ pub fn run(args: &OrdererBenchArgs) -> Result<()> {
         "weft bench orderer: {cores} cores, working in {}",
         dir.display()
     );
-    let channel = BenchChannel::create(&dir.join("network"), CHANNEL, |profile| {
-        if let Some(orderer) = &mut profile.orderer {
-            orderer.batch_timeout = BATCH_TIMEOUT.to_owned();
-            if raft {
-                orderer.orderer_type = "etcdraft".to_owned();
-                if let Some(etcd_raft) = &mut orderer.etcd_raft {
-                    etcd_raft.consenters.truncate(nodes);
-                    for (consenter, port) in etcd_raft.consenters.iter_mut().zip(&cluster_ports) {
-                        consenter.host = "127.0.0.1".to_owned();
-                        consenter.port = u32::from(*port);
-                    }
-                }
-            }
-        }
-    })?;
-    let cluster = raft.then_some(cluster_ports.as_slice());
-    let client = channel.user("org1", "User1")?;
+    if consensus == Consensus::Kafka {
+        crate::network::check_brokers(&args.kafka_brokers)?;
+    }
 
     let mut results = Vec::new();
-    for (index, &size) in args.envelope_bytes.iter().enumerate() {
-        let started = Instant::now();
-        let envelopes = generate(&client, args.transactions, size)?;
-        println!(
-            "signed {} envelopes of {size} bytes in {:.1?}",
-            envelopes.len(),
-            started.elapsed()
-        );
-        let run_dir = dir.join(format!("run-{index}"));
-        let result = run_point(
-            &channel, &client, args, cluster, size, envelopes, &run_dir, cores,
-        )
-        .with_context(|| format!("run with {size}-byte envelopes"))?;
-        println!(
-            "  {} x{}, {size:>5} B, {} clients: {:>7.0} tx/s, ordered p50 {:>6.1} ms, orderer cpu {:>5.1} µs/tx ({:.0}% of {cores} cores)",
-            result.consensus,
-            result.nodes,
-            args.clients,
-            result.tx_per_second,
-            result.ordered_p50_ms,
-            result.cpu_us_per_envelope,
-            result.cpu_utilisation * 100.0
-        );
-        results.push(result);
+    let mut run = 0;
+    for &size in &args.envelope_bytes {
+        for &kafka in &kafka_modes {
+            run += 1;
+            // Each node's cluster port, as the channel config names it.
+            let cluster_ports = (0..nodes)
+                .map(|_| free_port())
+                .collect::<Result<Vec<u16>>>()?;
+            // A Kafka channel's topic keeps its records: every run orders
+            // on a channel of its own.
+            let channel_id = match kafka {
+                Some(_) => format!("{CHANNEL}-{}-{run}", std::process::id()),
+                None => CHANNEL.to_owned(),
+            };
+            let network_dir = dir.join(format!("network-{run}"));
+            let channel = BenchChannel::create(&network_dir, &channel_id, |profile| {
+                adjust_profile(
+                    profile,
+                    consensus,
+                    kafka,
+                    &cluster_ports,
+                    &args.kafka_brokers,
+                );
+            })?;
+            let client = channel.user("org1", "User1")?;
+            let started = Instant::now();
+            let envelopes = generate(&client, &channel_id, args.transactions, size)?;
+            println!(
+                "signed {} envelopes of {size} bytes in {:.1?}",
+                envelopes.len(),
+                started.elapsed()
+            );
+            let cluster = (consensus != Consensus::Solo).then_some(cluster_ports.as_slice());
+            let point = Point {
+                consensus,
+                label: match kafka {
+                    Some(KafkaPayloadsSpec::TxId) => "kafka-txid".to_owned(),
+                    Some(KafkaPayloadsSpec::Full) => "kafka-full".to_owned(),
+                    None => args.consensus.clone(),
+                },
+                cluster,
+                size,
+            };
+            let result = run_point(
+                &channel,
+                &client,
+                args,
+                &point,
+                envelopes,
+                &dir.join(format!("run-{run}")),
+                cores,
+            )
+            .with_context(|| format!("run with {size}-byte envelopes ({})", point.label))?;
+            println!(
+                "  {} x{}, {size:>5} B, {} clients: {:>7.0} tx/s, ordered p50 {:>6.1} ms, orderer cpu {:>5.1} µs/tx ({:.0}% of {cores} cores){}",
+                result.consensus,
+                result.nodes,
+                args.clients,
+                result.tx_per_second,
+                result.ordered_p50_ms,
+                result.cpu_us_per_envelope,
+                result.cpu_utilisation * 100.0,
+                result
+                    .broker_cpu_us_per_envelope
+                    .map_or(String::new(), |broker| format!(
+                        ", broker cpu {broker:.1} µs/tx"
+                    ))
+            );
+            results.push(result);
+        }
     }
     print_table(&results, cores);
     write_json(args.json.as_deref(), &results)?;
@@ -195,10 +262,74 @@ pub fn run(args: &OrdererBenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// `count` envelopes of about `size` bytes, signed by `client`, with their
-/// TxIDs.
-fn generate(client: &Signer, count: usize, size: usize) -> Result<Vec<(String, Envelope)>> {
-    let unpadded = envelope(client, 0, &Bytes::new())?.1.encoded_len();
+/// Which consensus a run measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Consensus {
+    Solo,
+    Raft,
+    Kafka,
+}
+
+/// One point of the bench: who orders, and envelopes of which size.
+struct Point<'a> {
+    consensus: Consensus,
+    /// The consensus as the report names it (`kafka-txid`, `raft`, ...).
+    label: String,
+    /// Each node's cluster port (Raft, Kafka); `None`: one solo node.
+    cluster: Option<&'a [u16]>,
+    size: usize,
+}
+
+/// The bench channel's profile for `consensus`, with the cluster ports of
+/// its nodes and, for Kafka, what goes through the brokers.
+fn adjust_profile(
+    profile: &mut crate::channel::profile::Profile,
+    consensus: Consensus,
+    kafka: Option<KafkaPayloadsSpec>,
+    cluster_ports: &[u16],
+    brokers: &[String],
+) {
+    let Some(orderer) = &mut profile.orderer else {
+        return;
+    };
+    orderer.batch_timeout = BATCH_TIMEOUT.to_owned();
+    match consensus {
+        Consensus::Solo => {}
+        Consensus::Raft => {
+            orderer.orderer_type = "etcdraft".to_owned();
+            if let Some(etcd_raft) = &mut orderer.etcd_raft {
+                etcd_raft.consenters.truncate(cluster_ports.len());
+                for (consenter, port) in etcd_raft.consenters.iter_mut().zip(cluster_ports) {
+                    consenter.host = "127.0.0.1".to_owned();
+                    consenter.port = u32::from(*port);
+                }
+            }
+        }
+        Consensus::Kafka => {
+            orderer.orderer_type = "kafka".to_owned();
+            orderer.kafka = Some(KafkaSpec {
+                brokers: brokers.to_vec(),
+                payloads: kafka.unwrap_or_default(),
+                orderers: cluster_ports
+                    .iter()
+                    .map(|port| format!("127.0.0.1:{port}"))
+                    .collect(),
+            });
+        }
+    }
+}
+
+/// `count` envelopes of `channel_id` of about `size` bytes, signed by
+/// `client`, with their TxIDs.
+fn generate(
+    client: &Signer,
+    channel_id: &str,
+    count: usize,
+    size: usize,
+) -> Result<Vec<(String, Envelope)>> {
+    let unpadded = envelope(client, channel_id, 0, &Bytes::new())?
+        .1
+        .encoded_len();
     if size < unpadded {
         bail!("--envelope-bytes {size}: envelopes of this channel are at least {unpadded} bytes");
     }
@@ -206,15 +337,20 @@ fn generate(client: &Signer, count: usize, size: usize) -> Result<Vec<(String, E
     let padding = Bytes::from(vec![b'x'; size.saturating_sub(unpadded + 3)]);
     (0..count)
         .into_par_iter()
-        .map(|index| envelope(client, index, &padding))
+        .map(|index| envelope(client, channel_id, index, &padding))
         .collect()
 }
 
 /// Envelope `index`: an ENDORSER_TRANSACTION of chaincode `bench` carrying
 /// `padding`, signed by `client`, without endorsements.
-fn envelope(client: &Signer, index: usize, padding: &Bytes) -> Result<(String, Envelope)> {
+fn envelope(
+    client: &Signer,
+    channel_id: &str,
+    index: usize,
+    padding: &Bytes,
+) -> Result<(String, Envelope)> {
     let invocation = Invocation {
-        channel_id: CHANNEL,
+        channel_id,
         chaincode: "bench",
         args: vec![
             Bytes::from_static(b"put"),
@@ -238,15 +374,14 @@ fn run_point(
     channel: &BenchChannel,
     client: &Signer,
     args: &OrdererBenchArgs,
-    cluster: Option<&[u16]>,
-    size: usize,
+    point: &Point,
     envelopes: Vec<(String, Envelope)>,
     dir: &Path,
     cores: usize,
 ) -> Result<RunResult> {
     std::fs::create_dir_all(dir)?;
     let mut orderers = Vec::new();
-    match cluster {
+    match point.cluster {
         None => {
             let config = write_orderer_config(channel, &args.durability, dir)?;
             orderers.push(NodeProcess::start(
@@ -257,19 +392,31 @@ fn run_point(
         }
         Some(ports) => {
             for (index, port) in ports.iter().enumerate() {
-                let config = write_raft_config(channel, &args.durability, dir, index, *port)?;
+                let config = write_cluster_config(channel, &args.durability, dir, index, *port)?;
                 orderers.push(NodeProcess::start(
                     "orderer",
                     &config,
                     &dir.join(format!("orderer{index}.log")),
                 )?);
             }
-            // The leader first: it gets the streams when they all go to
-            // the leader, and the block watcher.
-            let leader = wait_for_leader(&orderers)?;
-            orderers.swap(0, leader);
+            if point.consensus == Consensus::Raft {
+                // The leader first: it gets the streams when they all go
+                // to the leader, and the block watcher.
+                let leader = wait_for_leader(&orderers)?;
+                orderers.swap(0, leader);
+            }
         }
     }
+    if point.consensus == Consensus::Kafka {
+        for orderer in &orderers {
+            wait_until_healthy(orderer)?;
+        }
+    }
+    let broker_cpu_before = args
+        .kafka_pid
+        .filter(|_| point.consensus == Consensus::Kafka)
+        .map(process_cpu_seconds)
+        .transpose()?;
     let targets: Vec<&NodeProcess> = if args.send_to == "leader" {
         vec![&orderers[0]]
     } else {
@@ -283,9 +430,14 @@ fn run_point(
         &orderers,
         &targets,
         client,
+        &channel.channel_id,
         args.clients,
         envelopes,
     ));
+    let broker_cpu_seconds = match (broker_cpu_before, args.kafka_pid) {
+        (Some(before), Some(pid)) => Some(process_cpu_seconds(pid)? - before),
+        _ => None,
+    };
     for orderer in &mut orderers {
         orderer.stop();
     }
@@ -301,14 +453,14 @@ fn run_point(
     measured.acks.sort_unstable();
     let ms = |values: &[Duration], q| quantile(values, q).as_secs_f64() * 1000.0;
     Ok(RunResult {
-        consensus: args.consensus.clone(),
+        consensus: point.label.clone(),
         nodes: orderers.len(),
         send_to: if orderers.len() == 1 {
             "leader".to_owned()
         } else {
             args.send_to.clone()
         },
-        envelope_bytes: size,
+        envelope_bytes: point.size,
         clients: args.clients,
         durability: args.durability.clone(),
         transactions,
@@ -323,6 +475,8 @@ fn run_point(
         cpu_seconds_by_node: measured.cpu_seconds_by_node,
         cpu_utilisation: measured.cpu_seconds / seconds.max(f64::MIN_POSITIVE) / cores as f64,
         cpu_us_per_envelope: measured.cpu_seconds * 1e6 / transactions.max(1) as f64,
+        broker_cpu_us_per_envelope: broker_cpu_seconds
+            .map(|seconds| seconds * 1e6 / transactions.max(1) as f64),
         summary,
     })
 }
@@ -344,6 +498,7 @@ async fn measure(
     orderers: &[NodeProcess],
     targets: &[&NodeProcess],
     client: &Signer,
+    channel_id: &str,
     clients: usize,
     envelopes: Vec<(String, Envelope)>,
 ) -> Result<Measured> {
@@ -364,7 +519,7 @@ async fn measure(
         .with_context(|| format!("connecting to the orderer at {}", watched.grpc))?;
     let request = weft_protos::tx::signed_envelope(
         HeaderType::DeliverSeekInfo,
-        CHANNEL,
+        channel_id,
         seek_range(1, u64::MAX).encode_to_vec().into(),
         client,
         client.new_nonce()?,
@@ -433,6 +588,32 @@ async fn measure(
 
 fn cpu_by_node(orderers: &[NodeProcess]) -> Result<Vec<f64>> {
     orderers.iter().map(NodeProcess::cpu_seconds).collect()
+}
+
+/// The CPU time process `pid` has used, in seconds.
+fn process_cpu_seconds(pid: i32) -> Result<f64> {
+    let stat = procfs::process::Process::new(pid)
+        .and_then(|process| process.stat())
+        .with_context(|| format!("--kafka-pid {pid}: reading the process's CPU time"))?;
+    Ok((stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
+}
+
+/// How long Kafka orderers may take to create their topic and answer.
+const KAFKA_READY_MAX: Duration = Duration::from_secs(60);
+
+/// Waits until `orderer` reports every channel healthy: a Kafka channel is
+/// not while its topic is not ready.
+fn wait_until_healthy(orderer: &NodeProcess) -> Result<()> {
+    let deadline = Instant::now() + KAFKA_READY_MAX;
+    loop {
+        match http_get(orderer.operations()?, "/healthz") {
+            Ok(_) => return Ok(()),
+            Err(error) if Instant::now() > deadline => {
+                bail!("the orderer at {} is not healthy: {error:#}", orderer.grpc)
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
 }
 
 /// A port free on loopback now (for a Raft node's cluster listener, which
@@ -565,9 +746,9 @@ pub(super) fn write_orderer_config(
     write_node_config(channel, durability, dir, None)
 }
 
-/// Writes the config of a Raft node: orderer `index` of the channel's
-/// consenters, serving cluster traffic on `cluster_port`.
-fn write_raft_config(
+/// Writes the config of a Raft or Kafka node: orderer `index` of the
+/// channel, serving cluster traffic on `cluster_port`.
+fn write_cluster_config(
     channel: &BenchChannel,
     durability: &str,
     dir: &Path,
@@ -611,12 +792,12 @@ fn write_node_config(
 fn print_table(results: &[RunResult], cores: usize) {
     println!();
     println!(
-        "| consensus | nodes | sent to | envelope bytes | clients | durability | tx/s | blocks | answer p50 ms | answer p99 ms | ordered p50 ms | ordered p99 ms | orderer CPU % of {cores} cores | orderer CPU µs/tx |"
+        "| consensus | nodes | sent to | envelope bytes | clients | durability | tx/s | blocks | answer p50 ms | answer p99 ms | ordered p50 ms | ordered p99 ms | orderer CPU % of {cores} cores | orderer CPU µs/tx | broker CPU µs/tx |"
     );
-    println!("|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in results {
         println!(
-            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {:.1} |",
+            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {:.1} | {} |",
             r.consensus,
             r.nodes,
             r.send_to,
@@ -631,6 +812,8 @@ fn print_table(results: &[RunResult], cores: usize) {
             r.ordered_p99_ms,
             r.cpu_utilisation * 100.0,
             r.cpu_us_per_envelope,
+            r.broker_cpu_us_per_envelope
+                .map_or_else(|| "-".to_owned(), |broker| format!("{broker:.1}")),
         );
     }
     println!();

@@ -50,9 +50,33 @@ pub struct OrdererSection {
     pub policies: BTreeMap<String, PolicySpec>,
     #[serde(default)]
     pub capabilities: BTreeMap<String, bool>,
-    /// Kafka settings of Fabric 1.x: accepted, unused.
-    #[serde(rename = "Kafka", default)]
-    _kafka: Option<serde::de::IgnoredAny>,
+    /// Fabric 1.x's Kafka settings, with weft's TxID-only ordering; read
+    /// when `OrdererType` is `kafka`.
+    pub kafka: Option<KafkaSpec>,
+}
+
+/// `Orderer.Kafka`: the brokers (Fabric 1.x), and what goes through them
+/// (weft, docs/kafka.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct KafkaSpec {
+    #[serde(default)]
+    pub brokers: Vec<String>,
+    /// `Full` (whole envelopes, Fabric 1.x's way; the default) or `TxId`
+    /// (only each envelope's ID, FastFabric's way).
+    #[serde(default)]
+    pub payloads: KafkaPayloadsSpec,
+    /// The cluster endpoints (`host:port`) of the orderers that hand each
+    /// other envelopes in `TxId` mode.
+    #[serde(default)]
+    pub orderers: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum KafkaPayloadsSpec {
+    #[default]
+    Full,
+    TxId,
 }
 
 /// `Orderer.StreamMode`: when the orderers sign a stream channel's

@@ -56,6 +56,9 @@ pub struct Plan {
     /// Stream mode's checkpoints, for stream channels; `None`: block mode.
     #[serde(default)]
     pub stream: Option<StreamPlan>,
+    /// The channels order through Kafka; `None`: solo or Raft.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<KafkaPlan>,
     /// Every node serves TLS with its cryptogen TLS certificate, and
     /// dials the others over TLS.
     #[serde(default)]
@@ -82,6 +85,18 @@ pub struct StreamPlan {
     /// How many channels stream, the first ones; `None`: all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channels: Option<usize>,
+}
+
+/// Kafka ordering (docs/kafka.md): the brokers, which the network does
+/// not start (`deploy/kafka.sh start` runs one), and what goes through
+/// them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KafkaPlan {
+    pub brokers: Vec<String>,
+    /// Only transaction IDs through Kafka (FastFabric), or whole
+    /// envelopes (Fabric 1.x).
+    pub tx_ids_only: bool,
 }
 
 /// `channel.yaml`'s profile of block channels.
@@ -217,6 +232,21 @@ impl Plan {
         }
         weft_protos::duration::parse_go_duration(&self.batch_timeout)
             .map_err(|e| anyhow::anyhow!("--batch-timeout: {e}"))?;
+        if let Some(kafka) = &self.kafka {
+            if self.stream.is_some() {
+                bail!("--stream: stream channels order with solo or Raft, not Kafka");
+            }
+            if kafka.brokers.is_empty() {
+                bail!("--kafka-brokers: name at least one broker as host:port");
+            }
+            if let Some(bad) = kafka.brokers.iter().find(|broker| {
+                broker
+                    .rsplit_once(':')
+                    .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+            }) {
+                bail!("--kafka-brokers: {bad:?} is not host:port");
+            }
+        }
         if let Some(stream) = &self.stream {
             if stream.checkpoint_transactions == 0 {
                 bail!("--checkpoint-transactions: must be at least 1");
@@ -398,7 +428,9 @@ impl Plan {
         addresses: &[String],
         orderers: &[OrdererNode],
     ) {
-        let orderer_type = if self.orderers == 1 {
+        let orderer_type = if self.kafka.is_some() {
+            "kafka"
+        } else if self.orderers == 1 {
             "solo"
         } else {
             "etcdraft"
@@ -429,7 +461,19 @@ impl Plan {
                 stream.checkpoint_transactions, stream.checkpoint_interval
             );
         }
-        if self.orderers > 1 {
+        if let Some(kafka) = &self.kafka {
+            let cluster: Vec<String> = orderers
+                .iter()
+                .map(|orderer| orderer.cluster.to_string())
+                .collect();
+            let _ = writeln!(
+                text,
+                "      Kafka: {{Brokers: [{}], Payloads: {}, Orderers: [{}]}}",
+                kafka.brokers.join(", "),
+                if kafka.tx_ids_only { "TxId" } else { "Full" },
+                cluster.join(", ")
+            );
+        } else if self.orderers > 1 {
             text.push_str("      EtcdRaft:\n        Consenters:\n");
             for orderer in orderers {
                 let tls = format!(
@@ -481,7 +525,7 @@ impl Plan {
 
     /// The configuration file of an orderer, for a file in `dir/<name>/`.
     pub fn orderer_yaml(&self, orderer: &OrdererNode) -> String {
-        let consensus = if self.orderers == 1 {
+        let consensus = if self.orderers == 1 && self.kafka.is_none() {
             "solo"
         } else {
             "channel"
@@ -508,6 +552,7 @@ impl Plan {
             channels = self.channels_yaml(),
             operations = orderer.operations,
         );
+        // Raft's traffic, or the envelopes Kafka orderers hand each other.
         if self.orderers > 1 {
             let _ = write!(
                 text,
@@ -715,9 +760,62 @@ mod tests {
             batch_timeout: "10ms".to_owned(),
             block_size: 500,
             stream: None,
+            kafka: None,
             tls: false,
             mutual_tls: false,
             deployed: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_kafka_network_names_its_brokers_and_the_orderers_that_share_envelopes() {
+        let kafka = Plan {
+            kafka: Some(KafkaPlan {
+                brokers: vec!["127.0.0.1:9092".to_owned()],
+                tx_ids_only: true,
+            }),
+            ..plan(2)
+        };
+        kafka.check().unwrap();
+        let yaml: serde_yaml::Value = serde_yaml::from_str(&kafka.channel_yaml().unwrap()).unwrap();
+        let orderer = &yaml["Profiles"][BLOCK_PROFILE]["Orderer"];
+        assert_eq!(orderer["OrdererType"], "kafka");
+        assert_eq!(orderer["Kafka"]["Brokers"][0], "127.0.0.1:9092");
+        assert_eq!(orderer["Kafka"]["Payloads"], "TxId");
+        assert_eq!(orderer["Kafka"]["Orderers"][1], "127.0.0.1:7063");
+        assert!(orderer["EtcdRaft"].is_null());
+        let one = Plan {
+            orderers: 1,
+            ..kafka.clone()
+        };
+        let node = &one.orderer_nodes().unwrap()[0];
+        assert!(one.orderer_yaml(node).contains("type: channel"));
+        for (bad, option) in [
+            (
+                Plan {
+                    stream: Some(StreamPlan {
+                        checkpoint_transactions: 10,
+                        checkpoint_interval: "5ms".to_owned(),
+                        commit_status_applied: false,
+                        channels: None,
+                    }),
+                    ..kafka.clone()
+                },
+                "--stream",
+            ),
+            (
+                Plan {
+                    kafka: Some(KafkaPlan {
+                        brokers: vec!["localhost".to_owned()],
+                        tx_ids_only: false,
+                    }),
+                    ..plan(1)
+                },
+                "--kafka-brokers",
+            ),
+        ] {
+            let error = format!("{:#}", bad.check().unwrap_err());
+            assert!(error.contains(option), "{error}");
         }
     }
 

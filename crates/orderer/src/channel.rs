@@ -37,6 +37,9 @@ pub(crate) struct Channel {
     pub metrics: OrdererMetrics,
     /// Why the channel's consenter stopped, once it failed (`/healthz`).
     failure: Mutex<Option<String>>,
+    /// Why the consenter cannot order for now, while it cannot (a Kafka
+    /// channel whose brokers do not answer; `/healthz`).
+    unavailable: Mutex<Option<String>>,
 }
 
 impl Channel {
@@ -55,7 +58,14 @@ impl Channel {
             chain,
             metrics,
             failure: Mutex::new(None),
+            unavailable: Mutex::new(None),
         }
+    }
+
+    /// Records why the consenter cannot order for now (`Some`), or that
+    /// it can again (`None`).
+    pub fn set_unavailable(&self, reason: Option<String>) {
+        *self.unavailable.lock() = reason;
     }
 
     /// Records that the channel's consenter stopped with `reason`.
@@ -63,9 +73,13 @@ impl Channel {
         *self.failure.lock() = Some(reason);
     }
 
-    /// Why the channel's consenter stopped, if it failed.
+    /// Why the channel's consenter stopped, if it failed, or else why it
+    /// cannot order for now.
     pub fn failure(&self) -> Option<String> {
-        self.failure.lock().clone()
+        self.failure
+            .lock()
+            .clone()
+            .or_else(|| self.unavailable.lock().clone())
     }
 
     /// The current configuration.

@@ -37,7 +37,7 @@ impl ChannelConfig {
             reason: e.to_string(),
         })?;
         let consenter_certificates = match &orderer.consensus {
-            Consensus::Solo => Vec::new(),
+            Consensus::Solo | Consensus::Kafka(_) => Vec::new(),
             Consensus::EtcdRaft(metadata) => metadata
                 .consenters
                 .iter()

@@ -9,8 +9,12 @@
 //! - `BatchTimeout` (`orderer.BatchTimeout`): a Go duration string such as
 //!   `"2s"` or `"250ms"`; a non-full block is cut this long after its first
 //!   envelope arrived.
-//! - `ConsensusType` (`orderer.ConsensusType`): `solo` or `etcdraft` (with
-//!   its `etcdraft.ConfigMetadata`), and the normal/maintenance state.
+//! - `ConsensusType` (`orderer.ConsensusType`): `solo`, `etcdraft` (with
+//!   its `etcdraft.ConfigMetadata`) or `kafka` (with weft's
+//!   `weft.kafka.KafkaOptions`, or none: whole envelopes, as Fabric 1.x),
+//!   and the normal/maintenance state.
+//! - `KafkaBrokers` (`orderer.KafkaBrokers`): a Kafka channel's brokers,
+//!   as Fabric 1.x writes them.
 //! - `StreamMode` (`weft.stream.StreamMode`, weft's own, optional): the
 //!   channel streams; a checkpoint at the latest every
 //!   `checkpoint_transactions` transactions or `checkpoint_interval` after
@@ -27,8 +31,12 @@ use prost::Message;
 use weft_protos::STREAM_MODE_KEY;
 use weft_protos::common::{Config, ConfigGroup};
 use weft_protos::etcdraft;
+use weft_protos::kafka::KafkaOptions;
+use weft_protos::kafka::kafka_options::Payloads;
 use weft_protos::orderer::consensus_type::State;
-use weft_protos::orderer::{BatchSize as BatchSizeValue, BatchTimeout, ConsensusType};
+use weft_protos::orderer::{
+    BatchSize as BatchSizeValue, BatchTimeout, ConsensusType, KafkaBrokers,
+};
 use weft_protos::stream::StreamMode as StreamModeValue;
 
 /// The config path of the orderer group, for messages.
@@ -70,6 +78,8 @@ pub enum Consensus {
     Solo,
     /// A Raft cluster; the metadata names its consenters and options.
     EtcdRaft(etcdraft::ConfigMetadata),
+    /// A Kafka partition orders the channel's records.
+    Kafka(KafkaConsensus),
 }
 
 impl Consensus {
@@ -78,8 +88,30 @@ impl Consensus {
         match self {
             Self::Solo => "solo",
             Self::EtcdRaft(_) => "etcdraft",
+            Self::Kafka(_) => "kafka",
         }
     }
+}
+
+/// What goes through a Kafka channel's partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KafkaPayloads {
+    /// Whole envelopes (Fabric 1.x).
+    Full,
+    /// Only each envelope's TxID, digest and size; the orderers keep the
+    /// envelopes and hand them to each other (FastFabric).
+    TxId,
+}
+
+/// A Kafka channel's ordering settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaConsensus {
+    /// `host:port` of the brokers to bootstrap from.
+    pub brokers: Vec<String>,
+    pub payloads: KafkaPayloads,
+    /// The cluster endpoints of the channel's orderers, which hand each
+    /// other envelopes when only IDs go through Kafka.
+    pub orderers: Vec<String>,
 }
 
 /// A stream channel's checkpoints, from `/Channel/Orderer/StreamMode`.
@@ -140,11 +172,12 @@ impl ChannelOrdererConfig {
                     }
                 })?,
             ),
+            "kafka" => Consensus::Kafka(kafka_consensus(orderer, &consensus_type)?),
             other => {
                 return Err(invalid(
                     "ConsensusType",
                     other,
-                    "weft orders with solo or etcdraft".to_owned(),
+                    "weft orders with solo, etcdraft or kafka".to_owned(),
                 ));
             }
         };
@@ -166,6 +199,13 @@ impl ChannelOrdererConfig {
                 STREAM_MODE_KEY,
             )?)?),
         };
+        if stream.is_some() && matches!(consensus, Consensus::Kafka(_)) {
+            return Err(invalid(
+                STREAM_MODE_KEY,
+                "present",
+                "stream mode is ordered by solo or etcdraft, not kafka".to_owned(),
+            ));
+        }
         Ok(Self {
             batch_size,
             batch_timeout,
@@ -174,6 +214,64 @@ impl ChannelOrdererConfig {
             stream,
         })
     }
+}
+
+/// A Kafka channel's settings: the brokers from `KafkaBrokers`, the
+/// options from the consensus metadata (none: whole envelopes).
+fn kafka_consensus(
+    orderer: &ConfigGroup,
+    consensus_type: &ConsensusType,
+) -> Result<KafkaConsensus, ConfigError> {
+    let brokers = decode_value::<KafkaBrokers>(orderer, "KafkaBrokers")?.brokers;
+    if brokers.is_empty() {
+        return Err(invalid(
+            "KafkaBrokers",
+            "[]",
+            "a Kafka channel needs at least one broker".to_owned(),
+        ));
+    }
+    if let Some(broker) = brokers.iter().find(|broker| !is_host_port(broker)) {
+        return Err(invalid(
+            "KafkaBrokers",
+            broker,
+            "a broker is named as host:port".to_owned(),
+        ));
+    }
+    let options = KafkaOptions::decode(consensus_type.metadata.clone()).map_err(|e| {
+        ConfigError::Malformed {
+            key: format!("{ORDERER_GROUP}/ConsensusType.metadata"),
+            reason: format!("not a weft.kafka.KafkaOptions: {e}"),
+        }
+    })?;
+    let payloads = match Payloads::try_from(options.payloads) {
+        Ok(Payloads::Full) => KafkaPayloads::Full,
+        Ok(Payloads::TxId) => KafkaPayloads::TxId,
+        Err(_) => {
+            return Err(invalid(
+                "ConsensusType.metadata.payloads",
+                &options.payloads.to_string(),
+                "neither FULL nor TX_ID".to_owned(),
+            ));
+        }
+    };
+    if let Some(endpoint) = options.orderers.iter().find(|e| !is_host_port(e)) {
+        return Err(invalid(
+            "ConsensusType.metadata.orderers",
+            endpoint,
+            "an orderer's cluster endpoint is named as host:port".to_owned(),
+        ));
+    }
+    Ok(KafkaConsensus {
+        brokers,
+        payloads,
+        orderers: options.orderers,
+    })
+}
+
+/// Whether `text` reads as `host:port` with a port number.
+fn is_host_port(text: &str) -> bool {
+    text.rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
 }
 
 fn stream_mode(value: &StreamModeValue) -> Result<StreamMode, ConfigError> {
@@ -386,6 +484,110 @@ mod tests {
         }
     }
 
+    fn kafka(options: &KafkaOptions) -> ConsensusType {
+        ConsensusType {
+            r#type: "kafka".to_owned(),
+            metadata: options.encode_to_vec().into(),
+            ..ConsensusType::default()
+        }
+    }
+
+    fn with_brokers(mut config: Config, brokers: &[&str]) -> Config {
+        let orderer = config
+            .channel_group
+            .as_mut()
+            .unwrap()
+            .groups
+            .get_mut("Orderer")
+            .unwrap();
+        orderer.values.insert(
+            "KafkaBrokers".to_owned(),
+            value(&KafkaBrokers {
+                brokers: brokers.iter().map(|b| (*b).to_owned()).collect(),
+            }),
+        );
+        config
+    }
+
+    #[test]
+    fn a_kafka_channel_parses_and_bad_brokers_are_named() {
+        // Goal: Fabric 1.x's Kafka config (no metadata) orders whole
+        // envelopes; weft's options choose TxID-only ordering; brokers
+        // and endpoints that are not host:port are named.
+        let fabric = with_brokers(
+            channel(batch(10, 1000, 500), "1s", kafka(&KafkaOptions::default())),
+            &["127.0.0.1:9092"],
+        );
+        assert_eq!(
+            ChannelOrdererConfig::from_config(&fabric)
+                .unwrap()
+                .consensus,
+            Consensus::Kafka(KafkaConsensus {
+                brokers: vec!["127.0.0.1:9092".to_owned()],
+                payloads: KafkaPayloads::Full,
+                orderers: Vec::new(),
+            })
+        );
+        let options = KafkaOptions {
+            payloads: Payloads::TxId as i32,
+            orderers: vec!["127.0.0.1:7051".to_owned(), "o2:7051".to_owned()],
+        };
+        let weft = with_brokers(
+            channel(batch(10, 1000, 500), "1s", kafka(&options)),
+            &["127.0.0.1:9092"],
+        );
+        let Consensus::Kafka(parsed) = ChannelOrdererConfig::from_config(&weft).unwrap().consensus
+        else {
+            panic!("not kafka")
+        };
+        assert_eq!(parsed.payloads, KafkaPayloads::TxId);
+        assert_eq!(parsed.orderers.len(), 2);
+
+        let cases = [
+            (
+                with_brokers(channel(batch(10, 1000, 500), "1s", kafka(&options)), &[]),
+                "/Channel/Orderer/KafkaBrokers = \"[]\"",
+            ),
+            (
+                with_brokers(
+                    channel(batch(10, 1000, 500), "1s", kafka(&options)),
+                    &["localhost"],
+                ),
+                "/Channel/Orderer/KafkaBrokers = \"localhost\"",
+            ),
+            (
+                channel(batch(10, 1000, 500), "1s", kafka(&options)),
+                "/Channel/Orderer/KafkaBrokers is missing",
+            ),
+            (
+                with_brokers(
+                    channel(
+                        batch(10, 1000, 500),
+                        "1s",
+                        kafka(&KafkaOptions {
+                            payloads: 7,
+                            orderers: Vec::new(),
+                        }),
+                    ),
+                    &["b:1"],
+                ),
+                "/Channel/Orderer/ConsensusType.metadata.payloads = \"7\"",
+            ),
+        ];
+        for (config, expected) in cases {
+            let error = ChannelOrdererConfig::from_config(&config)
+                .unwrap_err()
+                .to_string();
+            assert!(error.starts_with(expected), "{error:?} vs {expected:?}");
+        }
+        let mut streaming_kafka = weft;
+        streaming(&mut streaming_kafka, 10, "5ms");
+        let error = ChannelOrdererConfig::from_config(&streaming_kafka)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("not kafka"), "{error}");
+    }
+
     #[test]
     fn fabrics_genesis_blocks_parse() {
         // Goal: the orderer values of real Fabric 2.5 genesis blocks (Raft
@@ -438,11 +640,11 @@ mod tests {
                     batch(10, 1000, 500),
                     "1s",
                     ConsensusType {
-                        r#type: "kafka".to_owned(),
+                        r#type: "BFT".to_owned(),
                         ..ConsensusType::default()
                     },
                 ),
-                "/Channel/Orderer/ConsensusType = \"kafka\"",
+                "/Channel/Orderer/ConsensusType = \"BFT\"",
             ),
             (
                 channel(

@@ -54,7 +54,10 @@ pub mod writer;
 
 pub use broadcast::CHECKS_IN_FLIGHT_MAX;
 pub use checkpoint::{Checkpoints, Load, Seal};
-pub use config::{BatchSize, ChannelOrdererConfig, ConfigError, Consensus, StreamMode};
+pub use config::{
+    BatchSize, ChannelOrdererConfig, ConfigError, Consensus, KafkaConsensus, KafkaPayloads,
+    StreamMode,
+};
 pub use consensus::Consenter;
 pub use cutter::{BlockCutter, CutReason};
 pub use error::{Error, Result};

@@ -34,7 +34,7 @@ use crate::broadcast;
 
 use crate::channel::{self, Channel, Channels, RequestContext};
 use crate::channel_config::ChannelConfig;
-use crate::config::Consensus;
+use crate::config::{Consensus, KafkaConsensus, KafkaPayloads};
 use crate::consensus::raft::transport::{self, ClusterService, Transport};
 use crate::consensus::raft::{self, LogStore, Members, Options as RaftOptions, Route};
 use crate::consensus::{self, ChainTask, Consenter, solo};
@@ -150,8 +150,9 @@ pub struct Health {
 }
 
 impl Health {
-    /// The channels whose consenter stopped on a failure, with the
-    /// failure; empty when all run.
+    /// The channels whose consenter stopped on a failure or cannot order
+    /// for now (a Kafka channel whose brokers do not answer), with the
+    /// reason; empty when all run.
     pub fn failed_channels(&self) -> Vec<(String, String)> {
         // Gone: the orderer has shut down.
         let Some(channels) = self.channels.upgrade() else {
@@ -230,16 +231,28 @@ impl Orderer {
         let mut stores = Vec::new();
         let mut starts = Vec::new();
         let mut inboxes = HashMap::new();
+        let mut payload_pools = HashMap::new();
         for (channel_id, store, channel_config) in opened {
             let consenter = consenter_for(&channel_id, &channel_config, config.consensus)?;
             let raft = match consenter {
-                Consenter::Solo => None,
+                Consenter::Solo | Consenter::Kafka => None,
                 Consenter::Raft => Some(raft_parts(
                     &config,
                     &channel_id,
                     &channel_config,
                     cluster.as_ref(),
                 )?),
+            };
+            let kafka = match (consenter, &channel_config.orderer.consensus) {
+                (Consenter::Kafka, Consensus::Kafka(settings)) => {
+                    let endpoint = kafka_endpoint(&channel_id, settings, cluster.as_ref())?;
+                    let payloads = Arc::new(consensus::kafka::Payloads::default());
+                    if settings.payloads == KafkaPayloads::TxId {
+                        payload_pools.insert(channel_id.clone(), payloads.clone());
+                    }
+                    Some((settings.clone(), endpoint, payloads))
+                }
+                _ => None,
             };
             let writer = BlockWriter::new(
                 &channel_id,
@@ -272,7 +285,7 @@ impl Orderer {
                 inboxes.insert(channel_id.clone(), inbox);
                 (members, options, log, inbox_out, route)
             });
-            starts.push((channel, mailbox, writer, raft));
+            starts.push((channel, mailbox, writer, raft, kafka));
         }
         let channels = Arc::new(Channels::new(by_id));
         let (shutdown, shutdown_signal) = watch::channel(false);
@@ -289,6 +302,7 @@ impl Orderer {
                 let service = ClusterService {
                     channels: channels.clone(),
                     inboxes: Arc::new(inboxes),
+                    payloads: Arc::new(payload_pools),
                     shutdown: shutdown_signal.clone(),
                     authenticate: config.tls.is_some(),
                 };
@@ -313,11 +327,23 @@ impl Orderer {
         };
 
         let mut tasks = Vec::new();
-        for (channel, mailbox, writer, raft) in starts {
+        for (channel, mailbox, writer, raft, kafka) in starts {
             let id = channel.id.clone();
-            let task = match raft {
-                None => solo::start(channel, mailbox, writer, signer.clone()),
-                Some((members, options, store, inbox, route)) => {
+            let task = match (raft, kafka) {
+                (None, Some((settings, endpoint, payloads))) => {
+                    consensus::kafka::start(consensus::kafka::Setup {
+                        channel,
+                        mailbox,
+                        writer,
+                        signer: signer.clone(),
+                        settings,
+                        transport: transport.clone(),
+                        endpoint,
+                        payloads,
+                    })
+                }
+                (None, None) => solo::start(channel, mailbox, writer, signer.clone()),
+                (Some((members, options, store, inbox, route)), _) => {
                     raft::start(raft::Setup {
                         channel,
                         mailbox,
@@ -536,7 +562,47 @@ fn consenter_for(
             Ok(Consenter::Solo)
         }
         (Consensus::EtcdRaft(_), ConsensusMode::FollowChannel) => Ok(Consenter::Raft),
+        (Consensus::Kafka(_), ConsensusMode::Solo) => {
+            tracing::warn!(
+                channel = %channel_id,
+                "the channel names kafka; ordering it alone (solo), as the node config asks"
+            );
+            Ok(Consenter::Solo)
+        }
+        (Consensus::Kafka(_), ConsensusMode::FollowChannel) => Ok(Consenter::Kafka),
     }
+}
+
+/// This node's cluster endpoint for a Kafka channel: needed when only
+/// TxIDs go through Kafka and the channel names several orderers, which
+/// hand each other envelopes; the node must be one of them.
+fn kafka_endpoint(
+    channel_id: &str,
+    settings: &KafkaConsensus,
+    cluster: Option<&ClusterConfig>,
+) -> Result<Option<String>> {
+    if settings.payloads == KafkaPayloads::Full || settings.orderers.is_empty() {
+        return Ok(cluster.map(|cluster| cluster.endpoint.clone()));
+    }
+    let consensus_error = |reason: String| Error::Consensus {
+        channel: channel_id.to_owned(),
+        reason,
+    };
+    let cluster = cluster.ok_or_else(|| {
+        consensus_error(
+            "the channel orders TxIDs through Kafka among several orderers, which hand each \
+             other envelopes over the cluster service; this node has no cluster settings \
+             (cluster.listenAddress in orderer.yaml)"
+                .to_owned(),
+        )
+    })?;
+    if !settings.orderers.contains(&cluster.endpoint) {
+        return Err(consensus_error(format!(
+            "this node's cluster endpoint {:?} is not among the channel's Kafka orderers {:?}",
+            cluster.endpoint, settings.orderers
+        )));
+    }
+    Ok(Some(cluster.endpoint.clone()))
 }
 
 /// What a Raft channel needs besides the channel: its members, its

@@ -92,6 +92,12 @@ fabric_package!(
     "weft.stream.rs"
 );
 fabric_package!(
+    /// `weft.kafka`: weft's Kafka channel options and ID-only records;
+    /// not Fabric's.
+    kafka,
+    "weft.kafka.rs"
+);
+fabric_package!(
     /// `gateway`: the Fabric Gateway service.
     gateway,
     "gateway.rs"

@@ -16,9 +16,13 @@
 //!   nodes store the same blocks, each with its own signature. Raft
 //!   answers each submission ([`Ack::Later`]) only once its block is
 //!   decided, so a client's SUCCESS survives the loss of any minority.
+//! - **Kafka** ([`kafka`]): every orderer publishes what it accepted to
+//!   the channel's Kafka partition and cuts blocks from what it reads
+//!   back, by rules that depend on the partition alone. It answers each
+//!   submission once Kafka holds its record (`acks=all`).
 //!
-//! [`Consenter`] names the choice; [`solo::start`] and [`raft::start`]
-//! spawn the matching task.
+//! [`Consenter`] names the choice; [`solo::start`], [`raft::start`] and
+//! [`kafka::start`] spawn the matching task.
 //!
 //! Every consenter follows the same rules: config transactions are blocks
 //! of their own (the pending batch is cut and written first); envelopes
@@ -28,6 +32,7 @@
 //! and cuts the pending batch, so nothing a client was told SUCCESS for is
 //! dropped by a clean shutdown.
 
+pub(crate) mod kafka;
 pub(crate) mod raft;
 pub(crate) mod solo;
 
@@ -56,6 +61,8 @@ pub enum Consenter {
     Solo,
     /// Raft (etcdraft) among the consenters the channel config names.
     Raft,
+    /// A Kafka partition, through the brokers the channel config names.
+    Kafka,
 }
 
 /// The consenter refused an envelope: it is halted or failed.
@@ -148,8 +155,8 @@ fn stopped() -> Refusal {
 pub(crate) struct ChainHandle {
     channel_id: String,
     mailbox: mpsc::Sender<Submission>,
-    /// Whether the consenter answers each envelope (Raft) or holding it is
-    /// enough (solo).
+    /// Whether the consenter answers each envelope (Raft, Kafka) or
+    /// holding it is enough (solo).
     answers: bool,
     /// Raft: where the leader is; envelopes go to the task only while this
     /// node leads.
@@ -226,7 +233,7 @@ pub(crate) fn mailbox(
         ChainHandle {
             channel_id: channel_id.to_owned(),
             mailbox: sender,
-            answers: consenter == Consenter::Raft,
+            answers: consenter != Consenter::Solo,
             route,
         },
         Mailbox(receiver),

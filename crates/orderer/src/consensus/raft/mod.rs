@@ -196,7 +196,7 @@ impl Options {
 pub(crate) fn raft_metadata(config: &ChannelConfig) -> Option<&etcdraft::ConfigMetadata> {
     match &config.orderer.consensus {
         Consensus::EtcdRaft(metadata) => Some(metadata),
-        Consensus::Solo => None,
+        Consensus::Solo | Consensus::Kafka(_) => None,
     }
 }
 

@@ -15,6 +15,8 @@
 //!   envelope's signature check.
 //! - A node catching up from a snapshot pulls the blocks it lacks from a
 //!   peer (`Pull`), as Fabric's etcdraft pulls them through Deliver.
+//! - Kafka channels that order only TxIDs hand each other envelopes
+//!   (`Share`, `Fetch`; `crate::consensus::kafka`).
 //!
 //! With TLS on, the cluster runs mutual TLS as Fabric's does: the server
 //! asks every caller for a certificate from a trusted TLS CA, and each
@@ -42,14 +44,16 @@ use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 use weft_protos::cluster::cluster_client::ClusterClient;
 use weft_protos::cluster::cluster_server::Cluster;
 use weft_protos::cluster::{
-    ForwardRequest, ForwardResponse, PullRequest, PulledBlock, RaftMessage, StepRequest,
-    StepResponse, SubmitRequest, SubmitResponse,
+    FetchRequest, FetchResponse, ForwardRequest, ForwardResponse, PullRequest, PulledBlock,
+    RaftMessage, ShareRequest, ShareResponse, StepRequest, StepResponse, SubmitRequest,
+    SubmitResponse,
 };
 use weft_protos::common::{Block, Status};
 
 use crate::admission::{Admitted, Refusal};
 use crate::channel::{Channel, Channels};
 use crate::consensus::Ack;
+use crate::consensus::kafka::{Payloads, digest};
 
 /// Raft messages queued for one peer before new ones are dropped.
 const PEER_QUEUE_MAX: usize = 4096;
@@ -83,6 +87,10 @@ const FORWARDED_IN_FLIGHT_MAX: usize = 4096;
 const ANSWER_BATCH_MAX: usize = 1024;
 /// How long a follower waits before opening a failed stream again.
 const FORWARD_RETRY: Duration = Duration::from_millis(100);
+/// Envelopes or digests in one `Share` or `Fetch` call at most.
+pub(crate) const SHARE_BATCH_MAX: usize = 4096;
+/// How long a `Share` or `Fetch` call may take.
+const SHARE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a forwarded envelope may wait for the leader's answer before
 /// the follower gives up on the stream (a leader that hangs rather than
 /// failing would otherwise hold its followers' clients forever).
@@ -270,6 +278,50 @@ impl Transport {
             }
         }
         Ok(blocks)
+    }
+}
+
+impl Transport {
+    /// Hands `envelopes` of `channel` to the node at `endpoint`, which
+    /// keeps them until they are ordered.
+    pub async fn share(
+        &self,
+        endpoint: &str,
+        channel: &str,
+        envelopes: Vec<Bytes>,
+    ) -> Result<(), String> {
+        let mut client = self.peer(endpoint)?.client;
+        let mut request = Request::new(ShareRequest {
+            channel: channel.to_owned(),
+            envelopes,
+        });
+        request.set_timeout(SHARE_TIMEOUT);
+        client
+            .share(request)
+            .await
+            .map(drop)
+            .map_err(|status| format!("sharing envelopes with {endpoint}: {}", status.message()))
+    }
+
+    /// The envelopes of `digests` of `channel` that the node at
+    /// `endpoint` holds.
+    pub async fn fetch(
+        &self,
+        endpoint: &str,
+        channel: &str,
+        digests: Vec<Bytes>,
+    ) -> Result<Vec<Bytes>, String> {
+        let mut client = self.peer(endpoint)?.client;
+        let mut request = Request::new(FetchRequest {
+            channel: channel.to_owned(),
+            digests,
+        });
+        request.set_timeout(SHARE_TIMEOUT);
+        client
+            .fetch(request)
+            .await
+            .map(|response| response.into_inner().envelopes)
+            .map_err(|status| format!("fetching envelopes from {endpoint}: {}", status.message()))
     }
 }
 
@@ -549,6 +601,8 @@ pub(crate) type Inbox = mpsc::Sender<raft::eraftpb::Message>;
 pub(crate) struct ClusterService {
     pub channels: Arc<Channels>,
     pub inboxes: Arc<HashMap<String, Inbox>>,
+    /// The envelopes held by each Kafka channel that orders only TxIDs.
+    pub payloads: Arc<HashMap<String, Arc<Payloads>>>,
     /// Turns true when the orderer stops: open `Forward` streams end then,
     /// letting go of the channels (and their block stores).
     pub shutdown: tokio::sync::watch::Receiver<bool>,
@@ -722,6 +776,33 @@ async fn answer_forwarded(
 }
 
 impl ClusterService {
+    /// The envelope pool of `channel` for a caller that may touch it.
+    fn payloads_for<T>(
+        &self,
+        request: &Request<T>,
+        channel: &str,
+        count: usize,
+    ) -> Result<Arc<Payloads>, GrpcStatus> {
+        let caller = Caller::of(request, self.authenticate)?;
+        let served = self
+            .channels
+            .get(channel)
+            .ok_or_else(|| GrpcStatus::not_found(format!("no channel {channel:?}")))?;
+        if !caller.is_consenter_of(&served) {
+            return Err(GrpcStatus::permission_denied(not_a_consenter(channel)));
+        }
+        if count > SHARE_BATCH_MAX {
+            return Err(GrpcStatus::invalid_argument(format!(
+                "{count} items in one call; at most {SHARE_BATCH_MAX}"
+            )));
+        }
+        self.payloads.get(channel).cloned().ok_or_else(|| {
+            GrpcStatus::failed_precondition(format!(
+                "channel {channel:?} does not order TxIDs through Kafka here"
+            ))
+        })
+    }
+
     /// Hands one request's Raft messages to their channels' Raft nodes.
     fn take_steps(&self, caller: &Caller, request: StepRequest) -> Result<(), GrpcStatus> {
         // The channel last found to be the caller's: a batch is mostly one
@@ -801,6 +882,42 @@ impl Cluster for ClusterService {
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(answers_out),
         )))
+    }
+
+    async fn share(
+        &self,
+        request: Request<ShareRequest>,
+    ) -> Result<Response<ShareResponse>, GrpcStatus> {
+        let payloads = self.payloads_for(
+            &request,
+            &request.get_ref().channel,
+            request.get_ref().envelopes.len(),
+        )?;
+        for envelope in request.into_inner().envelopes {
+            payloads.keep(digest(&envelope), envelope);
+        }
+        Ok(Response::new(ShareResponse {}))
+    }
+
+    async fn fetch(
+        &self,
+        request: Request<FetchRequest>,
+    ) -> Result<Response<FetchResponse>, GrpcStatus> {
+        let payloads = self.payloads_for(
+            &request,
+            &request.get_ref().channel,
+            request.get_ref().digests.len(),
+        )?;
+        let envelopes = request
+            .into_inner()
+            .digests
+            .iter()
+            .filter_map(|wanted| {
+                let wanted: [u8; 32] = wanted.as_ref().try_into().ok()?;
+                payloads.get(&wanted)
+            })
+            .collect();
+        Ok(Response::new(FetchResponse { envelopes }))
     }
 
     type PullStream = BlockStream;

@@ -1,0 +1,758 @@
+//! The Kafka consenter: a channel's Kafka partition decides the order, and
+//! every orderer cuts the same blocks from it (Fabric 1.x), optionally
+//! with only transaction IDs in the partition (FastFabric's O-I).
+//!
+//! Two tasks per channel:
+//!
+//! - the **publisher** takes admitted envelopes from the mailbox and
+//!   publishes a record for each (`records`) with `acks=all` and an
+//!   idempotent producer; the client hears SUCCESS once Kafka has the
+//!   record on every in-sync replica. When only IDs go through Kafka, the
+//!   publisher first keeps each envelope (`Payloads`) and hands it to at
+//!   least one other orderer (`Share` on the cluster service), so that a
+//!   SUCCESS means two orderers hold it. While the brokers cannot be
+//!   reached, it refuses envelopes with SERVICE_UNAVAILABLE and probes
+//!   the partition every second;
+//! - the **sequencer** reads the partition from the offset after its last
+//!   block and applies Fabric 1.x's rules: regular records go through the
+//!   [`BlockCutter`]; a config record cuts what is pending and forms a
+//!   block of its own; an expiring batch timer does not cut, it publishes
+//!   `TimeToCut{next block}`, and the first such record for the next
+//!   block cuts it on every orderer. Blocks are therefore a function of
+//!   the partition alone, and every orderer writes the same ones, each
+//!   signed by itself. Each block records the offset of its last record
+//!   (`orderer.KafkaMetadata` as its consenter metadata), where a
+//!   restarted orderer resumes. An ID whose envelope this orderer lacks is
+//!   fetched from the others (`Fetch`) before the block is written.
+//!
+//! Envelopes admitted under an older config are checked again as every
+//! consenter does; a config envelope made under an older config is
+//! dropped on every orderer alike (its client may submit the update
+//! again), since processing it again would have each orderer sign a
+//! different CONFIG envelope. Kafka is trusted as Raft's peers are: a
+//! record is not checked again unless its config is stale.
+
+mod payloads;
+mod records;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use prost::Message;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::util::Timeout;
+use rdkafka::{Message as _, Offset, TopicPartitionList};
+use tokio::sync::{mpsc, oneshot};
+use weft_protos::common::{Envelope, Status};
+use weft_protos::tx::Sign;
+
+pub(crate) use self::payloads::Payloads;
+pub(crate) use self::records::digest;
+use self::records::{Digest, Entry, Record};
+use super::raft::transport::{SHARE_BATCH_MAX, Transport};
+use super::{ChainTask, Mailbox, Submission, ordered_config};
+use crate::admission::{Admitted, Refusal, readmit};
+use crate::channel::Channel;
+use crate::checkpoint::Seal;
+use crate::config::{KafkaConsensus, KafkaPayloads};
+use crate::cutter::{BlockCutter, CutReason};
+use crate::error::{Error, Result};
+use crate::writer::{BlockContent, BlockWriter};
+
+/// The only partition of a channel's topic.
+const PARTITION: i32 = 0;
+/// How long Kafka may take to acknowledge a record before its envelope is
+/// refused (SERVICE_UNAVAILABLE).
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often an orderer whose brokers went away tries the partition.
+const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+/// How often a topic that could not be created is tried again.
+const TOPIC_RETRY: Duration = Duration::from_secs(1);
+/// Submissions published as one batch at most.
+const PUBLISH_BATCH_MAX: usize = 1024;
+/// How long the publisher waits for another orderer to take envelopes
+/// before it publishes their IDs all the same.
+const SHARE_WAIT_MAX: Duration = Duration::from_secs(2);
+/// How long the sequencer waits between rounds of asking the other
+/// orderers for an envelope it lacks.
+const FETCH_RETRY: Duration = Duration::from_millis(100);
+/// A `TimeToCut` not followed by its block is published again after this
+/// long at least (its first publication may have been lost).
+const TIME_TO_CUT_RETRY_MIN: Duration = Duration::from_millis(100);
+
+/// What a Kafka channel's consenter needs.
+pub(crate) struct Setup {
+    pub channel: Arc<Channel>,
+    pub mailbox: Mailbox,
+    pub writer: BlockWriter,
+    pub signer: Arc<dyn Sign + Send + Sync>,
+    pub settings: KafkaConsensus,
+    pub transport: Arc<Transport>,
+    /// This node's cluster endpoint, if it serves cluster traffic: the
+    /// other orderers of `settings.orderers` are those it shares with.
+    pub endpoint: Option<String>,
+    pub payloads: Arc<Payloads>,
+}
+
+/// Starts the Kafka consenter of a channel.
+pub(crate) fn start(setup: Setup) -> ChainTask {
+    let (halt, halted) = oneshot::channel();
+    let channel = setup.channel.clone();
+    let task = tokio::spawn(async move {
+        let result = run(setup, halted).await;
+        if let Err(error) = &result {
+            tracing::error!(channel = %channel.id, %error, "Kafka chain stopped");
+            channel.failed(error.to_string());
+        }
+        result
+    });
+    ChainTask { halt, task }
+}
+
+async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
+    let Setup {
+        channel,
+        mailbox,
+        writer,
+        signer,
+        settings,
+        transport,
+        endpoint,
+        payloads,
+    } = setup;
+    let kafka_error = |what: &str, error: KafkaError| Error::Consensus {
+        channel: channel.id.clone(),
+        reason: format!("Kafka {what}: {error}"),
+    };
+    let others: Vec<String> = settings
+        .orderers
+        .iter()
+        .filter(|other| Some(*other) != endpoint.as_ref())
+        .cloned()
+        .collect();
+    let producer: FutureProducer = client_config(&settings.brokers)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "1")
+        .set(
+            "message.timeout.ms",
+            DELIVERY_TIMEOUT.as_millis().to_string(),
+        )
+        .create()
+        .map_err(|e| kafka_error("producer", e))?;
+    let producer = Arc::new(producer);
+    channel.set_unavailable(Some(format!(
+        "the channel's Kafka topic is not ready yet (brokers {})",
+        settings.brokers.join(",")
+    )));
+    let available = Arc::new(AtomicBool::new(false));
+    let publisher = tokio::spawn(
+        Publisher {
+            channel: channel.clone(),
+            producer: producer.clone(),
+            mode: settings.payloads,
+            payloads: payloads.clone(),
+            transport: transport.clone(),
+            others: others.clone(),
+            available: available.clone(),
+        }
+        .run(mailbox.0),
+    );
+
+    let admin: AdminClient<DefaultClientContext> = client_config(&settings.brokers)
+        .create()
+        .map_err(|e| kafka_error("admin client", e))?;
+    loop {
+        tokio::select! {
+            _ = &mut halted => {
+                publisher.abort();
+                return Ok(());
+            }
+            created = create_topic(&admin, &channel.id) => match created {
+                Ok(()) => break,
+                Err(reason) => {
+                    tracing::warn!(channel = %channel.id, brokers = ?settings.brokers, %reason, "cannot create the channel's topic yet; retrying");
+                    tokio::time::sleep(TOPIC_RETRY).await;
+                }
+            }
+        }
+    }
+    let resume = resume_offset(&channel)?;
+    let consumer: StreamConsumer = client_config(&settings.brokers)
+        .set("group.id", format!("weft-orderer-{}", channel.id))
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false")
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .map_err(|e| kafka_error("consumer", e))?;
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(&channel.id, PARTITION, resume)
+        .map_err(|e| kafka_error("assignment", e))?;
+    consumer
+        .assign(&assignment)
+        .map_err(|e| kafka_error("assignment", e))?;
+    available.store(true, Ordering::Release);
+    channel.set_unavailable(None);
+    tracing::info!(channel = %channel.id, ?resume, payloads = ?settings.payloads, others = ?others, "ordering through Kafka");
+
+    let config = channel.config();
+    let sequencer = Sequencer {
+        cutter: BlockCutter::new(config.orderer.batch_size, config.orderer.batch_timeout),
+        channel,
+        signer,
+        writer: Arc::new(Mutex::new(writer)),
+        mode: settings.payloads,
+        payloads,
+        transport,
+        others,
+        producer,
+        time_to_cut: None,
+        halted,
+    };
+    let result = sequencer.run(&consumer).await;
+    publisher.abort();
+    result
+}
+
+/// The settings every Kafka client of the channel shares.
+fn client_config(brokers: &[String]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers.join(","))
+        .set("client.id", "weft-orderer")
+        .set("socket.nagle.disable", "true");
+    config
+}
+
+/// Creates the channel's topic of one partition, with the brokers'
+/// default replication; an existing topic is fine.
+async fn create_topic(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+) -> std::result::Result<(), String> {
+    let new_topic = NewTopic::new(topic, 1, TopicReplication::Fixed(-1));
+    let options =
+        AdminOptions::new().operation_timeout(Some(Timeout::After(Duration::from_secs(10))));
+    let results = admin
+        .create_topics([&new_topic], &options)
+        .await
+        .map_err(|e| e.to_string())?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => return Err(format!("topic {name}: {code}")),
+        }
+    }
+    Ok(())
+}
+
+/// Where the sequencer resumes: after the last record of the last block,
+/// or at the partition's start for a chain of only its genesis block.
+fn resume_offset(channel: &Channel) -> Result<Offset> {
+    let height = channel.store.height();
+    let tip = channel
+        .store
+        .block(height.saturating_sub(1))
+        .map_err(|source| Error::Ledger {
+            channel: channel.id.clone(),
+            source,
+        })?;
+    let last = tip
+        .as_ref()
+        .and_then(weft_protos::block::consenter_metadata)
+        .and_then(|metadata| records::last_offset(&metadata));
+    Ok(match last {
+        Some(offset) => Offset::Offset(offset + 1),
+        None => Offset::Beginning,
+    })
+}
+
+/// The refusal of an envelope Kafka did not take.
+fn unavailable(channel: &str, reason: impl std::fmt::Display) -> Refusal {
+    Refusal::new(
+        Status::ServiceUnavailable,
+        format!(
+            "the Kafka brokers of channel {channel} did not take the envelope ({reason}); retry"
+        ),
+    )
+}
+
+fn answer(
+    done: Option<oneshot::Sender<std::result::Result<(), Refusal>>>,
+    outcome: std::result::Result<(), Refusal>,
+) {
+    if let Some(done) = done {
+        let _ = done.send(outcome);
+    }
+}
+
+/// Publishes the channel's admitted envelopes.
+struct Publisher {
+    channel: Arc<Channel>,
+    producer: Arc<FutureProducer>,
+    mode: KafkaPayloads,
+    payloads: Arc<Payloads>,
+    transport: Arc<Transport>,
+    others: Vec<String>,
+    /// Whether the brokers took the last record: while not, envelopes are
+    /// refused at once.
+    available: Arc<AtomicBool>,
+}
+
+impl Publisher {
+    async fn run(self, mut mailbox: mpsc::Receiver<Submission>) {
+        let mut probe = tokio::time::interval(PROBE_INTERVAL);
+        probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                submission = mailbox.recv() => {
+                    let Some(first) = submission else { return };
+                    let mut batch = vec![first];
+                    while batch.len() < PUBLISH_BATCH_MAX {
+                        match mailbox.try_recv() {
+                            Ok(submission) => batch.push(submission),
+                            Err(_) => break,
+                        }
+                    }
+                    self.publish(batch).await;
+                }
+                _ = probe.tick(), if !self.available.load(Ordering::Acquire) => self.probe().await,
+            }
+        }
+    }
+
+    /// Publishes a record for each submission; each is answered once
+    /// Kafka has it.
+    async fn publish(&self, batch: Vec<Submission>) {
+        if !self.available.load(Ordering::Acquire) {
+            for submission in batch {
+                answer(
+                    submission.done,
+                    Err(unavailable(
+                        &self.channel.id,
+                        "the brokers cannot be reached",
+                    )),
+                );
+            }
+            return;
+        }
+        if self.mode == KafkaPayloads::TxId {
+            self.share(&batch).await;
+        }
+        for Submission { input, done, .. } in batch {
+            let record = match input {
+                Admitted::Normal {
+                    envelope,
+                    size_bytes,
+                    config_sequence,
+                } => {
+                    let tx_id = weft_protos::block::channel_header_of(envelope.clone())
+                        .map(|header| header.tx_id)
+                        .unwrap_or_default();
+                    records::normal(self.mode, &envelope, &tx_id, size_bytes, config_sequence)
+                }
+                Admitted::Config {
+                    envelope,
+                    config_sequence,
+                    ..
+                } => records::config(envelope, config_sequence),
+            };
+            let sent = self.producer.send_result(
+                FutureRecord::<(), _>::to(&self.channel.id)
+                    .partition(PARTITION)
+                    .payload(&record),
+            );
+            let delivery = match sent {
+                Ok(delivery) => delivery,
+                Err((error, _)) => {
+                    answer(done, Err(unavailable(&self.channel.id, error)));
+                    continue;
+                }
+            };
+            let available = self.available.clone();
+            let channel = self.channel.clone();
+            tokio::spawn(async move {
+                let outcome = match delivery.await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err((error, _))) => {
+                        if available.swap(false, Ordering::AcqRel) {
+                            tracing::warn!(channel = %channel.id, %error, "Kafka refused a record; refusing envelopes until the brokers answer again");
+                            channel.set_unavailable(Some(format!(
+                                "the Kafka brokers do not take records: {error}"
+                            )));
+                        }
+                        Err(unavailable(&channel.id, error))
+                    }
+                    Err(_) => Err(unavailable(&channel.id, "the producer stopped")),
+                };
+                answer(done, outcome);
+            });
+        }
+    }
+
+    /// Keeps the batch's normal envelopes and hands them to the other
+    /// orderers, waiting until one has taken them (or none could).
+    async fn share(&self, batch: &[Submission]) {
+        let envelopes: Vec<Bytes> = batch
+            .iter()
+            .filter_map(|submission| match &submission.input {
+                Admitted::Normal { envelope, .. } => Some(envelope.clone()),
+                Admitted::Config { .. } => None,
+            })
+            .collect();
+        for envelope in &envelopes {
+            self.payloads.keep(digest(envelope), envelope.clone());
+        }
+        if self.others.is_empty() || envelopes.is_empty() {
+            return;
+        }
+        let (taken, mut answers) = mpsc::channel(self.others.len());
+        for other in &self.others {
+            let (transport, other, channel, taken) = (
+                self.transport.clone(),
+                other.clone(),
+                self.channel.id.clone(),
+                taken.clone(),
+            );
+            let envelopes = envelopes.clone();
+            tokio::spawn(async move {
+                let mut outcome = Ok(());
+                for chunk in envelopes.chunks(SHARE_BATCH_MAX) {
+                    outcome = transport.share(&other, &channel, chunk.to_vec()).await;
+                    if outcome.is_err() {
+                        break;
+                    }
+                }
+                let _ = taken.send(outcome).await;
+            });
+        }
+        drop(taken);
+        let first_taken = async {
+            let mut failures = Vec::new();
+            while let Some(outcome) = answers.recv().await {
+                match outcome {
+                    Ok(()) => return Ok(()),
+                    Err(reason) => failures.push(reason),
+                }
+            }
+            Err(failures)
+        };
+        match tokio::time::timeout(SHARE_WAIT_MAX, first_taken).await {
+            Ok(Ok(())) => {}
+            Ok(Err(failures)) => {
+                tracing::warn!(channel = %self.channel.id, ?failures, "no other orderer took the envelopes; publishing their IDs all the same");
+            }
+            Err(_) => {
+                tracing::warn!(channel = %self.channel.id, "no other orderer took the envelopes in time; publishing their IDs all the same");
+            }
+        }
+    }
+
+    /// Tries the partition with a `Connect` record; the brokers are
+    /// available again once it is taken.
+    async fn probe(&self) {
+        let record = records::connect();
+        let sent = self.producer.send_result(
+            FutureRecord::<(), _>::to(&self.channel.id)
+                .partition(PARTITION)
+                .payload(&record),
+        );
+        if let Ok(delivery) = sent
+            && let Ok(Ok(_)) = delivery.await
+            && !self.available.swap(true, Ordering::AcqRel)
+        {
+            self.channel.set_unavailable(None);
+            tracing::info!(channel = %self.channel.id, "the Kafka brokers answer again");
+        }
+    }
+}
+
+/// Reads the partition and writes the blocks it decides.
+struct Sequencer {
+    channel: Arc<Channel>,
+    signer: Arc<dyn Sign + Send + Sync>,
+    writer: Arc<Mutex<BlockWriter>>,
+    cutter: BlockCutter,
+    mode: KafkaPayloads,
+    payloads: Arc<Payloads>,
+    transport: Arc<Transport>,
+    others: Vec<String>,
+    producer: Arc<FutureProducer>,
+    /// The block a `TimeToCut` was published for, and when to publish it
+    /// again if the block is still not cut.
+    time_to_cut: Option<(u64, Instant)>,
+    halted: oneshot::Receiver<()>,
+}
+
+impl Sequencer {
+    async fn run(mut self, consumer: &StreamConsumer) -> Result<()> {
+        loop {
+            let deadline = self.timer();
+            let timer = async {
+                match deadline {
+                    Some(deadline) => {
+                        tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)).await
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let received = tokio::select! {
+                biased;
+                _ = &mut self.halted => return Ok(()),
+                received = consumer.recv() => received.map(|message| {
+                    (message.offset(), Bytes::copy_from_slice(message.payload().unwrap_or_default()))
+                }),
+                () = timer => {
+                    self.publish_time_to_cut();
+                    continue;
+                }
+            };
+            match received {
+                Ok((offset, bytes)) => {
+                    if !self.record(offset, &bytes).await? {
+                        return Ok(());
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(channel = %self.channel.id, %error, "reading the channel's partition");
+                    tokio::time::sleep(FETCH_RETRY).await;
+                }
+            }
+        }
+    }
+
+    fn next_number(&self) -> u64 {
+        self.writer.lock().next_number()
+    }
+
+    /// When to publish a `TimeToCut`: when the pending batch times out, or
+    /// again when the one published did not cut it.
+    fn timer(&self) -> Option<Instant> {
+        let next = self.next_number();
+        match self.time_to_cut {
+            Some((number, again)) if number == next => Some(again),
+            _ => self.cutter.deadline(),
+        }
+    }
+
+    fn publish_time_to_cut(&mut self) {
+        let next = self.next_number();
+        let record = records::time_to_cut(next);
+        let sent = self.producer.send_result(
+            FutureRecord::<(), _>::to(&self.channel.id)
+                .partition(PARTITION)
+                .payload(&record),
+        );
+        if let Err((error, _)) = sent {
+            tracing::warn!(channel = %self.channel.id, block = next, %error, "cannot publish TimeToCut");
+        }
+        let again = self
+            .channel
+            .config()
+            .orderer
+            .batch_timeout
+            .max(TIME_TO_CUT_RETRY_MIN);
+        self.time_to_cut = Some((next, Instant::now() + again));
+    }
+
+    /// Applies the record at `offset`. `false` when the consenter was
+    /// halted meanwhile.
+    async fn record(&mut self, offset: i64, bytes: &[u8]) -> Result<bool> {
+        let record = match records::read(self.mode, bytes) {
+            Ok(record) => record,
+            Err(error) => {
+                tracing::warn!(channel = %self.channel.id, offset, %error, "skipping a record of the partition");
+                return Ok(true);
+            }
+        };
+        match record {
+            Record::Connect => {}
+            Record::TimeToCut { block_number } => {
+                let next = self.next_number();
+                if block_number == next && self.cutter.pending_count() > 0 {
+                    let batch = self.cutter.cut();
+                    self.write(
+                        BlockContent::Transactions(batch),
+                        offset,
+                        CutReason::Timeout,
+                    )
+                    .await?;
+                } else if block_number > next {
+                    tracing::warn!(channel = %self.channel.id, offset, block_number, next, "a TimeToCut for a block beyond the next; ignored");
+                }
+            }
+            Record::Normal {
+                entry,
+                config_sequence,
+            } => {
+                let Some((envelope, size_bytes)) = self.resolve(offset, entry).await? else {
+                    return Ok(false);
+                };
+                let admitted = Admitted::Normal {
+                    envelope,
+                    size_bytes,
+                    config_sequence,
+                };
+                let (envelope, size_bytes) = match readmit(
+                    admitted,
+                    &self.channel.config(),
+                    self.signer.as_ref(),
+                ) {
+                    Ok(Admitted::Normal {
+                        envelope,
+                        size_bytes,
+                        ..
+                    }) => (envelope, size_bytes),
+                    Ok(Admitted::Config { .. }) => return Ok(true),
+                    Err(refusal) => {
+                        tracing::warn!(channel = %self.channel.id, offset, status = refusal.status.as_str_name(), info = %refusal.info, "discarding an envelope the new config refuses");
+                        return Ok(true);
+                    }
+                };
+                let ordered = self.cutter.ordered(envelope, size_bytes, Instant::now());
+                let cut = ordered.batches.len();
+                for (index, (batch, reason)) in
+                    ordered.batches.into_iter().zip(ordered.reasons).enumerate()
+                {
+                    // A batch cut before this envelope ends at the record
+                    // before; a restart reads this one again.
+                    let covers_this = !ordered.pending && index + 1 == cut;
+                    let last = if covers_this { offset } else { offset - 1 };
+                    self.write(BlockContent::Transactions(batch), last, reason)
+                        .await?;
+                }
+            }
+            Record::Config {
+                envelope,
+                config_sequence,
+            } => {
+                let sequence = self.channel.config().sequence();
+                if config_sequence != sequence {
+                    tracing::warn!(channel = %self.channel.id, offset, config_sequence, sequence, "discarding a config update made under an older config; its client may submit it again");
+                    return Ok(true);
+                }
+                let pending = self.cutter.cut();
+                if !pending.is_empty() {
+                    self.write(
+                        BlockContent::Transactions(pending),
+                        offset - 1,
+                        CutReason::Config,
+                    )
+                    .await?;
+                }
+                let number = self.next_number();
+                let config = ordered_config(&self.channel.id, number, &envelope)?;
+                self.cutter
+                    .reconfigure(config.orderer.batch_size, config.orderer.batch_timeout);
+                self.channel.install(config);
+                self.write(BlockContent::Config(envelope), offset, CutReason::Config)
+                    .await?;
+                tracing::info!(channel = %self.channel.id, block = number, "channel reconfigured");
+            }
+        }
+        Ok(true)
+    }
+
+    /// The envelope of a normal record and its size; `None` when halted
+    /// while waiting for an envelope no orderer handed over yet.
+    async fn resolve(&mut self, offset: i64, entry: Entry) -> Result<Option<(Bytes, u64)>> {
+        match entry {
+            Entry::Envelope(envelope) => {
+                let size_bytes = Envelope::decode(envelope.clone())
+                    .map(|decoded| (decoded.payload.len() + decoded.signature.len()) as u64)
+                    .unwrap_or(envelope.len() as u64);
+                Ok(Some((envelope, size_bytes)))
+            }
+            Entry::Reference {
+                tx_id,
+                digest,
+                size_bytes,
+            } => Ok(self
+                .envelope_of(offset, &tx_id, digest)
+                .await
+                .map(|envelope| (envelope, size_bytes))),
+        }
+    }
+
+    /// The envelope of `digest`: held, or fetched from another orderer,
+    /// asking again until one has it. `None` when halted meanwhile.
+    async fn envelope_of(&mut self, offset: i64, tx_id: &str, wanted: Digest) -> Option<Bytes> {
+        let mut rounds = 0u64;
+        loop {
+            if let Some(envelope) = self.payloads.get(&wanted) {
+                return Some(envelope);
+            }
+            for other in &self.others {
+                match self
+                    .transport
+                    .fetch(
+                        other,
+                        &self.channel.id,
+                        vec![Bytes::copy_from_slice(&wanted)],
+                    )
+                    .await
+                {
+                    Ok(envelopes) => {
+                        if let Some(envelope) = envelopes.into_iter().find(|e| digest(e) == wanted)
+                        {
+                            self.payloads.keep(wanted, envelope.clone());
+                            return Some(envelope);
+                        }
+                    }
+                    Err(reason) => {
+                        tracing::debug!(channel = %self.channel.id, %reason, "fetching an envelope")
+                    }
+                }
+            }
+            if rounds.is_multiple_of(50) {
+                tracing::warn!(channel = %self.channel.id, offset, tx_id, "no orderer holds the envelope of an ordered TxID yet; waiting for it");
+            }
+            rounds += 1;
+            tokio::select! {
+                _ = &mut self.halted => return None,
+                () = tokio::time::sleep(FETCH_RETRY) => {}
+            }
+        }
+    }
+
+    /// Writes the next block, recording `offset` as its last record.
+    async fn write(&mut self, content: BlockContent, offset: i64, reason: CutReason) -> Result<()> {
+        let written: Vec<Digest> = match (&content, self.mode) {
+            (BlockContent::Transactions(batch), KafkaPayloads::TxId) => {
+                batch.iter().map(|envelope| digest(envelope)).collect()
+            }
+            _ => Vec::new(),
+        };
+        self.channel.metrics.block_cut(&self.channel.id, reason);
+        let writer = self.writer.clone();
+        let metadata = records::block_metadata(offset);
+        let block = tokio::task::spawn_blocking(move || {
+            writer
+                .lock()
+                .write_with_consenter_metadata(&content, metadata, Seal::Signed)
+        })
+        .await
+        .map_err(|e| Error::Task {
+            channel: self.channel.id.clone(),
+            reason: format!("a block write task died: {e}"),
+        })??;
+        for written in written {
+            self.payloads.written(written);
+        }
+        let number = block.header.as_ref().map_or(0, |header| header.number);
+        self.channel.metrics.height(&self.channel.id, number + 1);
+        tracing::debug!(channel = %self.channel.id, block = number, offset, "block written");
+        Ok(())
+    }
+}

@@ -1,0 +1,293 @@
+//! Kafka ordering (issue 22) against a real broker: a single-node Kafka in
+//! KRaft mode started by the project's own `deploy/kafka.sh` from Kafka's
+//! jars, on 127.0.0.1, one per test, and two `weft orderer start`
+//! processes on one channel topic, each with Broadcast streams of its own.
+//! Checked as an operator would: both orderers write the same chain,
+//! every envelope answered SUCCESS is in exactly one block, an orderer
+//! killed with SIGKILL under load catches up to the same hashes, and only
+//! IDs (not envelopes) reach Kafka in TxID mode; a broker that goes away
+//! makes Broadcast answer SERVICE_UNAVAILABLE until it is back.
+
+use std::process::Command;
+
+use weft_protos::kafka::KafkaOptions;
+use weft_protos::kafka::kafka_options::Payloads;
+use weft_protos::orderer::KafkaMetadata;
+
+use super::*;
+
+/// A broker of the test's own, stopped when dropped.
+struct Broker {
+    dir: tempfile::TempDir,
+    port: u16,
+    controller_port: u16,
+}
+
+impl Broker {
+    fn start() -> Self {
+        let broker = Self {
+            dir: tempfile::tempdir().unwrap(),
+            port: free_port(),
+            controller_port: free_port(),
+        };
+        broker.run("start");
+        broker
+    }
+
+    /// Runs `deploy/kafka.sh command` for this broker.
+    fn run(&self, command: &str) {
+        let output = self.script(command).output().unwrap();
+        assert!(
+            output.status.success(),
+            "deploy/kafka.sh {command} failed:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    fn script(&self, command: &str) -> Command {
+        let mut script = Command::new("bash");
+        script
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kafka.sh"))
+            .arg(command)
+            .env("WEFT_KAFKA_PORT", self.port.to_string())
+            .env(
+                "WEFT_KAFKA_CONTROLLER_PORT",
+                self.controller_port.to_string(),
+            )
+            .env("WEFT_KAFKA_DIR", self.dir.path());
+        script
+    }
+
+    fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The bytes of the channel's partition on the broker's disk.
+    fn partition_bytes(&self) -> u64 {
+        let partition = self.dir.path().join("data").join(format!("{CHANNEL}-0"));
+        std::fs::read_dir(&partition)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
+            .map(|path| std::fs::metadata(path).unwrap().len())
+            .sum()
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.script("stop").output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_orderers_on_one_kafka_topic_write_the_same_chain_in_either_mode() {
+    orders_through_kafka(Payloads::Full).await;
+    orders_through_kafka(Payloads::TxId).await;
+}
+
+async fn orders_through_kafka(payloads: Payloads) {
+    let broker = Broker::start();
+    let network = Network::with_batch_timeout("200ms");
+    let transactor = Arc::new(network.transactor());
+    let dir = tempfile::tempdir().unwrap();
+    let ports: Vec<(u16, u16)> = (0..2).map(|_| (free_port(), free_port())).collect();
+    let options = KafkaOptions {
+        payloads: payloads as i32,
+        orderers: ports
+            .iter()
+            .map(|(_, cluster)| format!("127.0.0.1:{cluster}"))
+            .collect(),
+    };
+    let genesis = network.genesis_with_kafka(&[broker.address()], &options);
+    let mut nodes = orderer_processes(&network, dir.path(), &genesis, &ports);
+    for node in &mut nodes {
+        node.spawn();
+    }
+
+    // Both orderers take broadcasts; the second is killed under load and
+    // started again while the load goes on.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut loads = Vec::new();
+    for (index, node) in nodes.iter().enumerate() {
+        loads.push(tokio::spawn(broadcast_load(
+            transactor.clone(),
+            client_when_serving(node).await,
+            format!("{payloads:?}-node{index}"),
+            stop.clone(),
+        )));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    nodes[1].kill();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    nodes[1].spawn();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut succeeded = Vec::new();
+    for load in loads {
+        let (ok, _refused) = load.await.unwrap();
+        succeeded.extend(ok);
+    }
+    assert!(
+        succeeded.len() > 100,
+        "{payloads:?}: only {} transactions ordered",
+        succeeded.len()
+    );
+
+    // The restarted orderer catches up; both hold the same chain, with
+    // every SUCCESS in exactly one block.
+    let reader = &network.orderer.clone_signer();
+    let height = same_height(&nodes, reader).await;
+    let chains = [
+        blocks_of(&nodes[0], reader, height).await,
+        blocks_of(&nodes[1], reader, height).await,
+    ];
+    let hashes = |blocks: &[Block]| -> Vec<Vec<u8>> {
+        blocks
+            .iter()
+            .map(|block| block_header_hash(block.header.as_ref().unwrap()).to_vec())
+            .collect()
+    };
+    assert_eq!(hashes(&chains[0]), hashes(&chains[1]), "{payloads:?}");
+    assert_eq!(chains[0][0], genesis);
+    check_chain(&genesis, &chains[0]);
+    let mut ordered: HashMap<String, usize> = HashMap::new();
+    for block in &chains[0][1..] {
+        for envelope in &block.data.as_ref().unwrap().data {
+            *ordered.entry(tx_id_of(envelope)).or_default() += 1;
+        }
+    }
+    for tx_id in &succeeded {
+        assert_eq!(ordered.get(tx_id), Some(&1), "{tx_id} answered SUCCESS");
+    }
+    assert!(
+        ordered.values().all(|&count| count == 1),
+        "a transaction ordered twice"
+    );
+    // Each block records the offset of its last record, where a restart
+    // resumes: offsets only grow.
+    let offsets: Vec<i64> = chains[0][1..]
+        .iter()
+        .map(|block| {
+            let metadata = weft_protos::block::consenter_metadata(block).unwrap();
+            KafkaMetadata::decode(metadata)
+                .unwrap()
+                .last_offset_persisted
+        })
+        .collect();
+    assert!(
+        offsets.windows(2).all(|pair| pair[0] < pair[1]),
+        "{offsets:?}"
+    );
+
+    // Whole envelopes in Fabric's mode, only IDs in FastFabric's.
+    let per_transaction = broker.partition_bytes() / ordered.len() as u64;
+    let envelope_bytes = chains[0][1].data.as_ref().unwrap().data[0].len() as u64;
+    match payloads {
+        Payloads::Full => assert!(
+            per_transaction > envelope_bytes,
+            "{per_transaction} bytes per transaction in the partition"
+        ),
+        Payloads::TxId => assert!(
+            per_transaction < envelope_bytes / 4,
+            "{per_transaction} bytes per transaction in the partition, envelopes of {envelope_bytes}"
+        ),
+    }
+
+    if payloads == Payloads::TxId {
+        broker_away_and_back(&broker, &nodes, &transactor, reader).await;
+    }
+}
+
+/// While the broker is stopped Broadcast refuses with SERVICE_UNAVAILABLE;
+/// once it is back, envelopes are ordered again, on both orderers.
+async fn broker_away_and_back(
+    broker: &Broker,
+    nodes: &[OrdererNode],
+    transactor: &Transactor,
+    reader: &Signer,
+) {
+    broker.run("stop");
+    let mut client = nodes[0].client().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let refusal = loop {
+        let (tx_id, envelope) = transactor.transaction("while-away");
+        let answers = broadcast(&mut client, &[(envelope, Expected::ordered(tx_id, false))]).await;
+        if answers[0].0 != Status::Success {
+            break answers[0].clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "SUCCESS answered with the broker stopped"
+        );
+    };
+    assert_eq!(refusal.0, Status::ServiceUnavailable, "{refusal:?}");
+    assert!(refusal.1.contains("Kafka"), "{refusal:?}");
+
+    broker.run("start");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let tx_id = loop {
+        let (tx_id, envelope) = transactor.transaction("after-return");
+        let expected = Expected::ordered(tx_id.clone(), false);
+        let answers = broadcast(&mut client, &[(envelope, expected)]).await;
+        if answers[0].0 == Status::Success {
+            break tx_id;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never SUCCESS again after the broker came back: {answers:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let height = same_height(nodes, reader).await;
+    for node in nodes {
+        let tip = blocks_of(node, reader, height).await.pop().unwrap();
+        let ordered: Vec<String> = tip.data.unwrap().data.iter().map(tx_id_of).collect();
+        assert!(
+            ordered.contains(&tx_id),
+            "{tx_id} is not in the newest block"
+        );
+    }
+}
+
+/// A Broadcast client of `node` once it serves.
+async fn client_when_serving(node: &OrdererNode) -> AtomicBroadcastClient<Channel> {
+    for _ in 0..100 {
+        if let Ok(channel) =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", node.grpc))
+                .unwrap()
+                .connect()
+                .await
+        {
+            return AtomicBroadcastClient::new(channel);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the orderer at {} never served", node.grpc)
+}
+
+/// The height both orderers reach and keep for a second.
+async fn same_height(nodes: &[OrdererNode], reader: &Signer) -> u64 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut last = None;
+    loop {
+        let mut heights = Vec::new();
+        for node in nodes {
+            heights.push(try_height_of(node, reader).await);
+        }
+        let agreed = heights
+            .iter()
+            .all(|height| height.is_some() && *height == heights[0]);
+        match (agreed, last) {
+            (true, Some(previous)) if heights[0] == Some(previous) => return previous,
+            (true, _) => last = heights[0],
+            (false, _) => last = None,
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the orderers never agreed on a height: {heights:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
