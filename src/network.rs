@@ -574,7 +574,8 @@ impl Network {
         for node in &mut self.nodes {
             node.wait_ready()?;
         }
-        if self.plan.orderers > 1 {
+        // Kafka orderers are ready once healthy (their topic serves).
+        if self.plan.orderers > 1 && self.plan.kafka.is_none() {
             self.wait_for_raft_leader()?;
         }
         let first_peer = self.nodes.len();
@@ -701,6 +702,17 @@ impl Network {
                 .join(", "),
             self.plan.deployed.join(", ")
         );
+        if let Some(kafka) = &self.plan.kafka {
+            println!(
+                "  ordering through Kafka at {} ({})",
+                kafka.brokers.join(", "),
+                if kafka.tx_ids_only {
+                    "TxIDs only"
+                } else {
+                    "whole envelopes"
+                }
+            );
+        }
         let orderers = self.plan.orderer_nodes().unwrap_or_default();
         for orderer in &orderers {
             println!(

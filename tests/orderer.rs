@@ -50,6 +50,8 @@ use weft_statedb::memory::{MemoryOptions, MemoryState};
 
 #[path = "orderer/kafka.rs"]
 mod kafka;
+#[path = "support/kafka.rs"]
+mod kafka_broker;
 
 const CHANNEL: &str = "orders";
 const CHAINCODE: &str = "kv";
@@ -1062,6 +1064,37 @@ async fn blocks_of(node: &OrdererNode, reader: &Signer, height: u64) -> Vec<Bloc
     blocks
 }
 
+/// The header hash of each of `blocks`.
+fn hashes(blocks: &[Block]) -> Vec<Vec<u8>> {
+    blocks
+        .iter()
+        .map(|block| block_header_hash(block.header.as_ref().unwrap()).to_vec())
+        .collect()
+}
+
+/// Checks that two orderers' `chains` have the same headers from
+/// `genesis` on, and that every TxID of `succeeded` (answered SUCCESS) is
+/// in exactly one block, and no transaction in two. Returns how many
+/// transactions the chain holds.
+fn check_same_chain(chains: &[Vec<Block>; 2], genesis: &Block, succeeded: &[String]) -> usize {
+    assert_eq!(hashes(&chains[0]), hashes(&chains[1]));
+    assert_eq!(&chains[0][0], genesis);
+    let mut ordered: HashMap<String, usize> = HashMap::new();
+    for block in &chains[0][1..] {
+        for envelope in &block.data.as_ref().unwrap().data {
+            *ordered.entry(tx_id_of(envelope)).or_default() += 1;
+        }
+    }
+    for tx_id in succeeded {
+        assert_eq!(ordered.get(tx_id), Some(&1), "{tx_id} answered SUCCESS");
+    }
+    assert!(
+        ordered.values().all(|&count| count == 1),
+        "a transaction ordered twice"
+    );
+    ordered.len()
+}
+
 /// The height of the channel on `node` (Deliver of the newest block).
 async fn height_of(node: &OrdererNode, reader: &Signer) -> u64 {
     try_height_of(node, reader)
@@ -1272,27 +1305,7 @@ async fn survive_a_killed_leader(network: Network) {
         blocks_of(&nodes[survivors[0]], reader, height).await,
         blocks_of(&nodes[survivors[1]], reader, height).await,
     ];
-    let hashes = |blocks: &[Block]| -> Vec<Vec<u8>> {
-        blocks
-            .iter()
-            .map(|block| block_header_hash(block.header.as_ref().unwrap()).to_vec())
-            .collect()
-    };
-    assert_eq!(hashes(&chains[0]), hashes(&chains[1]));
-    assert_eq!(chains[0][0], genesis);
-    let mut ordered: HashMap<String, usize> = HashMap::new();
-    for block in &chains[0][1..] {
-        for envelope in &block.data.as_ref().unwrap().data {
-            *ordered.entry(tx_id_of(envelope)).or_default() += 1;
-        }
-    }
-    for tx_id in &succeeded {
-        assert_eq!(ordered.get(tx_id), Some(&1), "{tx_id} answered SUCCESS");
-    }
-    assert!(
-        ordered.values().all(|&count| count == 1),
-        "a transaction ordered twice"
-    );
+    check_same_chain(&chains, &genesis, &succeeded);
 
     // Their metrics say who leads, and that both answered broadcasts (the
     // follower by forwarding to the leader).

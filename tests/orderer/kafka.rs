@@ -8,78 +8,12 @@
 //! IDs (not envelopes) reach Kafka in TxID mode; a broker that goes away
 //! makes Broadcast answer SERVICE_UNAVAILABLE until it is back.
 
-use std::process::Command;
-
 use weft_protos::kafka::KafkaOptions;
 use weft_protos::kafka::kafka_options::Payloads;
 use weft_protos::orderer::KafkaMetadata;
 
 use super::*;
-
-/// A broker of the test's own, stopped when dropped.
-struct Broker {
-    dir: tempfile::TempDir,
-    port: u16,
-    controller_port: u16,
-}
-
-impl Broker {
-    fn start() -> Self {
-        let broker = Self {
-            dir: tempfile::tempdir().unwrap(),
-            port: free_port(),
-            controller_port: free_port(),
-        };
-        broker.run("start");
-        broker
-    }
-
-    /// Runs `deploy/kafka.sh command` for this broker.
-    fn run(&self, command: &str) {
-        let output = self.script(command).output().unwrap();
-        assert!(
-            output.status.success(),
-            "deploy/kafka.sh {command} failed:\n{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-
-    fn script(&self, command: &str) -> Command {
-        let mut script = Command::new("bash");
-        script
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kafka.sh"))
-            .arg(command)
-            .env("WEFT_KAFKA_PORT", self.port.to_string())
-            .env(
-                "WEFT_KAFKA_CONTROLLER_PORT",
-                self.controller_port.to_string(),
-            )
-            .env("WEFT_KAFKA_DIR", self.dir.path());
-        script
-    }
-
-    fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// The bytes of the channel's partition on the broker's disk.
-    fn partition_bytes(&self) -> u64 {
-        let partition = self.dir.path().join("data").join(format!("{CHANNEL}-0"));
-        std::fs::read_dir(&partition)
-            .unwrap()
-            .map(|entry| entry.unwrap().path())
-            .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
-            .map(|path| std::fs::metadata(path).unwrap().len())
-            .sum()
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.script("stop").output();
-    }
-}
+use crate::kafka_broker::Broker;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_orderers_on_one_kafka_topic_write_the_same_chain_in_either_mode() {
@@ -89,7 +23,8 @@ async fn two_orderers_on_one_kafka_topic_write_the_same_chain_in_either_mode() {
 
 async fn orders_through_kafka(payloads: Payloads) {
     let broker = Broker::start();
-    let network = Network::with_batch_timeout("200ms");
+    let partition_bytes = || broker.partition_bytes(CHANNEL);
+    let mut network = Network::with_batch_timeout("200ms");
     let transactor = Arc::new(network.transactor());
     let dir = tempfile::tempdir().unwrap();
     let ports: Vec<(u16, u16)> = (0..2).map(|_| (free_port(), free_port())).collect();
@@ -100,7 +35,8 @@ async fn orders_through_kafka(payloads: Payloads) {
             .map(|(_, cluster)| format!("127.0.0.1:{cluster}"))
             .collect(),
     };
-    let genesis = network.genesis_with_kafka(&[broker.address()], &options);
+    network.genesis = network.genesis_with_kafka(&[broker.address()], &options);
+    let genesis = network.genesis.clone();
     let mut nodes = orderer_processes(&network, dir.path(), &genesis, &ports);
     for node in &mut nodes {
         node.spawn();
@@ -143,28 +79,8 @@ async fn orders_through_kafka(payloads: Payloads) {
         blocks_of(&nodes[0], reader, height).await,
         blocks_of(&nodes[1], reader, height).await,
     ];
-    let hashes = |blocks: &[Block]| -> Vec<Vec<u8>> {
-        blocks
-            .iter()
-            .map(|block| block_header_hash(block.header.as_ref().unwrap()).to_vec())
-            .collect()
-    };
-    assert_eq!(hashes(&chains[0]), hashes(&chains[1]), "{payloads:?}");
-    assert_eq!(chains[0][0], genesis);
+    let ordered = check_same_chain(&chains, &genesis, &succeeded);
     check_chain(&genesis, &chains[0]);
-    let mut ordered: HashMap<String, usize> = HashMap::new();
-    for block in &chains[0][1..] {
-        for envelope in &block.data.as_ref().unwrap().data {
-            *ordered.entry(tx_id_of(envelope)).or_default() += 1;
-        }
-    }
-    for tx_id in &succeeded {
-        assert_eq!(ordered.get(tx_id), Some(&1), "{tx_id} answered SUCCESS");
-    }
-    assert!(
-        ordered.values().all(|&count| count == 1),
-        "a transaction ordered twice"
-    );
     // Each block records the offset of its last record, where a restart
     // resumes: offsets only grow.
     let offsets: Vec<i64> = chains[0][1..]
@@ -182,7 +98,7 @@ async fn orders_through_kafka(payloads: Payloads) {
     );
 
     // Whole envelopes in Fabric's mode, only IDs in FastFabric's.
-    let per_transaction = broker.partition_bytes() / ordered.len() as u64;
+    let per_transaction = partition_bytes() / ordered as u64;
     let envelope_bytes = chains[0][1].data.as_ref().unwrap().data[0].len() as u64;
     match payloads {
         Payloads::Full => assert!(
@@ -195,18 +111,67 @@ async fn orders_through_kafka(payloads: Payloads) {
         ),
     }
 
-    if payloads == Payloads::TxId {
-        broker_away_and_back(&broker, &nodes, &transactor, reader).await;
+    match payloads {
+        Payloads::Full => reconfigured_through_kafka(&network, &nodes, reader).await,
+        Payloads::TxId => {
+            broker_away_and_back(&broker, &nodes, &transactor, reader, &genesis).await
+        }
     }
 }
 
+/// A config update sent to one orderer is ordered alone in a block both
+/// write, and both cut the next blocks by the new MaxMessageCount.
+async fn reconfigured_through_kafka(network: &Network, nodes: &[OrdererNode], reader: &Signer) {
+    let before = same_height(nodes, reader).await;
+    let orderer_admin = network.orderer_org.signer(NodeRole::Admin);
+    let update = config_update_envelope(
+        &batch_size_update(&network.config(), 3),
+        &[&orderer_admin],
+        &orderer_admin,
+    );
+    let mut client = nodes[1].client().await;
+    let expected = Expected::ordered("batch size".to_owned(), false);
+    let answer = broadcast(&mut client, &[(update, expected)]).await;
+    assert_eq!(answer[0].0, Status::Success, "{answer:?}");
+    let transactions: Vec<(Envelope, Expected)> = (0..7)
+        .map(|i| {
+            let (tx_id, envelope) =
+                network.transaction(CHANNEL, &network.client1, &format!("after-{i}"), 0);
+            (envelope, Expected::ordered(tx_id, false))
+        })
+        .collect();
+    let answers = broadcast(&mut client, &transactions).await;
+    assert!(
+        answers.iter().all(|(status, _)| *status == Status::Success),
+        "{answers:?}"
+    );
+    let height = same_height(nodes, reader).await;
+    let chains = [
+        blocks_of(&nodes[0], reader, height).await,
+        blocks_of(&nodes[1], reader, height).await,
+    ];
+    check_same_chain(&chains, &network.genesis, &[]);
+    let after = &chains[0][before as usize..];
+    assert!(
+        weft_protos::block::is_config_block(&after[0]),
+        "not a config block"
+    );
+    let sizes: Vec<usize> = after[1..]
+        .iter()
+        .map(|block| block.data.as_ref().unwrap().data.len())
+        .collect();
+    assert_eq!(sizes.iter().sum::<usize>(), 7, "{sizes:?}");
+    assert!(sizes.iter().all(|&size| size <= 3), "{sizes:?}");
+}
+
 /// While the broker is stopped Broadcast refuses with SERVICE_UNAVAILABLE;
-/// once it is back, envelopes are ordered again, on both orderers.
+/// once it is back, envelopes are ordered again, once, on both orderers.
 async fn broker_away_and_back(
     broker: &Broker,
     nodes: &[OrdererNode],
     transactor: &Transactor,
     reader: &Signer,
+    genesis: &Block,
 ) {
     broker.run("stop");
     let mut client = nodes[0].client().await;
@@ -240,15 +205,13 @@ async fn broker_away_and_back(
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
+    // Ordered once, in the same chain on both orderers.
     let height = same_height(nodes, reader).await;
-    for node in nodes {
-        let tip = blocks_of(node, reader, height).await.pop().unwrap();
-        let ordered: Vec<String> = tip.data.unwrap().data.iter().map(tx_id_of).collect();
-        assert!(
-            ordered.contains(&tx_id),
-            "{tx_id} is not in the newest block"
-        );
-    }
+    let chains = [
+        blocks_of(&nodes[0], reader, height).await,
+        blocks_of(&nodes[1], reader, height).await,
+    ];
+    check_same_chain(&chains, genesis, &[tx_id]);
 }
 
 /// A Broadcast client of `node` once it serves.

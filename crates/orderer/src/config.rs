@@ -429,15 +429,19 @@ mod tests {
         );
     }
 
-    fn streaming(config: &mut Config, checkpoint_transactions: u32, interval: &str) {
-        let orderer = config
+    /// The orderer group of a test config.
+    fn orderer_group(config: &mut Config) -> &mut ConfigGroup {
+        config
             .channel_group
             .as_mut()
             .unwrap()
             .groups
             .get_mut("Orderer")
-            .unwrap();
-        orderer.values.insert(
+            .unwrap()
+    }
+
+    fn streaming(config: &mut Config, checkpoint_transactions: u32, interval: &str) {
+        orderer_group(config).values.insert(
             STREAM_MODE_KEY.to_owned(),
             value(&StreamModeValue {
                 checkpoint_transactions,
@@ -493,14 +497,7 @@ mod tests {
     }
 
     fn with_brokers(mut config: Config, brokers: &[&str]) -> Config {
-        let orderer = config
-            .channel_group
-            .as_mut()
-            .unwrap()
-            .groups
-            .get_mut("Orderer")
-            .unwrap();
-        orderer.values.insert(
+        orderer_group(&mut config).values.insert(
             "KafkaBrokers".to_owned(),
             value(&KafkaBrokers {
                 brokers: brokers.iter().map(|b| (*b).to_owned()).collect(),
@@ -689,13 +686,7 @@ mod tests {
 
     fn orderer_value_garbage() {
         let mut config = channel(batch(10, 1000, 500), "1s", solo());
-        let orderer = config
-            .channel_group
-            .as_mut()
-            .unwrap()
-            .groups
-            .get_mut("Orderer")
-            .unwrap();
+        let orderer = orderer_group(&mut config);
         orderer.values.get_mut("BatchSize").unwrap().value = bytes::Bytes::from_static(b"\x08");
         let error = ChannelOrdererConfig::from_config(&config).unwrap_err();
         assert!(
