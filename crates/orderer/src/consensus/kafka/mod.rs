@@ -347,11 +347,19 @@ impl Publisher {
             }
             return;
         }
-        if self.mode == KafkaPayloads::TxId {
-            self.share(&batch).await;
-        }
+        // Each envelope's record; in TxID mode the envelope is kept here
+        // and handed to the other orderers before its ID is published.
+        let mut shared = Vec::new();
+        let mut records = Vec::with_capacity(batch.len());
         for Submission { input, done, .. } in batch {
             let record = match input {
+                Admitted::Normal {
+                    envelope,
+                    config_sequence,
+                    ..
+                } if self.mode == KafkaPayloads::Full => {
+                    records::envelope(envelope, config_sequence)
+                }
                 Admitted::Normal {
                     envelope,
                     size_bytes,
@@ -360,7 +368,10 @@ impl Publisher {
                     let tx_id = weft_protos::block::channel_header_of(envelope.clone())
                         .map(|header| header.tx_id)
                         .unwrap_or_default();
-                    records::normal(self.mode, &envelope, &tx_id, size_bytes, config_sequence)
+                    let digest = digest(&envelope);
+                    self.payloads.keep(digest, envelope.clone());
+                    shared.push(envelope);
+                    records::reference(&tx_id, &digest, size_bytes, config_sequence)
                 }
                 Admitted::Config {
                     envelope,
@@ -368,6 +379,10 @@ impl Publisher {
                     ..
                 } => records::config(envelope, config_sequence),
             };
+            records.push((record, done));
+        }
+        self.share(shared).await;
+        for (record, done) in records {
             let sent = self.producer.send_result(
                 FutureRecord::<(), _>::to(&self.channel.id)
                     .partition(PARTITION)
@@ -401,19 +416,9 @@ impl Publisher {
         }
     }
 
-    /// Keeps the batch's normal envelopes and hands them to the other
-    /// orderers, waiting until one has taken them (or none could).
-    async fn share(&self, batch: &[Submission]) {
-        let envelopes: Vec<Bytes> = batch
-            .iter()
-            .filter_map(|submission| match &submission.input {
-                Admitted::Normal { envelope, .. } => Some(envelope.clone()),
-                Admitted::Config { .. } => None,
-            })
-            .collect();
-        for envelope in &envelopes {
-            self.payloads.keep(digest(envelope), envelope.clone());
-        }
+    /// Hands `envelopes` to the other orderers, waiting until one has
+    /// taken them (or none could).
+    async fn share(&self, envelopes: Vec<Bytes>) {
         if self.others.is_empty() || envelopes.is_empty() {
             return;
         }
@@ -678,10 +683,12 @@ impl Sequencer {
                 tx_id,
                 digest,
                 size_bytes,
-            } => Ok(self
-                .envelope_of(offset, &tx_id, digest)
-                .await
-                .map(|envelope| (envelope, size_bytes))),
+            } => {
+                let envelope = self.envelope_of(offset, &tx_id, digest).await;
+                // Kept a while longer for orderers that lag.
+                self.payloads.ordered(digest);
+                Ok(envelope.map(|envelope| (envelope, size_bytes)))
+            }
         }
     }
 
@@ -728,12 +735,6 @@ impl Sequencer {
 
     /// Writes the next block, recording `offset` as its last record.
     async fn write(&mut self, content: BlockContent, offset: i64, reason: CutReason) -> Result<()> {
-        let written: Vec<Digest> = match (&content, self.mode) {
-            (BlockContent::Transactions(batch), KafkaPayloads::TxId) => {
-                batch.iter().map(|envelope| digest(envelope)).collect()
-            }
-            _ => Vec::new(),
-        };
         self.channel.metrics.block_cut(&self.channel.id, reason);
         let writer = self.writer.clone();
         let metadata = records::block_metadata(offset);
@@ -747,9 +748,6 @@ impl Sequencer {
             channel: self.channel.id.clone(),
             reason: format!("a block write task died: {e}"),
         })??;
-        for written in written {
-            self.payloads.written(written);
-        }
         let number = block.header.as_ref().map_or(0, |header| header.number);
         self.channel.metrics.height(&self.channel.id, number + 1);
         tracing::debug!(channel = %self.channel.id, block = number, offset, "block written");

@@ -67,25 +67,29 @@ pub(crate) fn digest(envelope: &[u8]) -> Digest {
     digest
 }
 
-/// The record of a normal envelope in `payloads` mode.
-pub(crate) fn normal(
-    payloads: KafkaPayloads,
-    envelope: &Bytes,
+/// The record of a normal envelope, whole (Fabric 1.x).
+pub(crate) fn envelope(envelope: Bytes, config_sequence: u64) -> Vec<u8> {
+    regular(envelope, config_sequence, Class::Normal)
+}
+
+/// The record of a normal envelope by reference (TxID mode): its TxID,
+/// the SHA-256 of its bytes and its size.
+pub(crate) fn reference(
     tx_id: &str,
+    digest: &Digest,
     size_bytes: u64,
     config_sequence: u64,
 ) -> Vec<u8> {
-    let payload = match payloads {
-        KafkaPayloads::Full => envelope.clone(),
-        KafkaPayloads::TxId => EnvelopeRef {
-            tx_id: tx_id.to_owned(),
-            digest: Bytes::copy_from_slice(&digest(envelope)),
-            size_bytes,
-        }
-        .encode_to_vec()
-        .into(),
+    let reference = EnvelopeRef {
+        tx_id: tx_id.to_owned(),
+        digest: Bytes::copy_from_slice(digest),
+        size_bytes,
     };
-    regular(payload, config_sequence, Class::Normal)
+    regular(
+        reference.encode_to_vec().into(),
+        config_sequence,
+        Class::Normal,
+    )
 }
 
 /// The record of a CONFIG envelope, whole in either mode.
@@ -203,7 +207,7 @@ mod tests {
         // every orderer; an ID record carries the digest of the envelope
         // and never the envelope.
         let envelope = Bytes::from_static(b"an envelope's bytes");
-        let full = normal(KafkaPayloads::Full, &envelope, "tx1", 19, 3);
+        let full = super::envelope(envelope.clone(), 3);
         assert_eq!(
             read(KafkaPayloads::Full, &full).unwrap(),
             Record::Normal {
@@ -211,7 +215,7 @@ mod tests {
                 config_sequence: 3
             }
         );
-        let by_id = normal(KafkaPayloads::TxId, &envelope, "tx1", 19, 3);
+        let by_id = reference("tx1", &digest(&envelope), 19, 3);
         assert!(
             !by_id
                 .windows(envelope.len())
@@ -255,13 +259,7 @@ mod tests {
         assert!(read(KafkaPayloads::Full, b"\xff\xff\xff").is_err());
         assert!(read(KafkaPayloads::Full, &[]).is_err());
         // A full envelope read by a channel that orders IDs.
-        let full = normal(
-            KafkaPayloads::Full,
-            &Bytes::from_static(b"\x08\x01"),
-            "t",
-            2,
-            0,
-        );
+        let full = super::envelope(Bytes::from_static(b"\x08\x01"), 0);
         assert!(read(KafkaPayloads::TxId, &full).is_err());
         let short = KafkaMessage {
             r#type: Some(Type::Regular(KafkaMessageRegular {
