@@ -1034,6 +1034,64 @@ async fn broadcast_load(
     (succeeded, refused)
 }
 
+/// A steady Broadcast load, one stream on each of some nodes, until
+/// stopped.
+struct Loads {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<(Vec<String>, usize)>>,
+}
+
+impl Loads {
+    /// Starts a load on each of `nodes`, its transactions named after
+    /// `name` and the node.
+    async fn start(transactor: &Arc<Transactor>, nodes: &[OrdererNode], name: &str) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        for (index, node) in nodes.iter().enumerate() {
+            tasks.push(tokio::spawn(broadcast_load(
+                transactor.clone(),
+                client_when_serving(node).await,
+                format!("{name}{index}"),
+                stop.clone(),
+            )));
+        }
+        Self { stop, tasks }
+    }
+
+    /// Stops the load; returns the TxIDs answered SUCCESS, which must be
+    /// more than a hundred.
+    async fn stop(self) -> Vec<String> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut succeeded = Vec::new();
+        for task in self.tasks {
+            let (ok, _refused) = task.await.unwrap();
+            succeeded.extend(ok);
+        }
+        assert!(
+            succeeded.len() > 100,
+            "only {} transactions ordered",
+            succeeded.len()
+        );
+        succeeded
+    }
+}
+
+/// A Broadcast client of `node` once it serves.
+async fn client_when_serving(node: &OrdererNode) -> AtomicBroadcastClient<Channel> {
+    for _ in 0..100 {
+        if let Ok(channel) =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", node.grpc))
+                .unwrap()
+                .connect()
+                .await
+        {
+            return AtomicBroadcastClient::new(channel);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the orderer at {} never served", node.grpc)
+}
+
 /// The blocks 0..height of the channel on `node`.
 async fn blocks_of(node: &OrdererNode, reader: &Signer, height: u64) -> Vec<Block> {
     let mut client = node.client().await;
@@ -1256,29 +1314,7 @@ async fn survive_a_killed_leader(network: Network) {
     let (leader, term) = wait_for_leader(&nodes, &[0, 1, 2], 0).await;
 
     // A steady load on every node, the leader included.
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut loads = Vec::new();
-    for (index, node) in nodes.iter().enumerate() {
-        let mut client = None;
-        for _ in 0..50 {
-            if let Ok(channel) =
-                tonic::transport::Endpoint::from_shared(format!("http://{}", node.grpc))
-                    .unwrap()
-                    .connect()
-                    .await
-            {
-                client = Some(AtomicBroadcastClient::new(channel));
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        loads.push(tokio::spawn(broadcast_load(
-            transactor.clone(),
-            client.expect("the node serves"),
-            format!("node{index}"),
-            stop.clone(),
-        )));
-    }
+    let loads = Loads::start(&transactor, &nodes, "node").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     nodes[leader].kill();
     let survivors: Vec<usize> = (0..3).filter(|&index| index != leader).collect();
@@ -1286,17 +1322,7 @@ async fn survive_a_killed_leader(network: Network) {
     assert_ne!(new_leader, leader);
     // Keep the load on under the new leader for a while.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut succeeded = Vec::new();
-    for load in loads {
-        let (ok, _refused) = load.await.unwrap();
-        succeeded.extend(ok);
-    }
-    assert!(
-        succeeded.len() > 100,
-        "only {} transactions ordered",
-        succeeded.len()
-    );
+    let succeeded = loads.stop().await;
 
     // The survivors agree on every block.
     let reader = &network.orderer.clone_signer();

@@ -44,32 +44,13 @@ async fn orders_through_kafka(payloads: Payloads) {
 
     // Both orderers take broadcasts; the second is killed under load and
     // started again while the load goes on.
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut loads = Vec::new();
-    for (index, node) in nodes.iter().enumerate() {
-        loads.push(tokio::spawn(broadcast_load(
-            transactor.clone(),
-            client_when_serving(node).await,
-            format!("{payloads:?}-node{index}"),
-            stop.clone(),
-        )));
-    }
+    let loads = Loads::start(&transactor, &nodes, &format!("{payloads:?}-node")).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     nodes[1].kill();
     tokio::time::sleep(Duration::from_secs(1)).await;
     nodes[1].spawn();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut succeeded = Vec::new();
-    for load in loads {
-        let (ok, _refused) = load.await.unwrap();
-        succeeded.extend(ok);
-    }
-    assert!(
-        succeeded.len() > 100,
-        "{payloads:?}: only {} transactions ordered",
-        succeeded.len()
-    );
+    let succeeded = loads.stop().await;
 
     // The restarted orderer catches up; both hold the same chain, with
     // every SUCCESS in exactly one block.
@@ -212,22 +193,6 @@ async fn broker_away_and_back(
         blocks_of(&nodes[1], reader, height).await,
     ];
     check_same_chain(&chains, genesis, &[tx_id]);
-}
-
-/// A Broadcast client of `node` once it serves.
-async fn client_when_serving(node: &OrdererNode) -> AtomicBroadcastClient<Channel> {
-    for _ in 0..100 {
-        if let Ok(channel) =
-            tonic::transport::Endpoint::from_shared(format!("http://{}", node.grpc))
-                .unwrap()
-                .connect()
-                .await
-        {
-            return AtomicBroadcastClient::new(channel);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the orderer at {} never served", node.grpc)
 }
 
 /// The height both orderers reach and keep for a second.

@@ -38,19 +38,21 @@ pub(crate) mod solo;
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
-use weft_protos::common::Status;
+use weft_protos::block::config_of_envelope;
+use weft_protos::common::{Block, Status};
 
 use self::raft::{Leader, Route};
-use bytes::Bytes;
-use weft_protos::block::config_of_envelope;
-
 use crate::admission::{Admitted, Refusal};
+use crate::channel::Channel;
 use crate::channel_config::ChannelConfig;
-use crate::checkpoint::Checkpoints;
+use crate::checkpoint::{Checkpoints, Seal};
 use crate::cutter::BlockCutter;
 use crate::error::{Error, Result};
+use crate::writer::{BlockContent, BlockWriter};
 
 /// Accepted envelopes a channel's mailbox holds before Broadcast waits.
 const MAILBOX_CAPACITY: usize = 4096;
@@ -140,6 +142,38 @@ pub(crate) fn reconfigure(
 ) {
     cutter.reconfigure(config.orderer.batch_size, config.orderer.batch_timeout);
     checkpoints.reconfigure(config.orderer.stream);
+}
+
+/// Writes the next block of `channel` with `writer` on a blocking thread
+/// (signing and a synced append take a while), recording
+/// `consenter_metadata`, and updates the channel's height metric.
+pub(crate) async fn write_block(
+    channel: &Channel,
+    writer: &Arc<Mutex<BlockWriter>>,
+    content: BlockContent,
+    consenter_metadata: Bytes,
+    seal: Seal,
+) -> Result<Block> {
+    let writer = writer.clone();
+    let block = tokio::task::spawn_blocking(move || {
+        writer
+            .lock()
+            .write_with_consenter_metadata(&content, consenter_metadata, seal)
+    })
+    .await
+    .map_err(|e| Error::Task {
+        channel: channel.id.clone(),
+        reason: format!("a block write task died: {e}"),
+    })??;
+    let number = block.header.as_ref().map_or(0, |header| header.number);
+    channel.metrics.height(&channel.id, number + 1);
+    tracing::debug!(
+        channel = %channel.id,
+        block = number,
+        transactions = block.data.as_ref().map_or(0, |data| data.data.len()),
+        "block written"
+    );
+    Ok(block)
 }
 
 /// The answer to an envelope whose consenter went away without answering.

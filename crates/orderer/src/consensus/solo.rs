@@ -15,16 +15,17 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 use weft_protos::tx::Sign;
 
-use super::{ChainTask, Mailbox, Submission, ordered_config, reconfigure};
+use super::{ChainTask, Mailbox, Submission, ordered_config, reconfigure, write_block};
 use crate::admission::{Admitted, readmit};
 use crate::channel::Channel;
 use crate::checkpoint::{Checkpoints, Load, Seal};
 use crate::cutter::{Batch, BlockCutter, CutReason};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::writer::{BlockContent, BlockWriter};
 
 /// Starts the solo consenter task of `channel`, writing with `writer`.
@@ -238,21 +239,6 @@ impl Solo {
                 self.checkpoints.seal(batch.len(), Instant::now(), load)
             }
         };
-        let writer = self.writer.clone();
-        let block = tokio::task::spawn_blocking(move || writer.lock().write(&content, seal))
-            .await
-            .map_err(|e| Error::Task {
-                channel: self.channel.id.clone(),
-                reason: format!("a block write task died: {e}"),
-            })??;
-        let number = block.header.as_ref().map_or(0, |header| header.number);
-        self.channel.metrics.height(&self.channel.id, number + 1);
-        tracing::debug!(
-            channel = %self.channel.id,
-            block = number,
-            transactions = block.data.as_ref().map_or(0, |data| data.data.len()),
-            "block written"
-        );
-        Ok(block)
+        write_block(&self.channel, &self.writer, content, Bytes::new(), seal).await
     }
 }

@@ -59,7 +59,7 @@ pub(crate) use self::payloads::Payloads;
 pub(crate) use self::records::digest;
 use self::records::{Digest, Entry, Record};
 use super::raft::transport::{SHARE_BATCH_MAX, Transport};
-use super::{ChainTask, Mailbox, Submission, ordered_config};
+use super::{ChainTask, Mailbox, Submission, ordered_config, write_block};
 use crate::admission::{Admitted, Refusal, readmit};
 use crate::channel::Channel;
 use crate::checkpoint::Seal;
@@ -736,21 +736,9 @@ impl Sequencer {
     /// Writes the next block, recording `offset` as its last record.
     async fn write(&mut self, content: BlockContent, offset: i64, reason: CutReason) -> Result<()> {
         self.channel.metrics.block_cut(&self.channel.id, reason);
-        let writer = self.writer.clone();
         let metadata = records::block_metadata(offset);
-        let block = tokio::task::spawn_blocking(move || {
-            writer
-                .lock()
-                .write_with_consenter_metadata(&content, metadata, Seal::Signed)
-        })
-        .await
-        .map_err(|e| Error::Task {
-            channel: self.channel.id.clone(),
-            reason: format!("a block write task died: {e}"),
-        })??;
-        let number = block.header.as_ref().map_or(0, |header| header.number);
-        self.channel.metrics.height(&self.channel.id, number + 1);
-        tracing::debug!(channel = %self.channel.id, block = number, offset, "block written");
-        Ok(())
+        write_block(&self.channel, &self.writer, content, metadata, Seal::Signed)
+            .await
+            .map(drop)
     }
 }
