@@ -35,7 +35,7 @@ use crate::broadcast;
 use crate::channel::{self, Channel, Channels, RequestContext};
 use crate::channel_config::ChannelConfig;
 use crate::config::{Consensus, KafkaConsensus, KafkaPayloads};
-use crate::consensus::raft::transport::{self, ClusterService, Transport};
+use crate::consensus::cluster::{self, ClusterService, Transport};
 use crate::consensus::raft::{self, LogStore, Members, Options as RaftOptions, Route};
 use crate::consensus::{self, ChainTask, Consenter, solo};
 use crate::deliver;
@@ -281,7 +281,7 @@ impl Orderer {
             by_id.insert(channel_id.clone(), channel.clone());
             stores.push((channel_id.clone(), store));
             let raft = raft.zip(route).map(|((members, options, log), route)| {
-                let (inbox, inbox_out) = tokio::sync::mpsc::channel(transport::INBOX_MAX);
+                let (inbox, inbox_out) = tokio::sync::mpsc::channel(cluster::INBOX_MAX);
                 inboxes.insert(channel_id.clone(), inbox);
                 (members, options, log, inbox_out, route)
             });

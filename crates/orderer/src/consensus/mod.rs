@@ -22,7 +22,8 @@
 //!   submission once Kafka holds its record (`acks=all`).
 //!
 //! [`Consenter`] names the choice; [`solo::start`], [`raft::start`] and
-//! [`kafka::start`] spawn the matching task.
+//! [`kafka::start`] spawn the matching task. Orderers of a Raft or Kafka
+//! channel talk to each other through [`cluster`] (`weft.cluster.Cluster`).
 //!
 //! Every consenter follows the same rules: config transactions are blocks
 //! of their own (the pending batch is cut and written first); envelopes
@@ -32,6 +33,7 @@
 //! and cuts the pending batch, so nothing a client was told SUCCESS for is
 //! dropped by a clean shutdown.
 
+pub(crate) mod cluster;
 pub(crate) mod kafka;
 pub(crate) mod raft;
 pub(crate) mod solo;

@@ -58,7 +58,7 @@ use weft_protos::tx::Sign;
 pub(crate) use self::payloads::Payloads;
 pub(crate) use self::records::digest;
 use self::records::{Digest, Entry, Record};
-use super::raft::transport::{SHARE_BATCH_MAX, Transport};
+use super::cluster::{SHARE_BATCH_MAX, Transport};
 use super::{ChainTask, Mailbox, Submission, ordered_config, write_block};
 use crate::admission::{Admitted, Refusal, readmit};
 use crate::channel::Channel;

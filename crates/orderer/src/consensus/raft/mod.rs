@@ -5,7 +5,7 @@
 //! `ConfigMetadata` get Raft IDs 1, 2, … in config order; a node finds
 //! itself by its cluster endpoint (`host:port`, as the config names it).
 //! With TLS on, a cluster caller must present a consenter's client TLS
-//! certificate (see `transport`); the consenters' server TLS certificates
+//! certificate (see `super::cluster`); the consenters' server TLS certificates
 //! are not compared with the one a dialled node presents, which only has
 //! to chain to a trusted TLS CA. The consenter set is fixed: a config
 //! update that changes it is refused.
@@ -25,7 +25,7 @@
 //! decided (its entry committed by a majority and applied here), so an
 //! envelope answered SUCCESS survives the loss of any minority of nodes,
 //! the leader included. A follower checks an envelope as Broadcast does,
-//! forwards it to the leader (`transport`) and relays the leader's
+//! forwards it to the leader (`super::cluster`) and relays the leader's
 //! answer; with no leader known it answers SERVICE_UNAVAILABLE, as
 //! Fabric does. Broadcast finds the leader through the channel's
 //! [`Route`], which this task keeps current, and forwards without passing
@@ -48,7 +48,6 @@
 //! (persist, send, apply), then `advance`d.
 
 mod storage;
-pub(crate) mod transport;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -77,8 +76,8 @@ use crate::metrics::RaftGauges;
 use crate::writer::{BlockContent, BlockWriter};
 use weft_protos::block::config_of_block;
 
+use super::cluster::Transport;
 pub(crate) use storage::LogStore;
-use transport::Transport;
 
 /// Fabric's etcdraft defaults (configtxgen), for options left at zero.
 const TICK_INTERVAL_DEFAULT: Duration = Duration::from_millis(500);

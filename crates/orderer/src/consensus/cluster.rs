@@ -1,6 +1,6 @@
 //! Cluster traffic between orderers: the `weft.cluster.Cluster` gRPC
 //! service (server side) and the connections to the other consenters
-//! (client side), shared by all Raft channels of the node.
+//! (client side), shared by every Raft and Kafka channel of the node.
 //!
 //! - Raft messages go out through one sender task per peer endpoint with
 //!   a bounded queue; it sends whatever is queued as one request on a
