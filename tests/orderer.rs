@@ -1529,30 +1529,7 @@ async fn without_a_leader_broadcast_is_unavailable_and_followers_forward_to_the_
 
     // A config update sent to the follower is ordered alone, and both
     // nodes cut the next blocks by the new MaxMessageCount.
-    let orderer_admin = network.orderer_org.signer(NodeRole::Admin);
-    let update = config_update_envelope(
-        &batch_size_update(&network.config(), 3),
-        &[&orderer_admin],
-        &orderer_admin,
-    );
-    let answer = broadcast(
-        &mut client,
-        &[(update, Expected::ordered("batch size".to_owned(), false))],
-    )
-    .await;
-    assert_eq!(answer[0].0, Status::Success, "{answer:?}");
-    let transactions: Vec<(Envelope, Expected)> = (0..7)
-        .map(|i| {
-            let (tx_id, envelope) =
-                network.transaction(CHANNEL, &network.client1, &format!("after-{i}"), 0);
-            (envelope, Expected::ordered(tx_id, false))
-        })
-        .collect();
-    let answers = broadcast(&mut client, &transactions).await;
-    assert!(
-        answers.iter().all(|(status, _)| *status == Status::Success),
-        "{answers:?}"
-    );
+    batch_size_3_then_7_transactions(&network, &mut client).await;
     let height = height_of(&nodes[leader], reader).await;
     let chains = [
         blocks_of(&nodes[0], reader, height).await,
@@ -1827,6 +1804,36 @@ async fn config_updates_change_the_batch_size_and_add_an_organisation() {
 /// A config update setting MaxMessageCount, computed as configtxlator
 /// computes it: the orderer group read at its version, BatchSize written
 /// at the next.
+/// Sends `client`'s orderer a config update that sets MaxMessageCount to
+/// 3, signed by the orderer organisation's admin, then 7 transactions;
+/// every one must be answered SUCCESS.
+async fn batch_size_3_then_7_transactions(
+    network: &Network,
+    client: &mut AtomicBroadcastClient<Channel>,
+) {
+    let orderer_admin = network.orderer_org.signer(NodeRole::Admin);
+    let update = config_update_envelope(
+        &batch_size_update(&network.config(), 3),
+        &[&orderer_admin],
+        &orderer_admin,
+    );
+    let expected = Expected::ordered("batch size".to_owned(), false);
+    let answer = broadcast(client, &[(update, expected)]).await;
+    assert_eq!(answer[0].0, Status::Success, "{answer:?}");
+    let transactions: Vec<(Envelope, Expected)> = (0..7)
+        .map(|i| {
+            let (tx_id, envelope) =
+                network.transaction(CHANNEL, &network.client1, &format!("after-{i}"), 0);
+            (envelope, Expected::ordered(tx_id, false))
+        })
+        .collect();
+    let answers = broadcast(client, &transactions).await;
+    assert!(
+        answers.iter().all(|(status, _)| *status == Status::Success),
+        "{answers:?}"
+    );
+}
+
 fn batch_size_update(current: &Config, count: u32) -> ConfigUpdate {
     let root = current.channel_group.as_ref().unwrap();
     let orderer = &root.groups["Orderer"];

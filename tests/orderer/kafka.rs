@@ -104,28 +104,8 @@ async fn orders_through_kafka(payloads: Payloads) {
 /// write, and both cut the next blocks by the new MaxMessageCount.
 async fn reconfigured_through_kafka(network: &Network, nodes: &[OrdererNode], reader: &Signer) {
     let before = same_height(nodes, reader).await;
-    let orderer_admin = network.orderer_org.signer(NodeRole::Admin);
-    let update = config_update_envelope(
-        &batch_size_update(&network.config(), 3),
-        &[&orderer_admin],
-        &orderer_admin,
-    );
     let mut client = nodes[1].client().await;
-    let expected = Expected::ordered("batch size".to_owned(), false);
-    let answer = broadcast(&mut client, &[(update, expected)]).await;
-    assert_eq!(answer[0].0, Status::Success, "{answer:?}");
-    let transactions: Vec<(Envelope, Expected)> = (0..7)
-        .map(|i| {
-            let (tx_id, envelope) =
-                network.transaction(CHANNEL, &network.client1, &format!("after-{i}"), 0);
-            (envelope, Expected::ordered(tx_id, false))
-        })
-        .collect();
-    let answers = broadcast(&mut client, &transactions).await;
-    assert!(
-        answers.iter().all(|(status, _)| *status == Status::Success),
-        "{answers:?}"
-    );
+    batch_size_3_then_7_transactions(network, &mut client).await;
     let height = same_height(nodes, reader).await;
     let chains = [
         blocks_of(&nodes[0], reader, height).await,
