@@ -8,9 +8,11 @@
 //!   publishes a record for each (`records`) with `acks=all` and an
 //!   idempotent producer; the client hears SUCCESS once Kafka has the
 //!   record on every in-sync replica. When only IDs go through Kafka, the
-//!   publisher first keeps each envelope (`Payloads`) and hands it to at
-//!   least one other orderer (`Share` on the cluster service), so that a
-//!   SUCCESS means two orderers hold it. While the brokers cannot be
+//!   publisher first keeps each envelope (`Payloads`) and hands it to the
+//!   other orderers (`Share` on the cluster service), waiting until one
+//!   has taken it, so that a SUCCESS normally means two orderers hold it
+//!   (with every other orderer down it publishes all the same, and logs
+//!   it: availability before the second copy). While the brokers cannot be
 //!   reached, it refuses envelopes with SERVICE_UNAVAILABLE and probes
 //!   the partition every second;
 //! - the **sequencer** reads the partition from the offset after its last
@@ -30,7 +32,9 @@
 //! dropped on every orderer alike (its client may submit the update
 //! again), since processing it again would have each orderer sign a
 //! different CONFIG envelope. Kafka is trusted as Raft's peers are: a
-//! record is not checked again unless its config is stale.
+//! record is not checked again unless its config is stale. (A stale
+//! envelope is checked against each orderer's clock, as in Fabric, so a
+//! certificate expiring at that very moment could be judged differently.)
 
 mod payloads;
 mod records;
