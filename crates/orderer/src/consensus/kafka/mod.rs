@@ -62,7 +62,7 @@ use weft_protos::tx::Sign;
 pub(crate) use self::payloads::Payloads;
 pub(crate) use self::records::digest;
 use self::records::{Digest, Entry, Record};
-use super::cluster::{SHARE_BATCH_MAX, Transport};
+use super::cluster::{Done, SHARE_BATCH_MAX, Transport};
 use super::{ChainTask, Mailbox, Submission, ordered_config, write_block};
 use crate::admission::{Admitted, Refusal, readmit};
 use crate::channel::Channel;
@@ -83,6 +83,9 @@ const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 const TOPIC_RETRY: Duration = Duration::from_secs(1);
 /// Submissions published as one batch at most.
 const PUBLISH_BATCH_MAX: usize = 1024;
+/// Batches whose envelopes are being handed to the other orderers at once
+/// (TxID mode), before the publisher waits.
+const SHARES_IN_FLIGHT_MAX: usize = 16;
 /// How long the publisher waits for another orderer to take envelopes
 /// before it publishes their IDs all the same.
 const SHARE_WAIT_MAX: Duration = Duration::from_secs(2);
@@ -160,7 +163,7 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
     )));
     let available = Arc::new(AtomicBool::new(false));
     let publisher = tokio::spawn(
-        Publisher {
+        Arc::new(Publisher {
             channel: channel.clone(),
             producer: producer.clone(),
             mode: settings.payloads,
@@ -168,7 +171,7 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
             transport: transport.clone(),
             others: others.clone(),
             available: available.clone(),
-        }
+        })
         .run(mailbox.0),
     );
 
@@ -292,10 +295,7 @@ fn unavailable(channel: &str, reason: impl std::fmt::Display) -> Refusal {
     )
 }
 
-fn answer(
-    done: Option<oneshot::Sender<std::result::Result<(), Refusal>>>,
-    outcome: std::result::Result<(), Refusal>,
-) {
+fn answer(done: Done, outcome: std::result::Result<(), Refusal>) {
     if let Some(done) = done {
         let _ = done.send(outcome);
     }
@@ -314,8 +314,25 @@ struct Publisher {
     available: Arc<AtomicBool>,
 }
 
+/// A batch on its way to Kafka: its records, in order, once the
+/// envelopes they name were handed to another orderer.
+struct Staged {
+    shared: Option<tokio::task::JoinHandle<()>>,
+    records: Vec<(Vec<u8>, Done)>,
+}
+
 impl Publisher {
-    async fn run(self, mut mailbox: mpsc::Receiver<Submission>) {
+    /// Publishes what the mailbox brings until it closes. Batches are
+    /// shared with the other orderers side by side (up to
+    /// [`SHARES_IN_FLIGHT_MAX`]) and produced in mailbox order.
+    async fn run(self: Arc<Self>, mut mailbox: mpsc::Receiver<Submission>) {
+        let (staged, mut to_produce) = mpsc::channel::<Staged>(SHARES_IN_FLIGHT_MAX);
+        let producer = self.clone();
+        tokio::spawn(async move {
+            while let Some(batch) = to_produce.recv().await {
+                producer.produce(batch).await;
+            }
+        });
         let mut probe = tokio::time::interval(PROBE_INTERVAL);
         probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -329,16 +346,21 @@ impl Publisher {
                             Err(_) => break,
                         }
                     }
-                    self.publish(batch).await;
+                    if let Some(batch) = self.stage(batch)
+                        && staged.send(batch).await.is_err()
+                    {
+                        return;
+                    }
                 }
                 _ = probe.tick(), if !self.available.load(Ordering::Acquire) => self.probe().await,
             }
         }
     }
 
-    /// Publishes a record for each submission; each is answered once
-    /// Kafka has it.
-    async fn publish(&self, batch: Vec<Submission>) {
+    /// The records of a batch, its envelopes being handed to the other
+    /// orderers in TxID mode; `None` when the batch was refused (the
+    /// brokers are away).
+    fn stage(self: &Arc<Self>, batch: Vec<Submission>) -> Option<Staged> {
         if !self.available.load(Ordering::Acquire) {
             for submission in batch {
                 answer(
@@ -349,7 +371,7 @@ impl Publisher {
                     )),
                 );
             }
-            return;
+            return None;
         }
         // Each envelope's record; in TxID mode the envelope is kept here
         // and handed to the other orderers before its ID is published.
@@ -385,8 +407,20 @@ impl Publisher {
             };
             records.push((record, done));
         }
-        self.share(shared).await;
-        for (record, done) in records {
+        let shared = (!shared.is_empty() && !self.others.is_empty()).then(|| {
+            let publisher = self.clone();
+            tokio::spawn(async move { publisher.share(shared).await })
+        });
+        Some(Staged { shared, records })
+    }
+
+    /// Publishes a staged batch's records once its envelopes were shared;
+    /// each is answered once Kafka has it.
+    async fn produce(&self, batch: Staged) {
+        if let Some(shared) = batch.shared {
+            let _ = shared.await;
+        }
+        for (record, done) in batch.records {
             let sent = self.producer.send_result(
                 FutureRecord::<(), _>::to(&self.channel.id)
                     .partition(PARTITION)
@@ -423,9 +457,6 @@ impl Publisher {
     /// Hands `envelopes` to the other orderers, waiting until one has
     /// taken them (or none could).
     async fn share(&self, envelopes: Vec<Bytes>) {
-        if self.others.is_empty() || envelopes.is_empty() {
-            return;
-        }
         let (taken, mut answers) = mpsc::channel(self.others.len());
         for other in &self.others {
             let (transport, other, channel, taken) = (
