@@ -157,6 +157,7 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
         .create()
         .map_err(|e| kafka_error("producer", e))?;
     let producer = Arc::new(producer);
+    let key = record_key(&channel)?;
     channel.set_unavailable(Some(format!(
         "the channel's Kafka topic is not ready yet (brokers {})",
         settings.brokers.join(",")
@@ -171,6 +172,7 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
             transport: transport.clone(),
             others: others.clone(),
             available: available.clone(),
+            key: key.clone(),
         })
         .run(mailbox.0),
     );
@@ -225,6 +227,8 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
         others,
         producer,
         time_to_cut: None,
+        key,
+        foreign: 0,
         halted,
     };
     let result = sequencer.run(&consumer).await;
@@ -262,6 +266,27 @@ async fn create_topic(
         }
     }
     Ok(())
+}
+
+/// The Kafka key of the channel's records: the hash of its genesis block
+/// header, which tells them from the records of an earlier channel of the
+/// same name left on the brokers (the topic is named after the channel).
+fn record_key(channel: &Channel) -> Result<Bytes> {
+    let genesis = channel.store.block(0).map_err(|source| Error::Ledger {
+        channel: channel.id.clone(),
+        source,
+    })?;
+    let header = genesis
+        .as_ref()
+        .and_then(|block| block.header.as_ref())
+        .ok_or_else(|| Error::BadChain {
+            channel: channel.id.clone(),
+            block: 0,
+            reason: "no genesis block header".to_owned(),
+        })?;
+    Ok(Bytes::copy_from_slice(
+        &weft_protos::hash::block_header_hash(header),
+    ))
 }
 
 /// Where the sequencer resumes: after the last record of the last block,
@@ -312,6 +337,8 @@ struct Publisher {
     /// Whether the brokers took the last record: while not, envelopes are
     /// refused at once.
     available: Arc<AtomicBool>,
+    /// The key of every record: the channel's genesis block header hash.
+    key: Bytes,
 }
 
 /// A batch on its way to Kafka: its records, in order, once the
@@ -422,8 +449,9 @@ impl Publisher {
         }
         for (record, done) in batch.records {
             let sent = self.producer.send_result(
-                FutureRecord::<(), _>::to(&self.channel.id)
+                FutureRecord::<[u8], _>::to(&self.channel.id)
                     .partition(PARTITION)
+                    .key(self.key.as_ref())
                     .payload(&record),
             );
             let delivery = match sent {
@@ -504,8 +532,9 @@ impl Publisher {
     async fn probe(&self) {
         let record = records::connect();
         let sent = self.producer.send_result(
-            FutureRecord::<(), _>::to(&self.channel.id)
+            FutureRecord::<[u8], _>::to(&self.channel.id)
                 .partition(PARTITION)
+                .key(self.key.as_ref())
                 .payload(&record),
         );
         if let Ok(delivery) = sent
@@ -532,6 +561,12 @@ struct Sequencer {
     /// The block a `TimeToCut` was published for, and when to publish it
     /// again if the block is still not cut.
     time_to_cut: Option<(u64, Instant)>,
+    /// The key of this channel's records (its genesis block header hash);
+    /// records of another key were left by an earlier channel of the same
+    /// name and are skipped.
+    key: Bytes,
+    /// Records skipped for their key.
+    foreign: u64,
     halted: oneshot::Receiver<()>,
 }
 
@@ -551,7 +586,11 @@ impl Sequencer {
                 biased;
                 _ = &mut self.halted => return Ok(()),
                 received = consumer.recv() => received.map(|message| {
-                    (message.offset(), Bytes::copy_from_slice(message.payload().unwrap_or_default()))
+                    (
+                        message.offset(),
+                        message.key() == Some(self.key.as_ref()),
+                        Bytes::copy_from_slice(message.payload().unwrap_or_default()),
+                    )
                 }),
                 () = timer => {
                     self.publish_time_to_cut();
@@ -559,7 +598,13 @@ impl Sequencer {
                 }
             };
             match received {
-                Ok((offset, bytes)) => {
+                Ok((offset, false, _)) => {
+                    if self.foreign.is_multiple_of(1000) {
+                        tracing::warn!(channel = %self.channel.id, offset, skipped = self.foreign + 1, "skipping records of an earlier channel of this name (another genesis block) left on the topic");
+                    }
+                    self.foreign += 1;
+                }
+                Ok((offset, true, bytes)) => {
                     if !self.record(offset, &bytes).await? {
                         return Ok(());
                     }
@@ -590,8 +635,9 @@ impl Sequencer {
         let next = self.next_number();
         let record = records::time_to_cut(next);
         let sent = self.producer.send_result(
-            FutureRecord::<(), _>::to(&self.channel.id)
+            FutureRecord::<[u8], _>::to(&self.channel.id)
                 .partition(PARTITION)
+                .key(self.key.as_ref())
                 .payload(&record),
         );
         if let Err((error, _)) = sent {
