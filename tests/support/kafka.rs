@@ -63,11 +63,14 @@ impl Broker {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// The bytes of `channel`'s partition on the broker's disk.
+    /// The bytes of `channel`'s partition on the broker's disk (0 before
+    /// the topic exists).
     pub fn partition_bytes(&self, channel: &str) -> u64 {
         let partition = self.dir.path().join("data").join(format!("{channel}-0"));
-        std::fs::read_dir(&partition)
-            .unwrap()
+        let Ok(entries) = std::fs::read_dir(&partition) else {
+            return 0;
+        };
+        entries
             .map(|entry| entry.unwrap().path())
             .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
             .map(|path| std::fs::metadata(path).unwrap().len())
