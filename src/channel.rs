@@ -296,11 +296,10 @@ fn kafka_settings(section: &profile::OrdererSection, key_path: &str) -> Result<p
         bail!("{key_path}.Kafka.Brokers: empty; name at least one broker as host:port");
     }
     for (field, list) in [("Brokers", &kafka.brokers), ("Orderers", &kafka.orderers)] {
-        if let Some(bad) = list.iter().find(|entry| {
-            entry
-                .rsplit_once(':')
-                .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
-        }) {
+        if let Some(bad) = list
+            .iter()
+            .find(|entry| !weft_orderer::config::is_host_port(entry))
+        {
             bail!("{key_path}.Kafka.{field}: {bad:?} is not host:port");
         }
     }

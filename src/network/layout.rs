@@ -239,11 +239,11 @@ impl Plan {
             if kafka.brokers.is_empty() {
                 bail!("--kafka-brokers: name at least one broker as host:port");
             }
-            if let Some(bad) = kafka.brokers.iter().find(|broker| {
-                broker
-                    .rsplit_once(':')
-                    .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
-            }) {
+            if let Some(bad) = kafka
+                .brokers
+                .iter()
+                .find(|broker| !weft_orderer::config::is_host_port(broker))
+            {
                 bail!("--kafka-brokers: {bad:?} is not host:port");
             }
         }

@@ -268,8 +268,9 @@ fn kafka_consensus(
     })
 }
 
-/// Whether `text` reads as `host:port` with a port number.
-fn is_host_port(text: &str) -> bool {
+/// Whether `text` reads as `host:port` with a port number, as a Kafka
+/// broker or an orderer's cluster endpoint is named.
+pub fn is_host_port(text: &str) -> bool {
     text.rsplit_once(':')
         .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
 }

@@ -51,7 +51,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use rdkafka::{Message as _, Offset, TopicPartitionList};
@@ -310,6 +310,23 @@ fn resume_offset(channel: &Channel) -> Result<Offset> {
     })
 }
 
+/// Hands `record` of channel `topic` to the producer, keyed `key`.
+fn send(
+    producer: &FutureProducer,
+    topic: &str,
+    key: &[u8],
+    record: &[u8],
+) -> std::result::Result<DeliveryFuture, KafkaError> {
+    producer
+        .send_result(
+            FutureRecord::to(topic)
+                .partition(PARTITION)
+                .key(key)
+                .payload(record),
+        )
+        .map_err(|(error, _)| error)
+}
+
 /// The refusal of an envelope Kafka did not take.
 fn unavailable(channel: &str, reason: impl std::fmt::Display) -> Refusal {
     Refusal::new(
@@ -448,15 +465,10 @@ impl Publisher {
             let _ = shared.await;
         }
         for (record, done) in batch.records {
-            let sent = self.producer.send_result(
-                FutureRecord::<[u8], _>::to(&self.channel.id)
-                    .partition(PARTITION)
-                    .key(self.key.as_ref())
-                    .payload(&record),
-            );
+            let sent = send(&self.producer, &self.channel.id, &self.key, &record);
             let delivery = match sent {
                 Ok(delivery) => delivery,
-                Err((error, _)) => {
+                Err(error) => {
                     answer(done, Err(unavailable(&self.channel.id, error)));
                     continue;
                 }
@@ -531,12 +543,7 @@ impl Publisher {
     /// available again once it is taken.
     async fn probe(&self) {
         let record = records::connect();
-        let sent = self.producer.send_result(
-            FutureRecord::<[u8], _>::to(&self.channel.id)
-                .partition(PARTITION)
-                .key(self.key.as_ref())
-                .payload(&record),
-        );
+        let sent = send(&self.producer, &self.channel.id, &self.key, &record);
         if let Ok(delivery) = sent
             && let Ok(Ok(_)) = delivery.await
             && !self.available.swap(true, Ordering::AcqRel)
@@ -634,13 +641,8 @@ impl Sequencer {
     fn publish_time_to_cut(&mut self) {
         let next = self.next_number();
         let record = records::time_to_cut(next);
-        let sent = self.producer.send_result(
-            FutureRecord::<[u8], _>::to(&self.channel.id)
-                .partition(PARTITION)
-                .key(self.key.as_ref())
-                .payload(&record),
-        );
-        if let Err((error, _)) = sent {
+        let sent = send(&self.producer, &self.channel.id, &self.key, &record);
+        if let Err(error) = sent {
             tracing::warn!(channel = %self.channel.id, block = next, %error, "cannot publish TimeToCut");
         }
         let again = self
