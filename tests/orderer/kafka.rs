@@ -64,11 +64,7 @@ async fn orders_through_kafka(
     // The restarted orderer catches up; both hold the same chain, with
     // every SUCCESS in exactly one block.
     let reader = &network.orderer.clone_signer();
-    let height = same_height(&nodes, reader).await;
-    let chains = [
-        blocks_of(&nodes[0], reader, height).await,
-        blocks_of(&nodes[1], reader, height).await,
-    ];
+    let chains = chains_holding(&nodes, reader, &succeeded).await;
     let ordered = check_same_chain(&chains, &genesis, &succeeded);
     check_chain(&genesis, &chains[0]);
     let tx_ids: HashSet<String> = chains[0][1..]
@@ -183,12 +179,42 @@ async fn broker_away_and_back(
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     // Ordered once, in the same chain on both orderers.
-    let height = same_height(nodes, reader).await;
-    let chains = [
-        blocks_of(&nodes[0], reader, height).await,
-        blocks_of(&nodes[1], reader, height).await,
-    ];
-    check_same_chain(&chains, genesis, &[tx_id]);
+    let succeeded = [tx_id];
+    let chains = chains_holding(nodes, reader, &succeeded).await;
+    check_same_chain(&chains, genesis, &succeeded);
+}
+
+/// Both orderers' chains, once they agree on a height whose blocks hold
+/// every one of `tx_ids`. A SUCCESS means the record is in Kafka; the
+/// block that holds it may come a moment later (a sequencer reconnecting
+/// to a broker that came back), so a height that stands still is not yet
+/// proof that something is missing: that takes a minute.
+async fn chains_holding(
+    nodes: &[OrdererNode],
+    reader: &Signer,
+    tx_ids: &[String],
+) -> [Vec<Block>; 2] {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let height = same_height(nodes, reader).await;
+        let chains = [
+            blocks_of(&nodes[0], reader, height).await,
+            blocks_of(&nodes[1], reader, height).await,
+        ];
+        let held: HashSet<String> = chains[0][1..]
+            .iter()
+            .flat_map(|block| block.data.as_ref().unwrap().data.iter().map(tx_id_of))
+            .collect();
+        let missing: Vec<&String> = tx_ids.iter().filter(|id| !held.contains(*id)).collect();
+        if missing.is_empty() {
+            return chains;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "answered SUCCESS, still in no block at height {height}: {missing:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// The height both orderers reach and keep for a second.

@@ -236,13 +236,16 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
     result
 }
 
-/// The settings every Kafka client of the channel shares.
+/// The settings every Kafka client of the channel shares. Reconnection
+/// backs off to a second at most (librdkafka's default is ten), so that
+/// ordering resumes within a second of a broker coming back.
 fn client_config(brokers: &[String]) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", brokers.join(","))
         .set("client.id", "weft-orderer")
-        .set("socket.nagle.disable", "true");
+        .set("socket.nagle.disable", "true")
+        .set("reconnect.backoff.max.ms", "1000");
     config
 }
 
