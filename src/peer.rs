@@ -154,8 +154,14 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         intakes.push(intake);
     }
 
+    let (shutdown, shutdown_seen) = watch::channel(false);
+    let grpc_listener = tokio::net::TcpListener::bind(config.peer.listen_address)
+        .await
+        .with_context(|| format!("peer.listenAddress: binding {}", config.peer.listen_address))?;
+    let grpc_address = grpc_listener.local_addr()?;
     let gateway_config = GatewayConfig {
         local_msp_id: config.peer.local_msp_id.clone(),
+        local_address: grpc_address.to_string(),
         peers: config
             .gateway
             .peers
@@ -165,11 +171,6 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         orderers: config.orderers.clone(),
         tls: config.tls.as_ref().map(|tls| tls.client.clone()),
     };
-    let (shutdown, shutdown_seen) = watch::channel(false);
-    let grpc_listener = tokio::net::TcpListener::bind(config.peer.listen_address)
-        .await
-        .with_context(|| format!("peer.listenAddress: binding {}", config.peer.listen_address))?;
-    let grpc_address = grpc_listener.local_addr()?;
     let mut grpc_server = tonic::transport::Server::builder();
     if let Some(tls) = &config.tls {
         grpc_server = grpc_server

@@ -476,6 +476,126 @@ async fn a_chaincode_written_with_fabric_shim_serves_proposals_as_a_service() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contract_written_with_fabric_contract_api_indexes_and_pages_through_the_gateway() {
+    // Goal: a Fabric contract (fabric-contract-api, run by Fabric's own
+    // `fabric-chaincode-node server`) that indexes its assets under
+    // composite keys works unchanged through Fabric's Gateway client:
+    // partial-composite-key queries, split keys, simple-key ranges that
+    // never see the index, pages with bookmarks as Fabric answers them,
+    // and Fabric's refusal of a write after a paged query.
+    let dir = tempfile::tempdir().unwrap();
+    let mut network = Network::create(dir.path());
+    let chaincode = ShimChaincode::contract(&network.dir, "assets");
+    network.external_chaincodes = vec![("assets".to_owned(), chaincode.address)];
+    let orderer = network.start_solo_orderer();
+    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
+    let org1 = network.start_org_peer(
+        "org1",
+        &dir.path().join("org1"),
+        &[orderer.grpc],
+        &[("Org2MSP", org2.grpc)],
+    );
+    let user = network
+        .dir
+        .join("crypto/peerOrganizations/org1.example.com/users/User1@org1.example.com/msp");
+    let stdout = node::stdout_of(
+        node::node()
+            .arg("assets.js")
+            .arg(org1.grpc.to_string())
+            .arg("Org1MSP")
+            .arg(user.join("signcerts/User1@org1.example.com-cert.pem"))
+            .arg(user.join("keystore/priv_sk"))
+            .arg(CHANNEL),
+    );
+    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let json = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
+
+    assert_eq!(seen["read"]["color"], "red", "{seen}");
+    assert_eq!(seen["blue"], json(r#"["a1","a3","a5"]"#), "{seen}");
+    // splitCompositeKey gives back what createCompositeKey was given, in
+    // the index's key order (color, then ID).
+    let index: Vec<(String, String)> = seen["index"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| {
+            assert_eq!(entry["objectType"], "color~name", "{entry}");
+            let attributes = entry["attributes"].as_array().unwrap();
+            (
+                attributes[0].as_str().unwrap().to_owned(),
+                attributes[1].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = [
+        ("blue", "a1"),
+        ("blue", "a3"),
+        ("blue", "a5"),
+        ("green", "a4"),
+        ("red", "a2"),
+    ]
+    .iter()
+    .map(|(color, id)| (color.to_string(), id.to_string()))
+    .collect();
+    assert_eq!(index, expected);
+    // The whole namespace as simple keys: the assets, no index entry.
+    assert_eq!(
+        seen["simpleKeys"],
+        json(r#"["a1","a2","a3","a4","a5"]"#),
+        "{seen}"
+    );
+    // Pages of two, each naming the next page's first key as bookmark; a
+    // full last page with nothing after it names none, as Fabric's does.
+    let pages = |name: &str, field: &str| -> Vec<(serde_json::Value, i64, bool)> {
+        seen[name]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|page| {
+                (
+                    page[field].clone(),
+                    page["fetched"].as_i64().unwrap(),
+                    page["bookmark"].as_str().unwrap().is_empty(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        pages("bluePages", "ids"),
+        [
+            (json(r#"["a1","a3"]"#), 2, false),
+            (json(r#"["a5"]"#), 1, true)
+        ],
+        "{seen}"
+    );
+    assert_eq!(
+        pages("rangePages", "keys"),
+        [
+            (json(r#"["a2","a3"]"#), 2, false),
+            (json(r#"["a4","a5"]"#), 2, true)
+        ],
+        "{seen}"
+    );
+    assert_eq!(seen["blueAfterDelete"], json(r#"["a1","a5"]"#), "{seen}");
+    // A write after a paged query is refused at endorsement with
+    // Fabric's reason: ABORTED, and one ErrorDetail per organisation's
+    // peer, which the client reads from `err.details`. The asset is
+    // unchanged.
+    let refusal = &seen["writeAfterPage"];
+    assert_eq!(refusal["code"], 10, "{refusal}");
+    let mut organisations = Vec::new();
+    for detail in refusal["details"].as_array().unwrap() {
+        let message = detail["message"].as_str().unwrap();
+        assert!(message.contains("Writes are not allowed"), "{detail}");
+        assert!(!detail["address"].as_str().unwrap().is_empty(), "{detail}");
+        organisations.push(detail["mspId"].as_str().unwrap().to_owned());
+    }
+    organisations.sort();
+    assert_eq!(organisations, ["Org1MSP", "Org2MSP"]);
+    assert_eq!(seen["a1"]["size"], 10, "{seen}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endorser_replica_follows_its_validating_peer_without_validating_again() {
     // Goal: FastFabric's endorser/committer separation. An endorser-only
     // peer process of org1 takes its blocks from org1's validating peer,
@@ -1219,6 +1339,37 @@ impl ShimChaincode {
             .local_addr()
             .unwrap();
         Self::start_at(dir, port)
+    }
+
+    /// The contract in `tests/js/<module>` (written with Fabric's
+    /// contract API), run by Fabric's `fabric-chaincode-node server` at a
+    /// free port; returns once the port takes connections.
+    fn contract(dir: &Path, module: &str) -> Self {
+        let address = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let log = dir.join(format!("{module}-chaincode.log"));
+        let mut child = node::node()
+            .args(["node_modules/fabric-shim/cli.js", "server"])
+            .arg("--chaincode-address")
+            .arg(address.to_string())
+            .args(["--chaincode-id", &format!("{module}_1.0:0123abcd")])
+            .args(["--module-path", module])
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("node runs (CI installs it)");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(address).is_err() {
+            assert!(
+                child.try_wait().unwrap().is_none() && started.elapsed() < PATIENCE,
+                "the contract did not start: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { child, address }
     }
 
     /// Starts the chaincode on `address` and waits until it listens.

@@ -9,6 +9,20 @@
 //! read/write set the endorsement signs. As in Fabric, a chaincode does not
 //! read its own writes: `get_state` after `put_state` still returns the
 //! committed value.
+//!
+//! **Keys.** The stub serves keys as Fabric's peer does: simple keys and
+//! composite keys (`U+0000 objectType U+0000 attr U+0000 …`, built by the
+//! shims) alike. What tells them apart is the shims' work: they refuse a
+//! composite key where a simple one is meant, start a simple-key range at
+//! U+0001 (past every composite key) when asked for the whole namespace,
+//! and query a partial composite key as the range from it to it followed by
+//! U+10FFFF. The stub only refuses the empty key for writes.
+//!
+//! **Pages.** A range query may ask for one page (Fabric's
+//! `QueryMetadata`): at most `size` results from the bookmark on, and the
+//! bookmark of the next page. As in Fabric, pages are for read-only
+//! transactions: a paged query after a write, or a write after a paged
+//! query, is refused.
 
 use std::collections::BTreeMap;
 
@@ -64,12 +78,43 @@ pub enum StateError {
     /// The key is not one Fabric allows.
     #[error("invalid key {key:?}: {reason}")]
     InvalidKey { key: String, reason: &'static str },
+    /// A paged query in a transaction that has written (Fabric's words).
+    #[error(
+        "txid [{tx_id}]: unsupported transaction. Paginated queries are supported only in a read-only transaction"
+    )]
+    PagedQueryAfterWrite { tx_id: String },
+    /// A write in a transaction that has run a paged query (Fabric's
+    /// words).
+    #[error(
+        "txid [{tx_id}]: unsupported transaction. Transaction has already performed a paginated query. Writes are not allowed"
+    )]
+    WriteAfterPagedQuery { tx_id: String },
     /// A range query returned more than [`RANGE_RESULTS_MAX`] results.
     #[error("the range query returned more than {RANGE_RESULTS_MAX} results")]
     TooManyResults,
     /// The state database failed.
     #[error("reading the world state failed: {0}")]
     Storage(String),
+}
+
+/// One page of a range query, as Fabric's `QueryMetadata` asks for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PageRequest {
+    /// The most results in the page; 0 for no limit but
+    /// [`RANGE_RESULTS_MAX`].
+    pub size: u32,
+    /// Where the page starts: a bookmark from the previous page, or empty
+    /// for the query's start key.
+    pub bookmark: String,
+}
+
+/// One page of range results.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RangePage {
+    /// The keys and values, in key order.
+    pub results: Vec<(String, Bytes)>,
+    /// The key the next page starts at; empty when the range is drained.
+    pub bookmark: String,
 }
 
 /// What a system chaincode (`_lifecycle`) needs to know of its channel
@@ -91,6 +136,10 @@ pub struct Stub<'a> {
     channel: Option<&'a dyn ChannelView>,
     rwset: ReadWriteSetBuilder,
     event: Option<ChaincodeEvent>,
+    /// Whether the transaction has written (Fabric's `writePerformed`).
+    written: bool,
+    /// Whether it has run a paged query.
+    paged: bool,
 }
 
 impl std::fmt::Debug for Stub<'_> {
@@ -117,6 +166,8 @@ impl<'a> Stub<'a> {
             channel: None,
             rwset: ReadWriteSetBuilder::new(),
             event: None,
+            written: false,
+            paged: false,
         }
     }
 
@@ -179,7 +230,6 @@ impl<'a> Stub<'a> {
 
     /// The committed value of `key`, recorded as read at its version.
     pub fn get_state(&mut self, key: &str) -> Result<Option<Bytes>, StateError> {
-        check_key(key)?;
         let current = self
             .state
             .get(self.namespace, key)
@@ -198,7 +248,6 @@ impl<'a> Stub<'a> {
         collection: &str,
         key: &str,
     ) -> Result<Option<Bytes>, StateError> {
-        check_key(key)?;
         let hashed_namespace = format!("{}$$h{collection}", self.namespace);
         let key_hash = hex::encode(weft_protos::hash::sha256(key.as_bytes()));
         let current = self
@@ -221,7 +270,7 @@ impl<'a> Stub<'a> {
         key: &str,
         value: impl Into<Bytes>,
     ) -> Result<(), StateError> {
-        check_key(key)?;
+        self.check_write(key)?;
         self.rwset
             .write_private(self.namespace, collection, key, value.into());
         Ok(())
@@ -245,17 +294,40 @@ impl<'a> Stub<'a> {
         Ok(current.map(|value| value.value))
     }
 
+    /// The committed values of `keys`, in their order, each recorded as a
+    /// read (Fabric 3's `GET_STATE_MULTIPLE`).
+    pub fn get_states(&mut self, keys: &[String]) -> Result<Vec<Option<Bytes>>, StateError> {
+        keys.iter().map(|key| self.get_state(key)).collect()
+    }
+
     /// Writes `value` to `key` when the transaction commits.
     pub fn put_state(&mut self, key: &str, value: impl Into<Bytes>) -> Result<(), StateError> {
-        check_key(key)?;
+        self.check_write(key)?;
         self.rwset.write(self.namespace, key, value.into());
         Ok(())
     }
 
     /// Deletes `key` when the transaction commits.
     pub fn del_state(&mut self, key: &str) -> Result<(), StateError> {
-        check_key(key)?;
+        self.check_write(key)?;
         self.rwset.delete(self.namespace, key);
+        Ok(())
+    }
+
+    /// Fabric's preconditions of a write: a key, and no paged query before.
+    fn check_write(&mut self, key: &str) -> Result<(), StateError> {
+        if key.is_empty() {
+            return Err(StateError::InvalidKey {
+                key: String::new(),
+                reason: "a key must not be empty",
+            });
+        }
+        if self.paged {
+            return Err(StateError::WriteAfterPagedQuery {
+                tx_id: self.tx_id().to_owned(),
+            });
+        }
+        self.written = true;
         Ok(())
     }
 
@@ -268,25 +340,81 @@ impl<'a> Stub<'a> {
         start: &str,
         end: &str,
     ) -> Result<Vec<(String, Bytes)>, StateError> {
-        for key in [start, end] {
-            if key.starts_with('\0') {
-                return Err(StateError::InvalidKey {
-                    key: key.to_owned(),
-                    reason: "composite keys are not simple keys",
-                });
-            }
+        let results = self.scan(start, end, None)?;
+        Ok(results
+            .into_iter()
+            .map(|(key, value)| (key, value.value))
+            .collect())
+    }
+
+    /// One `page` of the keys in `[start, end)`: at most `page.size` from
+    /// the page's bookmark (or `start`) on, and the bookmark of the next.
+    /// Recorded as Fabric records it: a full page as a range that ends at
+    /// its last key, not exhausted.
+    pub fn get_state_by_range_paged(
+        &mut self,
+        start: &str,
+        end: &str,
+        page: &PageRequest,
+    ) -> Result<RangePage, StateError> {
+        if self.written {
+            return Err(StateError::PagedQueryAfterWrite {
+                tx_id: self.tx_id().to_owned(),
+            });
         }
+        self.paged = true;
+        let from = if page.bookmark.is_empty() {
+            start
+        } else {
+            page.bookmark.as_str()
+        };
+        let size = usize::try_from(page.size)
+            .ok()
+            .filter(|&size| size > 0 && size <= RANGE_RESULTS_MAX);
+        let mut results = self.scan(from, end, size)?;
+        let bookmark = match size {
+            Some(size) if results.len() > size => results.pop().map(|(key, _)| key),
+            _ => None,
+        };
+        Ok(RangePage {
+            results: results
+                .into_iter()
+                .map(|(key, value)| (key, value.value))
+                .collect(),
+            bookmark: bookmark.unwrap_or_default(),
+        })
+    }
+
+    /// Reads the keys in `[start, end)`, at most `page` of them (and one
+    /// more, past the page, to tell where the next starts) or all up to
+    /// [`RANGE_RESULTS_MAX`], and records the query for the committer's
+    /// phantom check. A full page is recorded as Fabric's iterator leaves
+    /// it: ending at the page's last key, not exhausted.
+    fn scan(
+        &mut self,
+        start: &str,
+        end: &str,
+        page: Option<usize>,
+    ) -> Result<Vec<(String, weft_statedb::VersionedValue)>, StateError> {
+        let limit = page.unwrap_or(RANGE_RESULTS_MAX) + 1;
         let results = self
             .state
-            .range(self.namespace, start, end, RANGE_RESULTS_MAX + 1)
+            .range(self.namespace, start, end, limit)
             .map_err(|e| StateError::Storage(e.to_string()))?;
-        if results.len() > RANGE_RESULTS_MAX {
-            return Err(StateError::TooManyResults);
-        }
+        let (in_page, exhausted) = match page {
+            None if results.len() > RANGE_RESULTS_MAX => return Err(StateError::TooManyResults),
+            None => (results.len(), true),
+            Some(size) => (results.len().min(size), results.len() < size),
+        };
+        let end_key = if exhausted {
+            end.to_owned()
+        } else {
+            results[in_page - 1].0.clone()
+        };
         let Some(mut summarizer) = RangeSummarizer::new(MAX_DEGREE_DEFAULT) else {
             return Err(StateError::Storage("bad Merkle degree".to_owned()));
         };
-        for (key, value) in &results {
+        for (key, value) in &results[..in_page] {
             summarizer.add(KvRead {
                 key: key.clone(),
                 version: Some(Version {
@@ -303,15 +431,12 @@ impl<'a> Stub<'a> {
             self.namespace,
             RangeQueryInfo {
                 start_key: start.to_owned(),
-                end_key: end.to_owned(),
-                itr_exhausted: true,
+                end_key,
+                itr_exhausted: exhausted,
                 reads_info: Some(reads_info),
             },
         );
-        Ok(results
-            .into_iter()
-            .map(|(key, value)| (key, value.value))
-            .collect())
+        Ok(results)
     }
 
     /// Sets the transaction's chaincode event (the last one set wins, as in
@@ -334,22 +459,6 @@ impl<'a> Stub<'a> {
             .unwrap_or_default();
         (self.rwset.encode(), events)
     }
-}
-
-/// Fabric's rule for simple keys: not empty, and not starting with the
-/// composite-key marker U+0000.
-fn check_key(key: &str) -> Result<(), StateError> {
-    let reason = if key.is_empty() {
-        "a key must not be empty"
-    } else if key.starts_with('\0') {
-        "a simple key must not start with U+0000"
-    } else {
-        return Ok(());
-    };
-    Err(StateError::InvalidKey {
-        key: key.to_owned(),
-        reason,
-    })
 }
 
 #[cfg(test)]
@@ -493,24 +602,142 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn keys_fabric_refuses_are_refused() {
-        let (_dir, state) = state(0);
+    fn composite_keys_are_stored_and_queried_as_the_shims_ask() {
+        let (_dir, state) = state(2);
+        let mut batch = UpdateBatch::new();
+        for (n, key) in ["\0color~name\0blue\0car\0", "\0color~name\0red\0bike\0"]
+            .iter()
+            .enumerate()
+        {
+            batch.put(
+                "cc",
+                key,
+                Bytes::from_static(b"x"),
+                Height::new(2, n as u64),
+            );
+        }
+        state.apply(&batch, Height::new(2, 2)).unwrap();
         let proposal = proposal();
         let snapshot = state.snapshot();
         let mut stub = Stub::new(&proposal, "cc", snapshot.as_ref());
+        stub.put_state("\0color~name\0green\0bus\0", "x").unwrap();
+        assert_eq!(
+            stub.get_state("\0color~name\0red\0bike\0").unwrap(),
+            Some(Bytes::from_static(b"x"))
+        );
+        // A partial composite key: the range to it followed by U+10FFFF.
+        let blue = stub
+            .get_state_by_range("\0color~name\0blue\0", "\0color~name\0blue\0\u{10ffff}")
+            .unwrap();
+        assert_eq!(blue.len(), 1);
+        assert_eq!(blue[0].0, "\0color~name\0blue\0car\0");
+        // The shims' whole-namespace range of simple keys starts at U+0001:
+        // no composite key.
+        let simple: Vec<String> = stub
+            .get_state_by_range("\u{1}", "")
+            .unwrap()
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect();
+        assert_eq!(simple, ["k000", "k001"]);
+        // Only the empty key is refused, and nothing is recorded for it.
         assert!(matches!(
             stub.put_state("", "v"),
             Err(StateError::InvalidKey { .. })
         ));
+        let kv = kv_of(&stub);
+        assert_eq!(kv.writes.len(), 1);
+        assert_eq!(kv.range_queries_info.len(), 2);
+    }
+
+    #[test]
+    fn range_pages_resume_at_their_bookmark_and_record_where_they_stopped() {
+        let (_dir, state) = state(7);
+        let proposal = proposal();
+        let snapshot = state.snapshot();
+        let mut stub = Stub::new(&proposal, "cc", snapshot.as_ref());
+        let keys = |page: &RangePage| {
+            page.results
+                .iter()
+                .map(|(key, _)| key.clone())
+                .collect::<Vec<_>>()
+        };
+        let mut request = PageRequest {
+            size: 3,
+            bookmark: String::new(),
+        };
+        let first = stub.get_state_by_range_paged("k001", "", &request).unwrap();
+        assert_eq!(keys(&first), ["k001", "k002", "k003"]);
+        assert_eq!(first.bookmark, "k004");
+        request.bookmark = first.bookmark;
+        let second = stub.get_state_by_range_paged("k001", "", &request).unwrap();
+        assert_eq!(keys(&second), ["k004", "k005", "k006"]);
+        // A full page with nothing after it has no bookmark.
+        assert_eq!(second.bookmark, "");
+        request.size = 10;
+        request.bookmark = "k005".to_owned();
+        let last = stub.get_state_by_range_paged("k001", "", &request).unwrap();
+        assert_eq!(
+            (keys(&last), last.bookmark.as_str()),
+            (vec!["k005".to_owned(), "k006".to_owned()], "")
+        );
+
+        let ranges: Vec<(String, String, bool, usize)> = kv_of(&stub)
+            .range_queries_info
+            .into_iter()
+            .map(|range| {
+                let Some(ReadsInfo::RawReads(raw)) = range.reads_info else {
+                    panic!("a short page is kept raw");
+                };
+                (
+                    range.start_key,
+                    range.end_key,
+                    range.itr_exhausted,
+                    raw.kv_reads.len(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            ranges,
+            [
+                ("k001".to_owned(), "k003".to_owned(), false, 3),
+                ("k004".to_owned(), "k006".to_owned(), false, 3),
+                ("k005".to_owned(), String::new(), true, 2),
+            ]
+        );
+    }
+
+    #[test]
+    fn paged_queries_are_for_read_only_transactions() {
+        let (_dir, state) = state(3);
+        let proposal = proposal();
+        let snapshot = state.snapshot();
+        let page = PageRequest {
+            size: 2,
+            bookmark: String::new(),
+        };
+        let mut stub = Stub::new(&proposal, "cc", snapshot.as_ref());
+        stub.get_state_by_range_paged("", "", &page).unwrap();
         assert!(matches!(
-            stub.get_state("\0composite"),
-            Err(StateError::InvalidKey { .. })
+            stub.put_state("k000", "v"),
+            Err(StateError::WriteAfterPagedQuery { .. })
         ));
         assert!(matches!(
-            stub.get_state_by_range("\0a", ""),
-            Err(StateError::InvalidKey { .. })
+            stub.del_state("k000"),
+            Err(StateError::WriteAfterPagedQuery { .. })
         ));
-        assert!(kv_of_empty(&stub));
+
+        let mut stub = Stub::new(&proposal, "cc", snapshot.as_ref());
+        stub.put_state("k000", "v").unwrap();
+        let refused = stub.get_state_by_range_paged("", "", &page).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("supported only in a read-only transaction"),
+            "{refused}"
+        );
+        // Unpaged queries still run.
+        assert_eq!(stub.get_state_by_range("", "").unwrap().len(), 3);
     }
 
     pub(crate) fn kv_of_empty(stub: &Stub<'_>) -> bool {

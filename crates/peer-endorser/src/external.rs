@@ -7,15 +7,21 @@
 //! the stream carries many transactions at once, each keyed by channel and
 //! TxID: the peer sends TRANSACTION, or INIT for a proposal marked
 //! `is_init` (the invocation's `ChaincodeInput` and the signed proposal); the chaincode asks for state (GET_STATE,
-//! PUT_STATE, DEL_STATE, GET_STATE_BY_RANGE then QUERY_STATE_NEXT /
-//! QUERY_STATE_CLOSE), each answered with RESPONSE or ERROR; it ends with
-//! COMPLETED (a `Response`, perhaps a chaincode event) or ERROR.
+//! GET_STATE_MULTIPLE, PUT_STATE, DEL_STATE, WRITE_BATCH_STATE,
+//! GET_STATE_BY_RANGE then QUERY_STATE_NEXT / QUERY_STATE_CLOSE), each
+//! answered with RESPONSE or ERROR; it ends with COMPLETED (a `Response`,
+//! perhaps a chaincode event) or ERROR. READY tells the chaincode, as
+//! Fabric 3's peer does, that it may batch writes and multi-key reads
+//! (Fabric 2.5's shims ignore it and send one request per key).
 //!
 //! **Where the answers come from.** Every state request is served by the
 //! proposal's [`Stub`], so reads come from the same snapshot and the
 //! read/write set is recorded exactly as for a native chaincode. A range
 //! query is read whole when asked (and recorded as exhausted) and handed
-//! to the chaincode a page at a time.
+//! to the chaincode [`QUERY_PAGE_RESULTS`] at a time. A range query that
+//! asks for a page (`QueryMetadata`) is answered in one RESPONSE with the
+//! page's results and `QueryResponseMetadata` (the count and the next
+//! page's bookmark), as Fabric answers it.
 //!
 //! **Threads.** [`Chaincode::invoke`] runs on the async runtime's
 //! blocking pool ([`Chaincode::runs_remotely`]): it sends TRANSACTION and
@@ -27,7 +33,7 @@
 //! mid-transaction, or one that takes longer than the execute timeout
 //! gives an error response, never a panic; the next proposal dials again.
 //! What weft does not serve (history, rich queries, private data, key
-//! metadata, chaincode-to-chaincode calls, paged range queries) is
+//! metadata, chaincode-to-chaincode calls) is
 //! answered with an ERROR naming it, which the shim raises in the
 //! chaincode.
 
@@ -45,17 +51,24 @@ use tokio::sync::mpsc as async_mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use weft_protos::protos::chaincode_client::ChaincodeClient;
 use weft_protos::protos::chaincode_message::Type as MessageType;
+use weft_protos::protos::write_record::Type as WriteType;
 use weft_protos::protos::{
-    ChaincodeId, ChaincodeInput, ChaincodeMessage, DelState, GetState, GetStateByRange, PutState,
-    QueryResponse, QueryResultBytes, QueryStateClose, QueryStateNext, Response, SignedProposal,
+    ChaincodeAdditionalParams, ChaincodeId, ChaincodeInput, ChaincodeMessage, DelState, GetState,
+    GetStateByRange, GetStateMultiple, GetStateMultipleResult, PutState, QueryMetadata,
+    QueryResponse, QueryResponseMetadata, QueryResultBytes, QueryStateClose, QueryStateNext,
+    Response, SignedProposal, WriteBatchState,
 };
 use weft_protos::queryresult::Kv;
 
-use crate::chaincode::{Chaincode, Stub, error};
+use crate::chaincode::{Chaincode, PageRequest, Stub, error};
 
 /// Results handed to the chaincode per RESPONSE to a range query (Fabric's
 /// `internalQueryLimit`).
 pub const QUERY_PAGE_RESULTS: usize = 1000;
+/// The most writes one WRITE_BATCH_STATE may carry, and keys one
+/// GET_STATE_MULTIPLE may ask for, as READY tells the chaincode (Fabric
+/// 3's defaults).
+const BATCH_MAX: u32 = 1000;
 /// The largest message exchanged with a chaincode (Fabric's default).
 const MESSAGE_BYTES_MAX: usize = 100 * 1024 * 1024;
 
@@ -319,12 +332,22 @@ impl Connection {
             .map(|id| id.name)
             .unwrap_or_default();
         tracing::info!(chaincode = %config.name, address = %config.address, %package_id, "external chaincode registered");
-        for handshake in [MessageType::Registered, MessageType::Ready] {
-            let _ = outgoing.send(ChaincodeMessage {
-                r#type: handshake as i32,
-                ..ChaincodeMessage::default()
-            });
-        }
+        let _ = outgoing.send(ChaincodeMessage {
+            r#type: MessageType::Registered as i32,
+            ..ChaincodeMessage::default()
+        });
+        let _ = outgoing.send(ChaincodeMessage {
+            r#type: MessageType::Ready as i32,
+            payload: ChaincodeAdditionalParams {
+                use_write_batch: true,
+                max_size_write_batch: BATCH_MAX,
+                use_get_multiple_keys: true,
+                max_size_get_multiple_keys: BATCH_MAX,
+            }
+            .encode_to_vec()
+            .into(),
+            ..ChaincodeMessage::default()
+        });
         let connection = Arc::new(Self {
             outgoing,
             executing: Mutex::new(HashMap::new()),
@@ -462,11 +485,43 @@ impl Session {
                 stub.del_state(&request.key).map_err(|e| e.to_string())?;
                 Ok(Bytes::new())
             }
+            MessageType::GetStateMultiple => {
+                let request = GetStateMultiple::decode(payload).map_err(malformed)?;
+                public_only(&request.collection)?;
+                if request.keys.len() > BATCH_MAX as usize {
+                    return Err(format!(
+                        "GET_STATE_MULTIPLE asks for {} keys; at most {BATCH_MAX}",
+                        request.keys.len()
+                    ));
+                }
+                let values = stub.get_states(&request.keys).map_err(|e| e.to_string())?;
+                Ok(GetStateMultipleResult {
+                    values: values.into_iter().map(Option::unwrap_or_default).collect(),
+                }
+                .encode_to_vec()
+                .into())
+            }
+            MessageType::WriteBatchState => {
+                let batch = WriteBatchState::decode(payload).map_err(malformed)?;
+                for record in batch.rec {
+                    public_only(&record.collection)?;
+                    match WriteType::try_from(record.r#type) {
+                        Ok(WriteType::PutState) => stub.put_state(&record.key, record.value),
+                        Ok(WriteType::DelState) => stub.del_state(&record.key),
+                        Ok(WriteType::PutStateMetadata) => {
+                            return Err(KEY_METADATA_UNSUPPORTED.to_owned());
+                        }
+                        _ => return Err(format!("unknown write type {}", record.r#type)),
+                    }
+                    .map_err(|e| e.to_string())?;
+                }
+                Ok(Bytes::new())
+            }
             MessageType::GetStateByRange => {
                 let request = GetStateByRange::decode(payload).map_err(malformed)?;
                 public_only(&request.collection)?;
-                if !request.metadata.is_empty() {
-                    return Err("paged range queries are not supported by weft".to_owned());
+                if let Some(page) = page_request(&request.metadata).map_err(malformed)? {
+                    return self.paged(stub, &request, &page);
                 }
                 let results = stub
                     .get_state_by_range(&request.start_key, &request.end_key)
@@ -503,7 +558,7 @@ impl Session {
                 Err("chaincode-to-chaincode invocation is not supported by weft".to_owned())
             }
             MessageType::GetStateMetadata | MessageType::PutStateMetadata => {
-                Err("key-level endorsement metadata is not supported by weft".to_owned())
+                Err(KEY_METADATA_UNSUPPORTED.to_owned())
             }
             MessageType::GetPrivateDataHash | MessageType::PurgePrivateData => {
                 Err("private data is not supported by weft".to_owned())
@@ -515,24 +570,40 @@ impl Session {
         }
     }
 
+    /// The answer to a range query that asks for one `page`: its results
+    /// and Fabric's `QueryResponseMetadata`, in one RESPONSE; the query
+    /// is closed with it.
+    fn paged(
+        &mut self,
+        stub: &mut Stub<'_>,
+        request: &GetStateByRange,
+        page: &PageRequest,
+    ) -> Result<Bytes, String> {
+        let found = stub
+            .get_state_by_range_paged(&request.start_key, &request.end_key, page)
+            .map_err(|e| e.to_string())?;
+        self.next_query_id += 1;
+        let metadata = QueryResponseMetadata {
+            fetched_records_count: i32::try_from(found.results.len()).unwrap_or(i32::MAX),
+            bookmark: found.bookmark,
+        };
+        Ok(QueryResponse {
+            results: records(stub.namespace(), found.results),
+            has_more: false,
+            id: self.next_query_id.to_string(),
+            metadata: metadata.encode_to_vec().into(),
+        }
+        .encode_to_vec()
+        .into())
+    }
+
     /// The next page of query `id`, closed once it is drained.
     fn page(&mut self, stub: &Stub<'_>, id: String) -> Bytes {
         let Some(remaining) = self.queries.get_mut(&id) else {
             return Bytes::new();
         };
         let take = remaining.len().min(QUERY_PAGE_RESULTS);
-        let results = remaining
-            .drain(..take)
-            .map(|(key, value)| QueryResultBytes {
-                result_bytes: Kv {
-                    namespace: stub.namespace().to_owned(),
-                    key,
-                    value,
-                }
-                .encode_to_vec()
-                .into(),
-            })
-            .collect();
+        let results = records(stub.namespace(), remaining.drain(..take));
         let has_more = !remaining.is_empty();
         if !has_more {
             self.queries.remove(&id);
@@ -546,6 +617,45 @@ impl Session {
         .encode_to_vec()
         .into()
     }
+}
+
+/// The answer to a request for key metadata (key-level endorsement).
+const KEY_METADATA_UNSUPPORTED: &str = "key-level endorsement metadata is not supported by weft";
+
+/// The page a range query's `QueryMetadata` asks for; `None` when it asks
+/// for none (no metadata, or page size 0 and no bookmark, as Fabric's
+/// peer reads it). A page size below 1 means no limit.
+fn page_request(metadata: &[u8]) -> Result<Option<PageRequest>, prost::DecodeError> {
+    if metadata.is_empty() {
+        return Ok(None);
+    }
+    let metadata = QueryMetadata::decode(metadata)?;
+    if metadata.page_size == 0 && metadata.bookmark.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(PageRequest {
+        size: u32::try_from(metadata.page_size).unwrap_or(0),
+        bookmark: metadata.bookmark,
+    }))
+}
+
+/// Query results as the shims read them: `queryresult.KV`s of `namespace`.
+fn records(
+    namespace: &str,
+    results: impl IntoIterator<Item = (String, Bytes)>,
+) -> Vec<QueryResultBytes> {
+    results
+        .into_iter()
+        .map(|(key, value)| QueryResultBytes {
+            result_bytes: Kv {
+                namespace: namespace.to_owned(),
+                key,
+                value,
+            }
+            .encode_to_vec()
+            .into(),
+        })
+        .collect()
 }
 
 /// Private data collections are not served.
@@ -717,6 +827,119 @@ mod tests {
         assert_eq!(answer(&mut session, &mut stub, &next).0, MessageType::Error);
         // Both range queries were recorded for the committer's phantom check.
         assert_eq!(kv_of(&stub).range_queries_info.len(), 2);
+    }
+
+    #[test]
+    fn a_paged_range_query_is_answered_in_one_response_with_its_bookmark() {
+        let (_dir, state) = state(5);
+        let proposal = proposal();
+        let snapshot = state.snapshot();
+        let mut stub = Stub::new(&proposal, "cc", snapshot.as_ref());
+        let mut session = Session::default();
+        let paged = |bookmark: &str| {
+            request(
+                MessageType::GetStateByRange,
+                GetStateByRange {
+                    start_key: "k001".to_owned(),
+                    end_key: String::new(),
+                    metadata: QueryMetadata {
+                        page_size: 2,
+                        bookmark: bookmark.to_owned(),
+                    }
+                    .encode_to_vec()
+                    .into(),
+                    ..GetStateByRange::default()
+                },
+            )
+        };
+        let mut bookmark = String::new();
+        let mut pages = Vec::new();
+        loop {
+            let (kind, payload) = answer(&mut session, &mut stub, &paged(&bookmark));
+            assert_eq!(kind, MessageType::Response);
+            let response = QueryResponse::decode(payload).unwrap();
+            assert!(!response.has_more);
+            let metadata = QueryResponseMetadata::decode(response.metadata).unwrap();
+            let keys: Vec<String> = response
+                .results
+                .iter()
+                .map(|result| Kv::decode(result.result_bytes.clone()).unwrap().key)
+                .collect();
+            assert_eq!(metadata.fetched_records_count as usize, keys.len());
+            pages.push(keys);
+            if metadata.bookmark.is_empty() {
+                break;
+            }
+            bookmark = metadata.bookmark;
+        }
+        assert_eq!(pages, [vec!["k001", "k002"], vec!["k003", "k004"]]);
+        // Paged queries make the transaction read-only.
+        let put = request(
+            MessageType::PutState,
+            PutState {
+                key: "k000".to_owned(),
+                value: Bytes::from_static(b"v"),
+                collection: String::new(),
+            },
+        );
+        let (kind, message) = answer(&mut session, &mut stub, &put);
+        assert_eq!(kind, MessageType::Error);
+        assert!(
+            String::from_utf8_lossy(&message).contains("Writes are not allowed"),
+            "{message:?}"
+        );
+    }
+
+    #[test]
+    fn multi_key_reads_and_write_batches_are_served_key_by_key() {
+        let (_dir, state) = state(3);
+        let proposal = proposal();
+        let snapshot = state.snapshot();
+        let mut stub = Stub::new(&proposal, "cc", snapshot.as_ref());
+        let mut session = Session::default();
+        let multiple = request(
+            MessageType::GetStateMultiple,
+            GetStateMultiple {
+                keys: vec!["k002".to_owned(), "absent".to_owned(), "k000".to_owned()],
+                collection: String::new(),
+            },
+        );
+        let (kind, payload) = answer(&mut session, &mut stub, &multiple);
+        assert_eq!(kind, MessageType::Response);
+        let values = GetStateMultipleResult::decode(payload).unwrap().values;
+        assert_eq!(values, [&b"v2"[..], b"", b"v0"]);
+        let write = |kind: WriteType, key: &str| weft_protos::protos::WriteRecord {
+            key: key.to_owned(),
+            value: Bytes::from_static(b"batched"),
+            r#type: kind as i32,
+            ..weft_protos::protos::WriteRecord::default()
+        };
+        let batch = request(
+            MessageType::WriteBatchState,
+            WriteBatchState {
+                rec: vec![
+                    write(WriteType::PutState, "k001"),
+                    write(WriteType::DelState, "k002"),
+                    write(WriteType::PutState, "new"),
+                ],
+            },
+        );
+        assert_eq!(
+            answer(&mut session, &mut stub, &batch).0,
+            MessageType::Response
+        );
+        let kv = kv_of(&stub);
+        assert_eq!(
+            kv.reads.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(),
+            ["absent", "k000", "k002"]
+        );
+        assert_eq!(
+            kv.writes
+                .iter()
+                .map(|w| (w.key.as_str(), w.is_delete))
+                .collect::<Vec<_>>(),
+            [("k001", false), ("k002", true), ("new", false)]
+        );
     }
 
     #[test]

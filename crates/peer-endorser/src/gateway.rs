@@ -16,7 +16,12 @@
 //!
 //! Requests that name an identity (commit status, events) must be signed by
 //! it and satisfy the channel's `/Channel/Application/Readers`, as Fabric's
-//! Gateway ACLs require. Errors are gRPC statuses with a message.
+//! Gateway ACLs require. Errors are gRPC statuses with a message. Failures
+//! of endorsers and orderers also come as Fabric sends them: the status
+//! code Fabric's Gateway answers, and one `gateway.ErrorDetail` (address,
+//! MSP ID, message) per endpoint that failed, in the status details, which
+//! Fabric's client libraries hand to applications as `err.details`. The
+//! message names the reasons too, for clients that only print it.
 //!
 //! Endorsement plans come from configuration, not yet from the chaincode's
 //! policy: the default `MAJORITY Endorsement` of a two-organisation channel
@@ -33,13 +38,13 @@ use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, ClientTlsConfig};
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 use weft_ledger::BlockStore;
 use weft_protos::common::{BlockMetadataIndex, Envelope};
 use weft_protos::gateway::gateway_server::Gateway;
 use weft_protos::gateway::{
     ChaincodeEventsRequest, ChaincodeEventsResponse, CommitStatusRequest, CommitStatusResponse,
-    EndorseRequest, EndorseResponse, EvaluateRequest, EvaluateResponse,
+    EndorseRequest, EndorseResponse, ErrorDetail, EvaluateRequest, EvaluateResponse,
     SignedChaincodeEventsRequest, SignedCommitStatusRequest, SubmitRequest, SubmitResponse,
 };
 use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
@@ -62,6 +67,8 @@ const EVENTS_BUFFERED_MAX: usize = 16;
 pub struct GatewayConfig {
     /// This peer's organisation.
     pub local_msp_id: String,
+    /// This peer's address, as error details name it.
+    pub local_address: String,
     /// Peers of other organisations that endorse for this one: (MSP ID,
     /// `host:port`).
     pub peers: Vec<(String, String)>,
@@ -172,18 +179,70 @@ impl GatewayService {
     }
 }
 
-/// The failure of an endorsement, as the client will read it.
-fn endorsement_failure(msp_id: &str, response: &ProposalResponse) -> Option<String> {
-    let answer = response.response.as_ref();
-    let status = answer.map_or(0, |answer| answer.status);
-    (status != 200 || response.endorsement.is_none()).then(|| {
-        format!(
-            "{msp_id}: chaincode response {status}, {}",
-            answer
-                .map(|answer| answer.message.as_str())
-                .unwrap_or_default()
+/// Why a proposal response is not an endorsement, and the status code
+/// Fabric's Gateway gives it: a 500 without payload was refused by the
+/// peer (ABORTED: another peer might do better), any other error status
+/// came from the chaincode (UNKNOWN).
+fn endorsement_failure(response: &ProposalResponse) -> Option<(Code, String)> {
+    let answer = response.response.clone().unwrap_or_default();
+    if answer.status == 500 && response.payload.is_empty() {
+        return Some((Code::Aborted, answer.message));
+    }
+    if !(200..400).contains(&answer.status) {
+        let reason = format!("chaincode response {}, {}", answer.status, answer.message);
+        return Some((Code::Unknown, reason));
+    }
+    response.endorsement.is_none().then(|| {
+        (
+            Code::Aborted,
+            "the response carries no endorsement".to_owned(),
         )
     })
+}
+
+/// One endpoint's failure, as Fabric's Gateway reports it.
+fn detail(address: &str, msp_id: &str, message: impl Into<String>) -> ErrorDetail {
+    ErrorDetail {
+        address: address.to_owned(),
+        msp_id: msp_id.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// A gRPC error of `code` whose message is `summary` followed by every
+/// detail's reason, with the `details` attached as Fabric's Gateway
+/// attaches them (a `google.rpc.Status` of `gateway.ErrorDetail`s).
+fn failed(code: Code, summary: &str, details: &[ErrorDetail]) -> Status {
+    let reasons: Vec<String> = details
+        .iter()
+        .map(
+            |detail| match (detail.msp_id.is_empty(), detail.address.is_empty()) {
+                (false, false) => format!(
+                    "{} at {}: {}",
+                    detail.msp_id, detail.address, detail.message
+                ),
+                (false, true) => format!("{}: {}", detail.msp_id, detail.message),
+                (true, _) => format!("{}: {}", detail.address, detail.message),
+            },
+        )
+        .collect();
+    let message = if reasons.is_empty() {
+        summary.to_owned()
+    } else {
+        format!("{summary}: {}", reasons.join("; "))
+    };
+    let status = weft_protos::rpc::Status {
+        code: code as i32,
+        message: message.clone(),
+        details: details
+            .iter()
+            .map(|detail| prost_types::Any {
+                type_url: "type.googleapis.com/gateway.ErrorDetail".to_owned(),
+                value: detail.encode_to_vec(),
+            })
+            .collect(),
+    };
+    Status::with_details(code, message, status.encode_to_vec().into())
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<ChaincodeEventsResponse, Status>> + Send>>;
@@ -209,41 +268,41 @@ impl Gateway for GatewayService {
         let mut responses = Vec::new();
         let mut failures = Vec::new();
         for msp_id in organisations {
-            let response = if msp_id == self.config.local_msp_id {
-                self.endorser.answer(signed.clone()).await
+            let (address, response) = if msp_id == self.config.local_msp_id {
+                let response = self.endorser.answer(signed.clone()).await;
+                (self.config.local_address.as_str(), response)
             } else {
                 let Some((_, address)) = self.config.peers.iter().find(|(id, _)| *id == msp_id)
                 else {
-                    failures.push(format!("{msp_id}: no peer of this organisation is known"));
+                    failures.push(detail("", &msp_id, "no peer of this organisation is known"));
                     continue;
                 };
-                match self.link(address) {
-                    Ok(channel) => match EndorserClient::new(channel)
+                let answered = match self.link(address) {
+                    Ok(channel) => EndorserClient::new(channel)
                         .process_proposal(signed.clone())
                         .await
-                    {
-                        Ok(response) => response.into_inner(),
-                        Err(status) => {
-                            failures.push(format!("{msp_id} at {address}: {}", status.message()));
-                            continue;
-                        }
-                    },
+                        .map(Response::into_inner),
+                    Err(status) => Err(status),
+                };
+                match answered {
+                    Ok(response) => (address.as_str(), response),
                     Err(status) => {
-                        failures.push(status.message().to_owned());
+                        failures.push(detail(address, &msp_id, status.message()));
                         continue;
                     }
                 }
             };
-            match endorsement_failure(&msp_id, &response) {
-                Some(failure) => failures.push(failure),
+            match endorsement_failure(&response) {
+                Some((_, reason)) => failures.push(detail(address, &msp_id, reason)),
                 None => responses.push(response),
             }
         }
         if !failures.is_empty() || responses.is_empty() {
-            return Err(Status::aborted(format!(
-                "failed to collect enough transaction endorsements: {}",
-                failures.join("; ")
-            )));
+            return Err(failed(
+                Code::Aborted,
+                "failed to collect enough transaction endorsements, see attached details for more info",
+                &failures,
+            ));
         }
         let payload = proposal
             .proposal
@@ -275,7 +334,7 @@ impl Gateway for GatewayService {
             let channel = match self.link(orderer) {
                 Ok(channel) => channel,
                 Err(status) => {
-                    failures.push(status.message().to_owned());
+                    failures.push(detail(orderer, "", status.message()));
                     continue;
                 }
             };
@@ -295,19 +354,24 @@ impl Gateway for GatewayService {
                 Ok(Some(answer)) => {
                     // The orderer refused the transaction itself: another
                     // orderer would refuse it too.
+                    let status = weft_protos::common::Status::try_from(answer.status).map_or_else(
+                        |_| answer.status.to_string(),
+                        |s| s.as_str_name().to_owned(),
+                    );
                     return Err(Status::aborted(format!(
-                        "the orderer at {orderer} refused the transaction: status {}, {}",
-                        answer.status, answer.info
+                        "received unsuccessful response from orderer {orderer}: status={status}, info={}",
+                        answer.info
                     )));
                 }
-                Ok(None) => failures.push(format!("{orderer}: no answer")),
-                Err(status) => failures.push(format!("{orderer}: {}", status.message())),
+                Ok(None) => failures.push(detail(orderer, "", "no answer")),
+                Err(status) => failures.push(detail(orderer, "", status.message())),
             }
         }
-        Err(Status::unavailable(format!(
-            "no orderer took the transaction: {}",
-            failures.join("; ")
-        )))
+        Err(failed(
+            Code::Unavailable,
+            "no orderers could successfully process transaction",
+            &failures,
+        ))
     }
 
     async fn commit_status(
@@ -359,15 +423,28 @@ impl Gateway for GatewayService {
             .proposed_transaction
             .ok_or_else(|| Status::invalid_argument("a proposed transaction is required"))?;
         let response = self.endorser.answer(signed).await;
-        let result = response.response.unwrap_or_default();
-        if result.status >= 400 {
-            return Err(Status::aborted(format!(
-                "evaluate call to endorser returned error: chaincode response {}, {}",
-                result.status, result.message
-            )));
+        let failure = endorsement_failure(&response).filter(|_| {
+            // Evaluation needs a result, not an endorsement.
+            let status = response.response.as_ref().map_or(0, |answer| answer.status);
+            !(200..400).contains(&status)
+        });
+        if let Some((code, reason)) = failure {
+            // Fabric's Gateway tries the next peer of the organisation
+            // after a refusal (ABORTED); this one is the only one it has.
+            let summary = if code == Code::Aborted {
+                "failed to evaluate transaction, see attached details for more info"
+            } else {
+                "evaluate call to endorser returned error"
+            };
+            let address = &self.config.local_address;
+            return Err(failed(
+                code,
+                summary,
+                &[detail(address, &self.config.local_msp_id, reason)],
+            ));
         }
         Ok(Response::new(EvaluateResponse {
-            result: Some(result),
+            result: response.response,
         }))
     }
 

@@ -103,6 +103,11 @@ fabric_package!(
     "gateway.rs"
 );
 fabric_package!(
+    /// `google.rpc`: the status gRPC error details travel in.
+    rpc,
+    "google.rpc.rs"
+);
+fabric_package!(
     /// `rwset`: transaction read/write sets by namespace.
     rwset,
     "rwset.rs"

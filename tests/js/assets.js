@@ -1,0 +1,80 @@
+// Drives the `assets` contract (tests/js/assets, written with Fabric's
+// contract API) through Fabric's own Gateway client, as an application
+// would: assets indexed under composite keys, queried by partial
+// composite key and by range, whole and a page at a time.
+//
+//   node assets.js <peer host:port> <mspId> <cert.pem> <key.pem> <channel>
+//
+// Prints one JSON object with what the client saw; exits non-zero on an
+// unexpected error. tests/peer.rs runs it against weft's peers.
+'use strict';
+
+const crypto = require('node:crypto');
+const fs = require('node:fs');
+const grpc = require('@grpc/grpc-js');
+const { connect, signers } = require('@hyperledger/fabric-gateway');
+
+async function main() {
+    const [address, mspId, certPath, keyPath, channelName] = process.argv.slice(2);
+    const client = new grpc.Client(address, grpc.credentials.createInsecure());
+    const gateway = connect({
+        client,
+        identity: { mspId, credentials: fs.readFileSync(certPath) },
+        signer: signers.newPrivateKeySigner(crypto.createPrivateKey(fs.readFileSync(keyPath))),
+        evaluateOptions: () => ({ deadline: Date.now() + 10000 }),
+        endorseOptions: () => ({ deadline: Date.now() + 20000 }),
+        submitOptions: () => ({ deadline: Date.now() + 10000 }),
+        commitStatusOptions: () => ({ deadline: Date.now() + 60000 }),
+    });
+    const text = (bytes) => Buffer.from(bytes).toString();
+    const seen = {};
+    try {
+        const contract = gateway.getNetwork(channelName).getContract('assets');
+        const evaluate = async (name, ...args) => JSON.parse(text(await contract.evaluateTransaction(name, ...args)));
+        for (const [id, color] of [['a1', 'blue'], ['a2', 'red'], ['a3', 'blue'], ['a4', 'green'], ['a5', 'blue']]) {
+            await contract.submitTransaction('createAsset', id, color, '10', 'alice');
+        }
+        seen.read = JSON.parse(text(await contract.evaluateTransaction('readAsset', 'a2')));
+        seen.blue = await evaluate('assetsByColor', 'blue');
+        seen.index = await evaluate('indexEntries');
+        seen.simpleKeys = await evaluate('keysInRange', '', '');
+        seen.bluePages = [];
+        let bookmark = '';
+        do {
+            const page = await evaluate('assetsByColorPaged', 'blue', '2', bookmark);
+            seen.bluePages.push(page);
+            bookmark = page.bookmark;
+        } while (bookmark !== '' && seen.bluePages.length < 10);
+        seen.rangePages = [];
+        bookmark = '';
+        do {
+            const page = await evaluate('keysInRangePaged', 'a2', '', '2', bookmark);
+            seen.rangePages.push(page);
+            bookmark = page.bookmark;
+        } while (bookmark !== '' && seen.rangePages.length < 10);
+
+        await contract.submitTransaction('deleteAsset', 'a3');
+        seen.blueAfterDelete = await evaluate('assetsByColor', 'blue');
+
+        try {
+            await contract.submitTransaction('resizeAfterPage', 'a1', '20');
+            seen.writeAfterPage = 'submitted';
+        } catch (err) {
+            seen.writeAfterPage = {
+                code: err.code,
+                message: err.message,
+                details: (err.details || []).map(({ address, mspId, message }) => ({ address, mspId, message })),
+            };
+        }
+        seen.a1 = JSON.parse(text(await contract.evaluateTransaction('readAsset', 'a1')));
+    } finally {
+        gateway.close();
+        client.close();
+    }
+    console.log(JSON.stringify(seen));
+}
+
+main().catch((err) => {
+    console.error(err);
+    process.exit(1);
+});

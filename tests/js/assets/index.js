@@ -1,0 +1,105 @@
+// A contract written with Fabric's contract API (fabric-contract-api),
+// the way Fabric's own samples index assets: each asset is a JSON value
+// under its ID, plus an index entry under the composite key
+// color~name(color, id). Served as chaincode-as-a-service by Fabric's
+// own runner:
+//
+//   node node_modules/fabric-shim/cli.js server \
+//       --chaincode-address <host:port> --chaincode-id <package id> \
+//       --module-path assets
+//
+// tests/js/assets.js drives it through Fabric's Gateway client.
+
+'use strict';
+
+const { Contract } = require('fabric-contract-api');
+
+const COLOR_INDEX = 'color~name';
+
+class Assets extends Contract {
+    async createAsset(ctx, id, color, size, owner) {
+        const existing = await ctx.stub.getState(id);
+        if (existing && existing.length > 0) {
+            throw new Error(`asset ${id} already exists`);
+        }
+        const asset = { id, color, size: Number(size), owner };
+        await ctx.stub.putState(id, Buffer.from(JSON.stringify(asset)));
+        await ctx.stub.putState(ctx.stub.createCompositeKey(COLOR_INDEX, [color, id]), Buffer.from([0]));
+        return JSON.stringify(asset);
+    }
+
+    async readAsset(ctx, id) {
+        const value = await ctx.stub.getState(id);
+        if (!value || value.length === 0) {
+            throw new Error(`asset ${id} does not exist`);
+        }
+        return value.toString();
+    }
+
+    async deleteAsset(ctx, id) {
+        const asset = JSON.parse(await this.readAsset(ctx, id));
+        await ctx.stub.deleteState(id);
+        await ctx.stub.deleteState(ctx.stub.createCompositeKey(COLOR_INDEX, [asset.color, id]));
+    }
+
+    // The IDs of the assets of one color, through the index.
+    async assetsByColor(ctx, color) {
+        const ids = [];
+        for await (const { key } of ctx.stub.getStateByPartialCompositeKey(COLOR_INDEX, [color])) {
+            ids.push(ctx.stub.splitCompositeKey(key).attributes[1]);
+        }
+        return JSON.stringify(ids);
+    }
+
+    // One page of them.
+    async assetsByColorPaged(ctx, color, pageSize, bookmark) {
+        const { iterator, metadata } = await ctx.stub.getStateByPartialCompositeKeyWithPagination(
+            COLOR_INDEX, [color], Number(pageSize), bookmark);
+        const ids = [];
+        for (let next = await iterator.next(); !next.done; next = await iterator.next()) {
+            ids.push(ctx.stub.splitCompositeKey(next.value.key).attributes[1]);
+        }
+        await iterator.close();
+        return JSON.stringify({ ids, fetched: metadata.fetchedRecordsCount, bookmark: metadata.bookmark });
+    }
+
+    // Every index entry, split back into its parts.
+    async indexEntries(ctx) {
+        const entries = [];
+        for await (const { key } of ctx.stub.getStateByPartialCompositeKey(COLOR_INDEX, [])) {
+            entries.push(ctx.stub.splitCompositeKey(key));
+        }
+        return JSON.stringify(entries);
+    }
+
+    // The keys of a simple-key range: never an index entry.
+    async keysInRange(ctx, start, end) {
+        const keys = [];
+        for await (const { key } of ctx.stub.getStateByRange(start, end)) {
+            keys.push(key);
+        }
+        return JSON.stringify(keys);
+    }
+
+    async keysInRangePaged(ctx, start, end, pageSize, bookmark) {
+        const { iterator, metadata } = await ctx.stub.getStateByRangeWithPagination(
+            start, end, Number(pageSize), bookmark);
+        const keys = [];
+        for (let next = await iterator.next(); !next.done; next = await iterator.next()) {
+            keys.push(next.value.key);
+        }
+        await iterator.close();
+        return JSON.stringify({ keys, fetched: metadata.fetchedRecordsCount, bookmark: metadata.bookmark });
+    }
+
+    // Pages are for read-only transactions: the write after one fails.
+    async resizeAfterPage(ctx, id, size) {
+        const { iterator } = await ctx.stub.getStateByRangeWithPagination('', '', 1, '');
+        await iterator.close();
+        const asset = JSON.parse(await this.readAsset(ctx, id));
+        asset.size = Number(size);
+        await ctx.stub.putState(id, Buffer.from(JSON.stringify(asset)));
+    }
+}
+
+module.exports.contracts = [Assets];
