@@ -375,7 +375,9 @@ fn open_channel(config: &PeerConfig, genesis_path: &Path) -> Result<ChannelCommi
         .join(&channel_id);
     let ledger = Arc::new(
         BlockStore::open(
-            &StoreConfig::new(dir.join("blocks")).with_durability(config.ledger.durability()),
+            &StoreConfig::new(dir.join("blocks"))
+                .with_durability(config.ledger.durability())
+                .with_history(config.ledger.history.enable_history_database),
         )
         .with_context(|| format!("opening the block store of {channel_id}"))?,
     );

@@ -369,6 +369,7 @@ async fn a_chaincode_written_with_fabric_shim_serves_proposals_as_a_service() {
     let peers = [org1.grpc, org2.grpc];
 
     let mut height = 0;
+    let mut tx_ids = Vec::new();
     for args in [
         &["notes", "put", "n1", "first"][..],
         &["notes", "put", "n2", "second"],
@@ -403,6 +404,7 @@ async fn a_chaincode_written_with_fabric_shim_serves_proposals_as_a_service() {
             height,
         )
         .await;
+        tx_ids.push(proposal.tx_id.clone());
     }
 
     let evaluate = |args: &[&str]| {
@@ -442,15 +444,23 @@ async fn a_chaincode_written_with_fabric_shim_serves_proposals_as_a_service() {
         payload,
         r#"[{"key":"n2","value":"second"},{"key":"n3","value":"third"}]"#
     );
+    // The deleted note's history: the delete, then the put, by TxID.
+    let (status, payload, _, _) = answer(evaluate(&["notes", "history", "n1"]).await);
+    assert_eq!(status, 200);
+    let history: serde_json::Value = serde_json::from_str(&payload).unwrap();
+    assert_eq!(
+        history,
+        serde_json::json!([
+            {"txId": tx_ids[4], "isDelete": true},
+            {"txId": tx_ids[0], "isDelete": false},
+        ])
+    );
     // The deleted note, a chaincode error and an unsupported request are
     // error responses with the chaincode's message, not endorsed.
     for (args, message) in [
         (&["notes", "get", "n1"][..], "note n1 not found"),
         (&["notes", "fail", "on purpose"], "on purpose"),
-        (
-            &["notes", "history", "n2"],
-            "history queries are not supported",
-        ),
+        (&["notes", "rich", "{}"], "rich queries need CouchDB"),
     ] {
         let (status, _, got, endorsed) = answer(evaluate(args).await);
         assert_eq!((status, endorsed), (500, false), "{args:?}: {got}");
@@ -476,13 +486,15 @@ async fn a_chaincode_written_with_fabric_shim_serves_proposals_as_a_service() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_contract_written_with_fabric_contract_api_indexes_and_pages_through_the_gateway() {
+async fn a_contract_written_with_fabric_contract_api_indexes_pages_and_reads_history_through_the_gateway()
+ {
     // Goal: a Fabric contract (fabric-contract-api, run by Fabric's own
     // `fabric-chaincode-node server`) that indexes its assets under
     // composite keys works unchanged through Fabric's Gateway client:
     // partial-composite-key queries, split keys, simple-key ranges that
     // never see the index, pages with bookmarks as Fabric answers them,
-    // and Fabric's refusal of a write after a paged query.
+    // a key's history newest first, and Fabric's refusal of a write
+    // after a paged query.
     let dir = tempfile::tempdir().unwrap();
     let mut network = Network::create(dir.path());
     let chaincode = ShimChaincode::contract(&network.dir, "assets");
@@ -577,6 +589,47 @@ async fn a_contract_written_with_fabric_contract_api_indexes_and_pages_through_t
         "{seen}"
     );
     assert_eq!(seen["blueAfterDelete"], json(r#"["a1","a5"]"#), "{seen}");
+    // Every committed write of a key, newest first, with its TxID; a
+    // delete is marked and carries no value.
+    let history = |id: &str| -> Vec<(String, bool, serde_json::Value)> {
+        seen[format!("{id}History")]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|entry| {
+                assert!(entry["seconds"].as_i64().unwrap() > 0, "{entry}");
+                (
+                    entry["txId"].as_str().unwrap().to_owned(),
+                    entry["isDelete"].as_bool().unwrap(),
+                    entry["value"]["size"].clone(),
+                )
+            })
+            .collect()
+    };
+    let resizes: Vec<String> = seen["resizes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|resize| {
+            assert_eq!(resize["valid"], true, "{resize}");
+            resize["txId"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let a1 = history("a1");
+    assert_eq!(a1.len(), 3, "{a1:?}");
+    assert_eq!(
+        a1[..2],
+        [
+            (resizes[1].clone(), false, json("30")),
+            (resizes[0].clone(), false, json("20"))
+        ]
+    );
+    assert_eq!((a1[2].1, &a1[2].2), (false, &json("10")));
+    let a3 = history("a3");
+    assert_eq!(a3.len(), 2, "{a3:?}");
+    assert_eq!(a3[0].0, seen["a3Deleted"].as_str().unwrap());
+    assert_eq!((a3[0].1, &a3[0].2), (true, &serde_json::Value::Null));
+    assert_eq!((a3[1].1, &a3[1].2), (false, &json("10")));
     // A write after a paged query is refused at endorsement with
     // Fabric's reason: ABORTED, and one ErrorDetail per organisation's
     // peer, which the client reads from `err.details`. The asset is
@@ -592,7 +645,7 @@ async fn a_contract_written_with_fabric_contract_api_indexes_and_pages_through_t
     }
     organisations.sort();
     assert_eq!(organisations, ["Org1MSP", "Org2MSP"]);
-    assert_eq!(seen["a1"]["size"], 10, "{seen}");
+    assert_eq!(seen["a1"]["size"], 30, "{seen}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -618,6 +618,7 @@ impl Plan {
              {tls}\
              {channels}\
              orderers: [{orderers}]\n\
+             ledger:\n  history:\n    enableHistoryDatabase: true\n\
              operations:\n  listenAddress: {operations}\n\
              gateway:\n  peers:\n",
             name = peer.name,

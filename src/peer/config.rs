@@ -84,6 +84,24 @@ pub struct LedgerSection {
     pub group_commit_blocks: u32,
     pub group_commit_interval: GoDuration,
     pub checkpoint_interval: GoDuration,
+    pub history: HistorySection,
+}
+
+/// `ledger.history`, as Fabric names it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct HistorySection {
+    /// Whether the peer indexes every committed write for chaincode's
+    /// `GetHistoryForKey`. Default true, as in Fabric.
+    pub enable_history_database: bool,
+}
+
+impl Default for HistorySection {
+    fn default() -> Self {
+        Self {
+            enable_history_database: true,
+        }
+    }
 }
 
 impl Default for LedgerSection {
@@ -94,6 +112,7 @@ impl Default for LedgerSection {
             group_commit_blocks: 16,
             group_commit_interval: GoDuration(std::time::Duration::from_millis(10)),
             checkpoint_interval: GoDuration(std::time::Duration::from_secs(1)),
+            history: HistorySection::default(),
         }
     }
 }

@@ -53,11 +53,23 @@ async function main() {
             bookmark = page.bookmark;
         } while (bookmark !== '' && seen.rangePages.length < 10);
 
-        await contract.submitTransaction('deleteAsset', 'a3');
+        const deleted = await contract.submitAsync('deleteAsset', { arguments: ['a3'] });
+        await deleted.getStatus();
         seen.blueAfterDelete = await evaluate('assetsByColor', 'blue');
 
+        // Two resizes of a1, then its history, newest first, by TxID.
+        seen.resizes = [];
+        for (const size of ['20', '30']) {
+            const submitted = await contract.submitAsync('resizeAsset', { arguments: ['a1', size] });
+            const status = await submitted.getStatus();
+            seen.resizes.push({ txId: submitted.getTransactionId(), valid: status.successful });
+        }
+        seen.a1History = await evaluate('assetHistory', 'a1');
+        seen.a3History = await evaluate('assetHistory', 'a3');
+        seen.a3Deleted = deleted.getTransactionId();
+
         try {
-            await contract.submitTransaction('resizeAfterPage', 'a1', '20');
+            await contract.submitTransaction('resizeAfterPage', 'a1', '40');
             seen.writeAfterPage = 'submitted';
         } catch (err) {
             seen.writeAfterPage = {

@@ -6,6 +6,8 @@
 //
 // Functions: put <key> <value> (sets event "put" with the key as payload),
 // get <key>, del <key>, range <start> <end> (JSON list of {key, value}),
+// history <key> (JSON list of {txId, isDelete}, newest first), rich
+// <selector> (a JSON query),
 // fail <message> (an error response), exit (the process ends mid-call).
 
 'use strict';
@@ -43,14 +45,21 @@ class Notes {
             }
             return shim.success(Buffer.from(JSON.stringify(found)));
         }
-        case 'history':
+        case 'history': {
+            const found = [];
+            for await (const {txId, isDelete} of stub.getHistoryForKey(params[0])) {
+                found.push({txId, isDelete});
+            }
+            return shim.success(Buffer.from(JSON.stringify(found)));
+        }
+        case 'rich':
             try {
-                for await (const entry of stub.getHistoryForKey(params[0])) {
+                for await (const entry of stub.getQueryResult(params[0])) {
                     void entry;
                 }
                 return shim.success();
             } catch (err) {
-                return shim.error(`history: ${err.message}`);
+                return shim.error(`rich query: ${err.message}`);
             }
         case 'fail':
             return shim.error(params[0]);

@@ -58,6 +58,11 @@ pub struct StoreConfig {
     /// transaction. Lookups on a store without it are
     /// [`Error::NotIndexed`].
     pub index_tx_ids: bool,
+    /// Whether every committed write is indexed for key history queries
+    /// (Fabric's `ledger.history.enableHistoryDatabase`; off by default
+    /// here, since orderers have no use for it). Turned on for a store
+    /// that has blocks, `open` indexes them.
+    pub history: bool,
 }
 
 impl StoreConfig {
@@ -72,7 +77,14 @@ impl StoreConfig {
             durability: Durability::default(),
             verify_tail_blocks: Self::VERIFY_TAIL_BLOCKS_DEFAULT,
             index_tx_ids: true,
+            history: false,
         }
+    }
+
+    /// The same configuration with the history index on or off.
+    pub fn with_history(mut self, history: bool) -> Self {
+        self.history = history;
+        self
     }
 
     /// The same configuration without the TxID index.

@@ -118,6 +118,17 @@ pub enum Error {
 
     /// The tail record (height and last header hash) is malformed, or
     /// absent while blocks are present.
+    /// A history query on a store that keeps no history index.
+    #[error("block store at {} keeps no history index (history database disabled)", path.display())]
+    NoHistory { path: PathBuf },
+
+    /// A history index read failed.
+    #[error("history index read failed: {source}")]
+    ReadHistory {
+        #[source]
+        source: rocksdb::Error,
+    },
+
     #[error("block store at {}: tail record is corrupt: {reason}", path.display())]
     CorruptTail { path: PathBuf, reason: String },
 

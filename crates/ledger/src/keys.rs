@@ -5,9 +5,11 @@
 //! | `blocks` | block number, u64 big-endian (so keys sort by number) | the serialized `common.Block`, metadata included |
 //! | `tx_ids` | the TxID's UTF-8 bytes | block number u64 BE ‖ tx index u64 BE ‖ optional validation code byte |
 //! | `default` | `tail` | format 1u8 ‖ height u64 BE ‖ header hash of block height-1 (32 bytes) |
+//! | `history` | see `history.rs`: namespace, key, block, tx index | empty |
+//! | `default` | `history_height` | u64 BE: blocks below it have their history indexed |
 //!
 //! Every value is written by the one batch that appends its block, so the
-//! three always agree. Changing any of these encodings changes the disk
+//! records always agree. Changing any of these encodings changes the disk
 //! format: bump [`TAIL_FORMAT`] and say how old stores are read.
 
 use weft_protos::hash::Hash;

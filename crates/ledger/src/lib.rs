@@ -9,7 +9,9 @@
 //! [`BlockStore::block_bytes`] for Deliver to send the stored bytes as they
 //! are), by TxID ([`BlockStore::block_by_tx_id`],
 //! [`BlockStore::tx_validation_code`], [`BlockStore::contains_tx_id`]) and
-//! in order ([`BlockStore::blocks_from`]); [`BlockStore::subscribe`] watches
+//! in order ([`BlockStore::blocks_from`]), and a key's committed writes,
+//! newest first, when the history index is on ([`BlockStore::history`]);
+//! [`BlockStore::subscribe`] watches
 //! the height for Deliver's BLOCK_UNTIL_READY. [`seek`] is the pure part of
 //! Fabric's Deliver request semantics, shared by both Deliver services.
 //! The disk layout is in `keys.rs`.
@@ -44,6 +46,7 @@
 mod config;
 pub mod deliver;
 mod error;
+mod history;
 mod keys;
 pub mod seek;
 mod store;

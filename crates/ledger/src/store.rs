@@ -26,9 +26,14 @@ use rocksdb::{
 use tokio::sync::watch;
 use weft_protos::common::{Block, BlockHeader, BlockMetadataIndex};
 use weft_protos::hash::{Hash, block_data_hash, block_header_hash, data_hash_of};
+use weft_protos::queryresult::KeyModification;
 
 use crate::config::{Durability, StoreConfig};
 use crate::error::{Error, Hex, Result};
+use crate::history::{
+    CF_HISTORY, HISTORY_HEIGHT_KEY, decode_height, encode_height, entry_key, indexed_writes,
+    key_prefix, modification, position_of,
+};
 use crate::keys::{
     CF_BLOCKS, CF_TX_IDS, TAIL_KEY, TailRecord, TxLocation, block_key, decode_block_key,
     decode_tail, decode_tx_location, encode_tail, encode_tx_location,
@@ -52,6 +57,8 @@ struct Shared {
     path: PathBuf,
     durability: Durability,
     index_tx_ids: bool,
+    /// Whether appends index their writes for history queries.
+    history: bool,
     /// The writer's view of the tail; holding it serializes appends.
     writer: Mutex<Tail>,
     /// Number of blocks readers may see. Stored after the block's batch is
@@ -122,6 +129,7 @@ impl BlockStore {
             path: config.path.clone(),
             durability: config.durability,
             index_tx_ids: config.index_tx_ids,
+            history: config.history,
             writer: Mutex::new(Tail {
                 height,
                 header_hash,
@@ -138,6 +146,9 @@ impl BlockStore {
             recent: Mutex::new(VecDeque::with_capacity(RECENT_BLOCKS)),
         });
 
+        if config.history {
+            shared.index_history_to(height)?;
+        }
         let flusher = match config.durability {
             Durability::GroupCommit {
                 blocks_max,
@@ -251,13 +262,23 @@ impl BlockStore {
             .ok_or_else(|| shared.corrupt(last, "stored without a header".into()))?;
         let header_hash = block_header_hash(header);
         let blocks = shared.cf(CF_BLOCKS)?;
+        let history = shared.cf(CF_HISTORY)?;
+        let history_height = shared.history_height()?;
         let mut batch = WriteBatch::default();
         for number in height..tail.height {
             let block = shared.decode_block(number, shared.read_block_bytes(number)?)?;
             if shared.index_tx_ids {
                 shared.unindex_block(&block, height, &mut batch)?;
             }
+            if number < history_height {
+                for write in indexed_writes(&block) {
+                    batch.delete_cf(history, entry_key(&write, number));
+                }
+            }
             batch.delete_cf(blocks, block_key(number));
+        }
+        if history_height > height {
+            batch.put(HISTORY_HEIGHT_KEY, encode_height(height));
         }
         batch.put(
             TAIL_KEY,
@@ -429,6 +450,60 @@ impl BlockStore {
 
     /// Stops the flusher and syncs what is not yet durable, reporting a
     /// failed sync (dropping the store does the same, silently).
+    /// Every committed write of `key` in `namespace`, newest first, at
+    /// most `limit` of them: each with the writing transaction's TxID and
+    /// timestamp, the value written and whether it was a delete (Fabric's
+    /// `GetHistoryForKey`). Only blocks below the height count.
+    /// [`Error::NoHistory`] if the store keeps no history index.
+    pub fn history(
+        &self,
+        namespace: &str,
+        key: &str,
+        limit: usize,
+    ) -> Result<Vec<KeyModification>> {
+        let shared = &*self.shared;
+        if !shared.history {
+            return Err(Error::NoHistory {
+                path: shared.path.clone(),
+            });
+        }
+        let height = self.height();
+        let prefix = key_prefix(namespace, key);
+        let mut last = prefix.clone();
+        last.extend_from_slice(&[0xff; 16]);
+        let entries = shared.db.iterator_cf(
+            shared.cf(CF_HISTORY)?,
+            IteratorMode::From(&last, Direction::Reverse),
+        );
+        let mut positions = Vec::new();
+        for entry in entries {
+            let (entry, _) = entry.map_err(|source| Error::ReadHistory { source })?;
+            if !entry.starts_with(&prefix) || positions.len() == limit {
+                break;
+            }
+            match position_of(&entry) {
+                Some((block, tx)) if block < height => positions.push((block, tx)),
+                _ => {}
+            }
+        }
+        let mut found = Vec::with_capacity(positions.len());
+        let mut current: Option<(u64, Block)> = None;
+        for (number, tx_index) in positions {
+            if current.as_ref().is_none_or(|(held, _)| *held != number) {
+                let block = self.block(number)?.ok_or(Error::MissingBlock {
+                    block_number: number,
+                })?;
+                current = Some((number, block));
+            }
+            if let Some((_, block)) = &current
+                && let Some(modification) = modification(block, tx_index, namespace, key)
+            {
+                found.push(modification);
+            }
+        }
+        Ok(found)
+    }
+
     pub fn close(mut self) -> Result<()> {
         self.shut_down()
     }
@@ -526,7 +601,54 @@ impl Shared {
         if self.index_tx_ids {
             self.index_block(block, number, &mut batch)?;
         }
+        if self.history {
+            let history = self.cf(CF_HISTORY)?;
+            for write in indexed_writes(block) {
+                batch.put_cf(history, entry_key(&write, number), []);
+            }
+            batch.put(HISTORY_HEIGHT_KEY, encode_height(number + 1));
+        }
         Ok(batch)
+    }
+
+    /// The height below which every block's writes are in the history
+    /// index (0 if the index never ran).
+    fn history_height(&self) -> Result<u64> {
+        let stored = self
+            .db
+            .get(HISTORY_HEIGHT_KEY)
+            .map_err(|source| Error::ReadHistory { source })?;
+        Ok(stored.as_deref().and_then(decode_height).unwrap_or(0))
+    }
+
+    /// Indexes the history of the blocks from the index's height up to
+    /// `height` (a store that appended them with history off), a
+    /// thousand blocks to a synced batch.
+    fn index_history_to(&self, height: u64) -> Result<()> {
+        const BLOCKS_PER_BATCH: u64 = 1000;
+        let history = self.cf(CF_HISTORY)?;
+        let mut next = self.history_height()?;
+        while next < height {
+            let end = height.min(next + BLOCKS_PER_BATCH);
+            let mut batch = WriteBatch::default();
+            for number in next..end {
+                let block = self.decode_block(number, self.read_block_bytes(number)?)?;
+                for write in indexed_writes(&block) {
+                    batch.put_cf(history, entry_key(&write, number), []);
+                }
+            }
+            batch.put(HISTORY_HEIGHT_KEY, encode_height(end));
+            let mut options = WriteOptions::default();
+            options.set_sync(true);
+            self.db
+                .write_opt(batch, &options)
+                .map_err(|source| Error::Write {
+                    block_number: end - 1,
+                    source,
+                })?;
+            next = end;
+        }
+        Ok(())
     }
 
     /// Adds the TxID index entries of block `number` to `batch`.
@@ -841,9 +963,15 @@ fn open_db(path: &Path) -> Result<DB> {
     table.set_bloom_filter(10.0, false);
     tx_ids.set_block_based_table_factory(&table);
 
+    // History entries are written key by key, all over the key space,
+    // and read by prefix.
+    let mut history = Options::default();
+    history.set_compression_type(DBCompressionType::Lz4);
+
     let families = [
         ColumnFamilyDescriptor::new(CF_BLOCKS, blocks),
         ColumnFamilyDescriptor::new(CF_TX_IDS, tx_ids),
+        ColumnFamilyDescriptor::new(CF_HISTORY, history),
     ];
     DB::open_cf_descriptors(&options, path, families).map_err(|source| Error::Open {
         path: path.to_owned(),
@@ -993,7 +1121,12 @@ fn verify_tail(db: &DB, path: &Path, tail: Option<TailRecord>, depth: u32) -> Re
 /// recovered WAL may have been in the page cache only.
 fn make_everything_durable(db: &DB, height: u64) -> Result<()> {
     let sync_error = |source| Error::Sync { height, source };
-    for name in [rocksdb::DEFAULT_COLUMN_FAMILY_NAME, CF_BLOCKS, CF_TX_IDS] {
+    for name in [
+        rocksdb::DEFAULT_COLUMN_FAMILY_NAME,
+        CF_BLOCKS,
+        CF_TX_IDS,
+        CF_HISTORY,
+    ] {
         if let Some(family) = db.cf_handle(name) {
             db.flush_cf(family).map_err(sync_error)?;
         }

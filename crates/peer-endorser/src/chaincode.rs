@@ -28,10 +28,12 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use prost::Message;
+use weft_ledger::BlockStore;
 use weft_protos::kvrwset::RangeQueryInfo;
 use weft_protos::kvrwset::range_query_info::ReadsInfo;
 use weft_protos::kvrwset::{KvRead, QueryReads, Version};
 use weft_protos::protos::{ChaincodeEvent, Response};
+use weft_protos::queryresult::KeyModification;
 use weft_protos::range_summary::{MAX_DEGREE_DEFAULT, RangeReads, RangeSummarizer};
 use weft_protos::tx::{ReadWriteSetBuilder, ReceivedProposal};
 use weft_statedb::StateReader;
@@ -95,6 +97,12 @@ pub enum StateError {
     /// The state database failed.
     #[error("reading the world state failed: {0}")]
     Storage(String),
+    /// A history query on a peer that keeps no history (Fabric's words).
+    #[error("history database is not enabled")]
+    NoHistory,
+    /// Reading a key's history from the block store failed.
+    #[error("reading the key's history failed: {0}")]
+    History(String),
 }
 
 /// One page of a range query, as Fabric's `QueryMetadata` asks for it.
@@ -134,6 +142,8 @@ pub struct Stub<'a> {
     namespace: &'a str,
     state: &'a dyn StateReader,
     channel: Option<&'a dyn ChannelView>,
+    /// The channel's blocks, for key history.
+    blocks: Option<&'a BlockStore>,
     rwset: ReadWriteSetBuilder,
     event: Option<ChaincodeEvent>,
     /// Whether the transaction has written (Fabric's `writePerformed`).
@@ -164,6 +174,7 @@ impl<'a> Stub<'a> {
             namespace,
             state,
             channel: None,
+            blocks: None,
             rwset: ReadWriteSetBuilder::new(),
             event: None,
             written: false,
@@ -174,6 +185,12 @@ impl<'a> Stub<'a> {
     /// This stub with what system chaincodes see of the channel.
     pub fn with_channel(mut self, channel: &'a dyn ChannelView) -> Self {
         self.channel = Some(channel);
+        self
+    }
+
+    /// This stub with the channel's blocks, where key history comes from.
+    pub fn with_blocks(mut self, blocks: &'a BlockStore) -> Self {
+        self.blocks = Some(blocks);
         self
     }
 
@@ -437,6 +454,21 @@ impl<'a> Stub<'a> {
             },
         );
         Ok(results)
+    }
+
+    /// Every committed write of `key` in this chaincode's namespace,
+    /// newest first, at most [`RANGE_RESULTS_MAX`]: Fabric's
+    /// `GetHistoryForKey`. As in Fabric, it reads the blocks committed by
+    /// now (not the simulation's snapshot) and records nothing in the
+    /// read/write set: the committer does not check it again.
+    pub fn get_history_for_key(&self, key: &str) -> Result<Vec<KeyModification>, StateError> {
+        let blocks = self.blocks.ok_or(StateError::NoHistory)?;
+        blocks
+            .history(self.namespace, key, RANGE_RESULTS_MAX)
+            .map_err(|error| match error {
+                weft_ledger::Error::NoHistory { .. } => StateError::NoHistory,
+                other => StateError::History(other.to_string()),
+            })
     }
 
     /// Sets the transaction's chaincode event (the last one set wins, as in

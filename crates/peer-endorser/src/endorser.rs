@@ -278,7 +278,9 @@ impl Endorser {
         } = checked;
         let name = proposal.chaincode_id.name.as_str();
         let snapshot = channel.state().snapshot();
-        let mut stub = Stub::new(&proposal, name, snapshot.as_ref()).with_channel(channel.as_ref());
+        let mut stub = Stub::new(&proposal, name, snapshot.as_ref())
+            .with_channel(channel.as_ref())
+            .with_blocks(channel.blocks());
         // As Fabric: an invocation of a chaincode defined through
         // `_lifecycle` reads its definition's sequence, so that a
         // transaction simulated before a redefinition committed in the same

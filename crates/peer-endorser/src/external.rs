@@ -32,8 +32,8 @@
 //! **Failures.** An unreachable chaincode, one that disconnects or errors
 //! mid-transaction, or one that takes longer than the execute timeout
 //! gives an error response, never a panic; the next proposal dials again.
-//! What weft does not serve (history, rich queries, private data, key
-//! metadata, chaincode-to-chaincode calls) is
+//! What weft does not serve (rich queries, private data, key metadata,
+//! chaincode-to-chaincode calls) is
 //! answered with an ERROR naming it, which the shim raises in the
 //! chaincode.
 
@@ -53,10 +53,10 @@ use weft_protos::protos::chaincode_client::ChaincodeClient;
 use weft_protos::protos::chaincode_message::Type as MessageType;
 use weft_protos::protos::write_record::Type as WriteType;
 use weft_protos::protos::{
-    ChaincodeAdditionalParams, ChaincodeId, ChaincodeInput, ChaincodeMessage, DelState, GetState,
-    GetStateByRange, GetStateMultiple, GetStateMultipleResult, PutState, QueryMetadata,
-    QueryResponse, QueryResponseMetadata, QueryResultBytes, QueryStateClose, QueryStateNext,
-    Response, SignedProposal, WriteBatchState,
+    ChaincodeAdditionalParams, ChaincodeId, ChaincodeInput, ChaincodeMessage, DelState,
+    GetHistoryForKey, GetState, GetStateByRange, GetStateMultiple, GetStateMultipleResult,
+    PutState, QueryMetadata, QueryResponse, QueryResponseMetadata, QueryResultBytes,
+    QueryStateClose, QueryStateNext, Response, SignedProposal, WriteBatchState,
 };
 use weft_protos::queryresult::Kv;
 
@@ -434,10 +434,12 @@ impl Drop for Executing<'_> {
     }
 }
 
-/// The state requests of one transaction: its open range queries.
+/// The state requests of one transaction: its open queries, each the
+/// encoded results (`queryresult.KV`s or `KeyModification`s) not yet
+/// handed over.
 #[derive(Default)]
 struct Session {
-    queries: HashMap<String, VecDeque<(String, Bytes)>>,
+    queries: HashMap<String, VecDeque<Bytes>>,
     next_query_id: u64,
 }
 
@@ -526,17 +528,26 @@ impl Session {
                 let results = stub
                     .get_state_by_range(&request.start_key, &request.end_key)
                     .map_err(|e| e.to_string())?;
-                self.next_query_id += 1;
-                let id = self.next_query_id.to_string();
-                self.queries.insert(id.clone(), results.into());
-                Ok(self.page(stub, id))
+                Ok(self.open_query(records(stub.namespace(), results)))
+            }
+            MessageType::GetHistoryForKey => {
+                let request = GetHistoryForKey::decode(payload).map_err(malformed)?;
+                let history = stub
+                    .get_history_for_key(&request.key)
+                    .map_err(|e| e.to_string())?;
+                Ok(self.open_query(
+                    history
+                        .iter()
+                        .map(|modification| Bytes::from(modification.encode_to_vec()))
+                        .collect(),
+                ))
             }
             MessageType::QueryStateNext => {
                 let request = QueryStateNext::decode(payload).map_err(malformed)?;
                 if !self.queries.contains_key(&request.id) {
                     return Err(format!("query {:?} is not open", request.id));
                 }
-                Ok(self.page(stub, request.id))
+                Ok(self.page(request.id))
             }
             MessageType::QueryStateClose => {
                 let request = QueryStateClose::decode(payload).map_err(malformed)?;
@@ -547,9 +558,6 @@ impl Session {
                 }
                 .encode_to_vec()
                 .into())
-            }
-            MessageType::GetHistoryForKey => {
-                Err("history queries are not supported by weft (no history database)".to_owned())
             }
             MessageType::GetQueryResult => {
                 Err("rich queries need CouchDB, which weft does not have".to_owned())
@@ -588,7 +596,10 @@ impl Session {
             bookmark: found.bookmark,
         };
         Ok(QueryResponse {
-            results: records(stub.namespace(), found.results),
+            results: records(stub.namespace(), found.results)
+                .into_iter()
+                .map(|result_bytes| QueryResultBytes { result_bytes })
+                .collect(),
             has_more: false,
             id: self.next_query_id.to_string(),
             metadata: metadata.encode_to_vec().into(),
@@ -597,13 +608,24 @@ impl Session {
         .into())
     }
 
+    /// Opens a query over `results` and answers its first page.
+    fn open_query(&mut self, results: VecDeque<Bytes>) -> Bytes {
+        self.next_query_id += 1;
+        let id = self.next_query_id.to_string();
+        self.queries.insert(id.clone(), results);
+        self.page(id)
+    }
+
     /// The next page of query `id`, closed once it is drained.
-    fn page(&mut self, stub: &Stub<'_>, id: String) -> Bytes {
+    fn page(&mut self, id: String) -> Bytes {
         let Some(remaining) = self.queries.get_mut(&id) else {
             return Bytes::new();
         };
         let take = remaining.len().min(QUERY_PAGE_RESULTS);
-        let results = records(stub.namespace(), remaining.drain(..take));
+        let results = remaining
+            .drain(..take)
+            .map(|result_bytes| QueryResultBytes { result_bytes })
+            .collect();
         let has_more = !remaining.is_empty();
         if !has_more {
             self.queries.remove(&id);
@@ -639,21 +661,19 @@ fn page_request(metadata: &[u8]) -> Result<Option<PageRequest>, prost::DecodeErr
     }))
 }
 
-/// Query results as the shims read them: `queryresult.KV`s of `namespace`.
-fn records(
-    namespace: &str,
-    results: impl IntoIterator<Item = (String, Bytes)>,
-) -> Vec<QueryResultBytes> {
+/// Range results as the shims read them: encoded `queryresult.KV`s of
+/// `namespace`.
+fn records(namespace: &str, results: impl IntoIterator<Item = (String, Bytes)>) -> VecDeque<Bytes> {
     results
         .into_iter()
-        .map(|(key, value)| QueryResultBytes {
-            result_bytes: Kv {
+        .map(|(key, value)| {
+            Kv {
                 namespace: namespace.to_owned(),
                 key,
                 value,
             }
             .encode_to_vec()
-            .into(),
+            .into()
         })
         .collect()
 }
@@ -973,7 +993,7 @@ mod tests {
             (bad_key, "must not be empty"),
             (
                 request(MessageType::GetHistoryForKey, GetState::default()),
-                "history",
+                "history database is not enabled",
             ),
             (
                 request(MessageType::GetQueryResult, GetState::default()),

@@ -92,6 +92,26 @@ class Assets extends Contract {
         return JSON.stringify({ keys, fetched: metadata.fetchedRecordsCount, bookmark: metadata.bookmark });
     }
 
+    async resizeAsset(ctx, id, size) {
+        const asset = JSON.parse(await this.readAsset(ctx, id));
+        asset.size = Number(size);
+        await ctx.stub.putState(id, Buffer.from(JSON.stringify(asset)));
+    }
+
+    // Every committed write of an asset, newest first.
+    async assetHistory(ctx, id) {
+        const history = [];
+        for await (const modification of ctx.stub.getHistoryForKey(id)) {
+            history.push({
+                txId: modification.txId,
+                isDelete: modification.isDelete,
+                value: modification.isDelete ? null : JSON.parse(Buffer.from(modification.value).toString()),
+                seconds: Number(modification.timestamp.seconds),
+            });
+        }
+        return JSON.stringify(history);
+    }
+
     // Pages are for read-only transactions: the write after one fails.
     async resizeAfterPage(ctx, id, size) {
         const { iterator } = await ctx.stub.getStateByRangeWithPagination('', '', 1, '');

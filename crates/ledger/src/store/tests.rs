@@ -787,3 +787,71 @@ fn the_last_blocks_are_served_from_memory_as_stored_and_only_once_readable() {
         Some(Bytes::from(chain[1].encode_to_vec()))
     );
 }
+
+/// The key and value the first public write of transaction `index` of
+/// `block` sets, and its TxID, decoded independently of the index.
+fn first_write(block: &Block, index: usize) -> (String, Bytes, String) {
+    use weft_protos::view::{Limits, TxBody, TxEnvelope};
+    let raw = block.data.as_ref().unwrap().data[index].clone();
+    let transaction = TxEnvelope::decode(raw, Limits::default()).unwrap();
+    let TxBody::Endorser(endorser) = &transaction.body else {
+        panic!("an endorser transaction");
+    };
+    let write = endorser.actions[0]
+        .namespaces
+        .iter()
+        .find(|namespace| namespace.namespace == "kv")
+        .unwrap()
+        .kv
+        .writes[0]
+        .clone();
+    (write.key, write.value, transaction.channel_header.tx_id)
+}
+
+#[test]
+fn history_lists_the_valid_writes_of_a_key_and_follows_truncation() {
+    let dir = TempDir::new().unwrap();
+    let chain = ch10_peer_chain();
+    let (key, value, tx_id) = first_write(&chain[3], 0);
+
+    // Appended without the index: no history to ask for.
+    let store = open(&dir, Durability::None);
+    append_all(&store, &chain[..4]);
+    assert!(matches!(
+        store.history("kv", &key, 10),
+        Err(Error::NoHistory { .. })
+    ));
+    store.close().unwrap();
+
+    // Opened with it, the store indexes the blocks it holds.
+    let store = BlockStore::open(&config(&dir, Durability::None).with_history(true)).unwrap();
+    let found = store.history("kv", &key, 10).unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(
+        (&found[0].tx_id, &found[0].value, found[0].is_delete),
+        (&tx_id, &value, false)
+    );
+    assert!(found[0].timestamp.is_some());
+    assert!(store.history("kv", &key, 0).unwrap().is_empty());
+    assert!(store.history("other", &key, 10).unwrap().is_empty());
+
+    // Block 4 with its second transaction marked invalid (MVCC_READ_CONFLICT):
+    // only the valid writes are indexed.
+    let mut block = chain[4].clone();
+    let mut filter = vec![0u8; block.data.as_ref().unwrap().data.len()];
+    filter[1] = 11;
+    block.metadata.as_mut().unwrap().metadata[BlockMetadataIndex::TransactionsFilter as usize] =
+        Bytes::from(filter);
+    store.append(&block).unwrap();
+    let (valid_key, _, valid_tx) = first_write(&block, 0);
+    let (invalid_key, _, _) = first_write(&block, 1);
+    let found = store.history("kv", &valid_key, 10).unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].tx_id, valid_tx);
+    assert!(store.history("kv", &invalid_key, 10).unwrap().is_empty());
+
+    // A truncated block takes its entries with it.
+    store.truncate(4).unwrap();
+    assert!(store.history("kv", &valid_key, 10).unwrap().is_empty());
+    assert_eq!(store.history("kv", &key, 10).unwrap().len(), 1);
+}
