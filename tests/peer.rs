@@ -493,12 +493,17 @@ async fn a_contract_written_with_fabric_contract_api_indexes_pages_and_reads_his
     // composite keys works unchanged through Fabric's Gateway client:
     // partial-composite-key queries, split keys, simple-key ranges that
     // never see the index, pages with bookmarks as Fabric answers them,
-    // a key's history newest first, and Fabric's refusal of a write
-    // after a paged query.
+    // a key's history newest first, Fabric's refusal of a write after a
+    // paged query, and a call from one chaincode to another.
     let dir = tempfile::tempdir().unwrap();
     let mut network = Network::create(dir.path());
     let chaincode = ShimChaincode::contract(&network.dir, "assets");
-    network.external_chaincodes = vec![("assets".to_owned(), chaincode.address)];
+    // The same contract is also installed as `mirror`, for calls from
+    // one chaincode to another.
+    network.external_chaincodes = vec![
+        ("assets".to_owned(), chaincode.address),
+        ("mirror".to_owned(), chaincode.address),
+    ];
     let orderer = network.start_solo_orderer();
     let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
     let org1 = network.start_org_peer(
@@ -646,6 +651,13 @@ async fn a_contract_written_with_fabric_contract_api_indexes_pages_and_reads_his
     organisations.sort();
     assert_eq!(organisations, ["Org1MSP", "Org2MSP"]);
     assert_eq!(seen["a1"]["size"], 30, "{seen}");
+    // A chaincode-to-chaincode call writes in the callee's namespace, in
+    // the caller's transaction; the caller gets the callee's answer.
+    assert_eq!(seen["called"]["owner"], "bob", "{seen}");
+    assert_eq!(seen["mirrored"], seen["here"], "{seen}");
+    assert_eq!(seen["mirrored"]["color"], "black", "{seen}");
+    let nowhere = seen["callNowhere"].as_str().unwrap();
+    assert!(nowhere.contains("no such chaincode"), "{nowhere}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

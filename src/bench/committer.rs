@@ -69,12 +69,16 @@ pub struct CommitterBenchArgs {
     /// The peer's block store durability (ledger.durability).
     #[arg(long, default_value = "every-block", value_parser = ["every-block", "group-commit", "none"])]
     durability: String,
+    /// Whether the peer indexes key history
+    /// (ledger.history.enableHistoryDatabase).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    history: String,
     /// Blocks released to the peer ahead of its last commit.
     #[arg(long, default_value_t = 16)]
     window: usize,
     /// Run the sweep (pipeline depth, validation threads, block size, state database,
-    /// durability, one at a time around the options given) instead of one
-    /// run.
+    /// durability, history, one at a time around the options given)
+    /// instead of one run.
     #[arg(long)]
     sweep: bool,
     /// Also write the results as JSON to this file.
@@ -93,6 +97,7 @@ struct RunPoint {
     threads: usize,
     state: String,
     durability: String,
+    history: String,
 }
 
 /// What one run measured.
@@ -143,6 +148,7 @@ pub fn run(args: &CommitterBenchArgs) -> Result<()> {
         threads: args.threads,
         state: args.state.clone(),
         durability: args.durability.clone(),
+        history: args.history.clone(),
     };
     let points = if args.sweep {
         sweep_points(&baseline)
@@ -241,6 +247,12 @@ fn sweep_points(baseline: &RunPoint) -> Vec<RunPoint> {
     for durability in ["every-block", "group-commit", "none"] {
         add(RunPoint {
             durability: durability.to_owned(),
+            ..baseline.clone()
+        });
+    }
+    for history in ["on", "off"] {
+        add(RunPoint {
+            history: history.to_owned(),
             ..baseline.clone()
         });
     }
@@ -521,7 +533,8 @@ fn write_peer_config(
          mspConfigPath: {msp}\n  fileSystemPath: {data}\n\
          channels:\n  - genesisBlock: {genesis}\n\
          orderers: [\"{orderer}\"]\n\
-         ledger:\n  stateDatabase: {state}\n  durability: {durability}\n\
+         ledger:\n  stateDatabase: {state}\n  durability: {durability}\n  \
+         history:\n    enableHistoryDatabase: {history}\n\
          committer:\n  pipelineDepth: {depth}\n  validationThreads: {threads}\n\
          operations:\n  listenAddress: 127.0.0.1:0\n",
         msp = channel.peer_msp("org1", "peer0").display(),
@@ -529,6 +542,7 @@ fn write_peer_config(
         genesis = channel.genesis_path.display(),
         state = point.state,
         durability = point.durability,
+        history = point.history == "on",
         depth = point.depth,
         threads = point.threads,
     );
@@ -539,17 +553,18 @@ fn write_peer_config(
 fn print_table(results: &[RunResult], cores: usize) {
     println!();
     println!(
-        "| depth | threads | block | state | durability | tx/s | p50 ms | p99 ms | CPU % of {cores} cores | CPU µs/tx | validate µs/tx | MVCC µs/tx | block store µs/tx | state µs/tx |"
+        "| depth | threads | block | state | durability | history | tx/s | p50 ms | p99 ms | CPU % of {cores} cores | CPU µs/tx | validate µs/tx | MVCC µs/tx | block store µs/tx | state µs/tx |"
     );
-    println!("|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in results {
         println!(
-            "| {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            "| {} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
             r.point.depth,
             threads_label(r.point.threads),
             r.point.block_size,
             r.point.state,
             r.point.durability,
+            r.point.history,
             r.tx_per_second,
             r.p50_ms,
             r.p99_ms,

@@ -79,6 +79,20 @@ async function main() {
             };
         }
         seen.a1 = JSON.parse(text(await contract.evaluateTransaction('readAsset', 'a1')));
+
+        // One transaction writes through a call to the `mirror` chaincode:
+        // the asset is in both namespaces; a call to a chaincode that does
+        // not exist fails the transaction.
+        const mirror = gateway.getNetwork(channelName).getContract('mirror');
+        seen.called = JSON.parse(text(await contract.submitTransaction('createAssetWith', 'mirror', 'm1', 'black', '5', 'bob')));
+        seen.mirrored = JSON.parse(text(await mirror.evaluateTransaction('readAsset', 'm1')));
+        seen.here = JSON.parse(text(await contract.evaluateTransaction('readAsset', 'm1')));
+        try {
+            await contract.submitTransaction('createAssetWith', 'nowhere', 'm2', 'black', '5', 'bob');
+            seen.callNowhere = 'submitted';
+        } catch (err) {
+            seen.callNowhere = (err.details || []).map((detail) => detail.message).join('; ');
+        }
     } finally {
         gateway.close();
         client.close();

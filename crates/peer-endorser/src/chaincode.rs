@@ -25,6 +25,7 @@
 //! query, is refused.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use prost::Message;
@@ -97,6 +98,9 @@ pub enum StateError {
     /// The state database failed.
     #[error("reading the world state failed: {0}")]
     Storage(String),
+    /// A chaincode-to-chaincode call that cannot be made.
+    #[error("calling chaincode {chaincode}: {reason}")]
+    Call { chaincode: String, reason: String },
     /// A history query on a peer that keeps no history (Fabric's words).
     #[error("history database is not enabled")]
     NoHistory,
@@ -150,7 +154,28 @@ pub struct Stub<'a> {
     written: bool,
     /// Whether it has run a paged query.
     paged: bool,
+    /// The chaincodes a chaincode may call in the same transaction.
+    callees: Option<&'a dyn Callees>,
+    /// The arguments of a chaincode called by another; `None`: the
+    /// proposal's.
+    call_args: Option<Vec<Bytes>>,
+    /// How deep in chaincode-to-chaincode calls this stub is (0: the
+    /// chaincode the proposal invoked).
+    depth: usize,
+    /// Whether this invocation runs where it may block its thread (see
+    /// [`Chaincode::runs_remotely`]), so may call an external chaincode.
+    may_block: bool,
 }
+
+/// The chaincodes of a channel, as one chaincode calls another
+/// (`InvokeChaincode`).
+pub trait Callees {
+    /// The chaincode installed as `name`, if any.
+    fn callee(&self, name: &str) -> Option<Arc<dyn Chaincode>>;
+}
+
+/// The deepest chain of chaincode-to-chaincode calls served.
+pub const CALL_DEPTH_MAX: usize = 8;
 
 impl std::fmt::Debug for Stub<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -179,7 +204,20 @@ impl<'a> Stub<'a> {
             event: None,
             written: false,
             paged: false,
+            callees: None,
+            call_args: None,
+            depth: 0,
+            may_block: false,
         }
+    }
+
+    /// This stub with the chaincodes its chaincode may call; `may_block`
+    /// says whether the invocation runs where it may wait on an external
+    /// chaincode.
+    pub fn with_callees(mut self, callees: &'a dyn Callees, may_block: bool) -> Self {
+        self.callees = Some(callees);
+        self.may_block = may_block;
+        self
     }
 
     /// This stub with what system chaincodes see of the channel.
@@ -209,9 +247,101 @@ impl<'a> Stub<'a> {
         self.namespace
     }
 
-    /// The invocation's arguments, function name first.
+    /// The invocation's arguments, function name first: the proposal's,
+    /// or those of the call when another chaincode called this one.
     pub fn args(&self) -> &[Bytes] {
-        &self.proposal.args
+        self.call_args.as_deref().unwrap_or(&self.proposal.args)
+    }
+
+    /// Whether this invocation is a proposal's `Init` (never a call from
+    /// another chaincode).
+    pub fn is_init(&self) -> bool {
+        self.proposal.is_init && self.depth == 0
+    }
+
+    /// Records the read of this chaincode's definition sequence, when it
+    /// is defined through `_lifecycle`: as in Fabric, a transaction
+    /// simulated before a redefinition committed in the same block then
+    /// fails MVCC rather than run under the old definition.
+    pub fn read_definition(&mut self) -> Result<(), StateError> {
+        if self.namespace == crate::lifecycle::LIFECYCLE {
+            return Ok(());
+        }
+        let sequence = format!("namespaces/fields/{}/Sequence", self.namespace);
+        let defined = self
+            .state
+            .get(crate::lifecycle::LIFECYCLE, &sequence)
+            .map_err(|e| StateError::Storage(e.to_string()))?
+            .is_some();
+        if defined {
+            self.get_state_of(crate::lifecycle::LIFECYCLE, &sequence)?;
+        }
+        Ok(())
+    }
+
+    /// Runs chaincode `target` (`name`, or Fabric's `name:version/channel`
+    /// with this channel) with `args` inside this transaction, as Fabric's
+    /// `InvokeChaincode`: its reads and writes go into this transaction's
+    /// read/write set under its own namespace (so its endorsement policy
+    /// applies at commit), its chaincode event is dropped, and its
+    /// response is returned whatever its status. A call to another
+    /// channel, to a chaincode not installed, or deeper than
+    /// [`CALL_DEPTH_MAX`] is refused.
+    pub fn invoke_chaincode(
+        &mut self,
+        target: &str,
+        args: Vec<Bytes>,
+    ) -> Result<Response, StateError> {
+        let (name, channel) = match target.split_once('/') {
+            Some((name, channel)) => (name, channel),
+            None => (target, ""),
+        };
+        let name = name.split_once(':').map_or(name, |(name, _version)| name);
+        let refused = |reason: String| StateError::Call {
+            chaincode: name.to_owned(),
+            reason,
+        };
+        if !channel.is_empty() && channel != self.channel_id() {
+            return Err(refused(format!(
+                "calls to another channel ({channel}) are not supported by weft"
+            )));
+        }
+        if self.depth >= CALL_DEPTH_MAX {
+            return Err(refused(format!(
+                "more than {CALL_DEPTH_MAX} nested chaincode calls"
+            )));
+        }
+        let callee = self
+            .callees
+            .and_then(|callees| callees.callee(name))
+            .ok_or_else(|| refused("no such chaincode is installed on this peer".to_owned()))?;
+        if callee.runs_remotely() && !self.may_block {
+            return Err(refused(
+                "a built-in chaincode cannot call an external one".to_owned(),
+            ));
+        }
+        let mut called = Stub {
+            proposal: self.proposal,
+            namespace: name,
+            state: self.state,
+            channel: self.channel,
+            blocks: self.blocks,
+            rwset: std::mem::replace(&mut self.rwset, ReadWriteSetBuilder::new()),
+            event: None,
+            written: self.written,
+            paged: self.paged,
+            callees: self.callees,
+            call_args: Some(args),
+            depth: self.depth + 1,
+            may_block: self.may_block,
+        };
+        let response = called
+            .read_definition()
+            .map(|()| callee.invoke(&mut called));
+        self.rwset = called.rwset;
+        self.written = called.written;
+        self.paged = called.paged;
+        response
     }
 
     /// The function name: the first argument, as text.
@@ -770,6 +900,70 @@ pub(crate) mod tests {
         );
         // Unpaged queries still run.
         assert_eq!(stub.get_state_by_range("", "").unwrap().len(), 3);
+    }
+
+    /// Writes its arguments, joined, to key `called` of its namespace, sets
+    /// an event and answers its namespace.
+    struct Recorder;
+
+    impl Chaincode for Recorder {
+        fn invoke(&self, stub: &mut Stub<'_>) -> Response {
+            let joined = stub.args().join(&b","[..]);
+            stub.put_state("called", joined).unwrap();
+            stub.set_event("dropped", "by the caller");
+            success(stub.namespace().to_owned())
+        }
+    }
+
+    #[test]
+    fn a_called_chaincode_writes_under_its_namespace_in_the_same_transaction() {
+        let (_dir, state) = state(1);
+        let proposal = proposal();
+        let snapshot = state.snapshot();
+        let callees: std::collections::HashMap<String, Arc<dyn Chaincode>> =
+            [("other".to_owned(), Arc::new(Recorder) as Arc<dyn Chaincode>)].into();
+        let mut stub = Stub::new(&proposal, "cc", snapshot.as_ref()).with_callees(&callees, false);
+        stub.get_state("k000").unwrap();
+        let args = vec![Bytes::from_static(b"f"), Bytes::from_static(b"x")];
+        let response = stub.invoke_chaincode("other:1.0/ch", args).unwrap();
+        assert_eq!(
+            (response.status, &response.payload[..]),
+            (200, &b"other"[..])
+        );
+        // The caller goes on writing in its own namespace.
+        stub.put_state("after", "call").unwrap();
+        let (results, events) = stub.results();
+        assert!(events.is_empty(), "the callee's event is dropped");
+        let rwset = TxReadWriteSet::decode(results).unwrap();
+        let written: Vec<(String, Vec<String>)> = rwset
+            .ns_rwset
+            .iter()
+            .map(|namespace| {
+                let kv = KvrwSet::decode(namespace.rwset.clone()).unwrap();
+                (
+                    namespace.namespace.clone(),
+                    kv.writes
+                        .iter()
+                        .map(|w| format!("{}={}", w.key, String::from_utf8_lossy(&w.value)))
+                        .collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            written,
+            [
+                ("cc".to_owned(), vec!["after=call".to_owned()]),
+                ("other".to_owned(), vec!["called=f,x".to_owned()]),
+            ]
+        );
+
+        for (target, reason) in [
+            ("other/elsewhere", "another channel"),
+            ("missing", "no such chaincode"),
+        ] {
+            let refused = stub.invoke_chaincode(target, Vec::new()).unwrap_err();
+            assert!(refused.to_string().contains(reason), "{refused}");
+        }
     }
 
     pub(crate) fn kv_of_empty(stub: &Stub<'_>) -> bool {

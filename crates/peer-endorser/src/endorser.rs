@@ -27,7 +27,7 @@ use weft_protos::protos::{ChaincodeId, ProposalResponse, Response, SignedProposa
 use weft_protos::tx::{ReceivedProposal, Sign, SimulationResult, endorse};
 use weft_statedb::VersionedState;
 
-use crate::chaincode::{Chaincode, ChannelView, Stub};
+use crate::chaincode::{Callees, Chaincode, ChannelView, Stub};
 use crate::metrics::{EndorserMetrics, ProposalTrace};
 
 /// The policy a proposer must satisfy (Fabric's default ACL for
@@ -280,22 +280,10 @@ impl Endorser {
         let snapshot = channel.state().snapshot();
         let mut stub = Stub::new(&proposal, name, snapshot.as_ref())
             .with_channel(channel.as_ref())
-            .with_blocks(channel.blocks());
-        // As Fabric: an invocation of a chaincode defined through
-        // `_lifecycle` reads its definition's sequence, so that a
-        // transaction simulated before a redefinition committed in the same
-        // block fails MVCC rather than run under the old definition.
-        if name != crate::lifecycle::LIFECYCLE {
-            let sequence = format!("namespaces/fields/{name}/Sequence");
-            let defined = snapshot
-                .get(crate::lifecycle::LIFECYCLE, &sequence)
-                .map_err(|e| format!("reading the chaincode definition failed: {e}"))?
-                .is_some();
-            if defined {
-                stub.get_state_of(crate::lifecycle::LIFECYCLE, &sequence)
-                    .map_err(|e| format!("reading the chaincode definition failed: {e}"))?;
-            }
-        }
+            .with_blocks(channel.blocks())
+            .with_callees(&self.chaincodes, chaincode.runs_remotely());
+        stub.read_definition()
+            .map_err(|e| format!("reading the chaincode definition failed: {e}"))?;
         let invoked = std::panic::catch_unwind(AssertUnwindSafe(|| chaincode.invoke(&mut stub)));
         let simulated = Instant::now();
         trace.simulate = Some(simulated - checked_at);
@@ -332,6 +320,12 @@ impl Endorser {
             .map_err(|e| format!("signing the endorsement failed: {e}"));
         trace.sign = Some(simulated.elapsed());
         endorsed
+    }
+}
+
+impl Callees for HashMap<String, Arc<dyn Chaincode>> {
+    fn callee(&self, name: &str) -> Option<Arc<dyn Chaincode>> {
+        self.get(name).cloned()
     }
 }
 

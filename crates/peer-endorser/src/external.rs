@@ -32,8 +32,10 @@
 //! **Failures.** An unreachable chaincode, one that disconnects or errors
 //! mid-transaction, or one that takes longer than the execute timeout
 //! gives an error response, never a panic; the next proposal dials again.
-//! What weft does not serve (rich queries, private data, key metadata,
-//! chaincode-to-chaincode calls) is
+//! A chaincode may call another on the same channel (INVOKE_CHAINCODE):
+//! the callee runs on the same [`Stub`], its reads and writes recorded
+//! under its own namespace, and its COMPLETED message is handed back.
+//! What weft does not serve (rich queries, private data, key metadata) is
 //! answered with an ERROR naming it, which the shim raises in the
 //! chaincode.
 
@@ -53,10 +55,10 @@ use weft_protos::protos::chaincode_client::ChaincodeClient;
 use weft_protos::protos::chaincode_message::Type as MessageType;
 use weft_protos::protos::write_record::Type as WriteType;
 use weft_protos::protos::{
-    ChaincodeAdditionalParams, ChaincodeId, ChaincodeInput, ChaincodeMessage, DelState,
-    GetHistoryForKey, GetState, GetStateByRange, GetStateMultiple, GetStateMultipleResult,
-    PutState, QueryMetadata, QueryResponse, QueryResponseMetadata, QueryResultBytes,
-    QueryStateClose, QueryStateNext, Response, SignedProposal, WriteBatchState,
+    ChaincodeAdditionalParams, ChaincodeId, ChaincodeInput, ChaincodeMessage, ChaincodeSpec,
+    DelState, GetHistoryForKey, GetState, GetStateByRange, GetStateMultiple,
+    GetStateMultipleResult, PutState, QueryMetadata, QueryResponse, QueryResponseMetadata,
+    QueryResultBytes, QueryStateClose, QueryStateNext, Response, SignedProposal, WriteBatchState,
 };
 use weft_protos::queryresult::Kv;
 
@@ -174,9 +176,10 @@ impl ExternalChaincode {
             connection: &connection,
             key: &key,
         };
+        let is_init = stub.is_init();
         let proposal = stub.proposal();
         // The shim runs the chaincode's Init for INIT, Invoke otherwise.
-        let kind = if proposal.is_init {
+        let kind = if is_init {
             MessageType::Init
         } else {
             MessageType::Transaction
@@ -186,7 +189,7 @@ impl ExternalChaincode {
                 r#type: kind as i32,
                 payload: ChaincodeInput {
                     args: stub.args().to_vec(),
-                    is_init: proposal.is_init,
+                    is_init,
                     ..ChaincodeInput::default()
                 }
                 .encode_to_vec()
@@ -563,7 +566,24 @@ impl Session {
                 Err("rich queries need CouchDB, which weft does not have".to_owned())
             }
             MessageType::InvokeChaincode => {
-                Err("chaincode-to-chaincode invocation is not supported by weft".to_owned())
+                let spec = ChaincodeSpec::decode(payload).map_err(malformed)?;
+                let target = spec.chaincode_id.map(|id| id.name).unwrap_or_default();
+                let args = spec.input.map(|input| input.args).unwrap_or_default();
+                let response = stub
+                    .invoke_chaincode(&target, args)
+                    .map_err(|e| e.to_string())?;
+                // The called chaincode's last message, as Fabric's peer
+                // hands it to the caller's shim.
+                Ok(ChaincodeMessage {
+                    r#type: MessageType::Completed as i32,
+                    payload: response.encode_to_vec().into(),
+                    ..reply_to(&TxKey {
+                        channel_id: request.channel_id.clone(),
+                        tx_id: request.txid.clone(),
+                    })
+                }
+                .encode_to_vec()
+                .into())
             }
             MessageType::GetStateMetadata | MessageType::PutStateMetadata => {
                 Err(KEY_METADATA_UNSUPPORTED.to_owned())
@@ -1001,7 +1021,7 @@ mod tests {
             ),
             (
                 request(MessageType::InvokeChaincode, GetState::default()),
-                "chaincode-to-chaincode",
+                "no such chaincode is installed",
             ),
             (
                 request(MessageType::Register, GetState::default()),

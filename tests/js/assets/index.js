@@ -28,6 +28,17 @@ class Assets extends Contract {
         return JSON.stringify(asset);
     }
 
+    // Creates the asset here and, in the same transaction, in the
+    // chaincode `other` (chaincode-to-chaincode call on this channel).
+    async createAssetWith(ctx, other, id, color, size, owner) {
+        await this.createAsset(ctx, id, color, size, owner);
+        const response = await ctx.stub.invokeChaincode(other, ['createAsset', id, color, size, owner], '');
+        if (response.status !== 200) {
+            throw new Error(`${other} answered ${response.status}: ${response.message}`);
+        }
+        return Buffer.from(response.payload).toString();
+    }
+
     async readAsset(ctx, id) {
         const value = await ctx.stub.getState(id);
         if (!value || value.length === 0) {
