@@ -460,7 +460,7 @@ async fn a_chaincode_written_with_fabric_shim_serves_proposals_as_a_service() {
     for (args, message) in [
         (&["notes", "get", "n1"][..], "note n1 not found"),
         (&["notes", "fail", "on purpose"], "on purpose"),
-        (&["notes", "rich", "{}"], "rich queries need CouchDB"),
+        (&["notes", "rich", "{}"], "a query needs a selector"),
     ] {
         let (status, _, got, endorsed) = answer(evaluate(args).await);
         assert_eq!((status, endorsed), (500, false), "{args:?}: {got}");
@@ -486,15 +486,15 @@ async fn a_chaincode_written_with_fabric_shim_serves_proposals_as_a_service() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_contract_written_with_fabric_contract_api_indexes_pages_and_reads_history_through_the_gateway()
- {
+async fn a_fabric_contract_uses_keys_pages_history_json_queries_and_calls_through_the_gateway() {
     // Goal: a Fabric contract (fabric-contract-api, run by Fabric's own
     // `fabric-chaincode-node server`) that indexes its assets under
     // composite keys works unchanged through Fabric's Gateway client:
     // partial-composite-key queries, split keys, simple-key ranges that
     // never see the index, pages with bookmarks as Fabric answers them,
-    // a key's history newest first, Fabric's refusal of a write after a
-    // paged query, and a call from one chaincode to another.
+    // a key's history newest first, CouchDB JSON queries whole and paged,
+    // Fabric's refusal of a write after a paged query, and a call from one
+    // chaincode to another.
     let dir = tempfile::tempdir().unwrap();
     let mut network = Network::create(dir.path());
     let chaincode = ShimChaincode::contract(&network.dir, "assets");
@@ -630,6 +630,23 @@ async fn a_contract_written_with_fabric_contract_api_indexes_pages_and_reads_his
         ]
     );
     assert_eq!((a1[2].1, &a1[2].2), (false, &json("10")));
+    // A CouchDB JSON query: selected, sorted by size (ties in key order),
+    // only the fields asked for; and the same assets a page at a time.
+    assert_eq!(
+        seen["query"],
+        json(
+            r#"[{"key":"a1","value":{"id":"a1","size":30}},
+                {"key":"a2","value":{"id":"a2","size":10}},
+                {"key":"a4","value":{"id":"a4","size":10}},
+                {"key":"a5","value":{"id":"a5","size":10}}]"#
+        ),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["queryPages"],
+        json(r#"[["a1","a2"],["a4","a5"],[]]"#),
+        "{seen}"
+    );
     let a3 = history("a3");
     assert_eq!(a3.len(), 2, "{a3:?}");
     assert_eq!(a3[0].0, seen["a3Deleted"].as_str().unwrap());

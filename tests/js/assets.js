@@ -65,6 +65,21 @@ async function main() {
             seen.resizes.push({ txId: submitted.getTransactionId(), valid: status.successful });
         }
         seen.a1History = await evaluate('assetHistory', 'a1');
+        seen.query = await evaluate('assetsByQuery', JSON.stringify({
+            selector: { owner: 'alice', size: { $gte: 10 } },
+            sort: [{ size: 'desc' }],
+            fields: ['id', 'size'],
+        }));
+        seen.queryPages = [];
+        bookmark = '';
+        for (;;) {
+            const page = await evaluate('assetsByQueryPaged', JSON.stringify({ selector: { owner: 'alice' } }), '2', bookmark);
+            seen.queryPages.push(page.keys);
+            bookmark = page.bookmark;
+            if (page.fetched < 2 || seen.queryPages.length >= 10) {
+                break;
+            }
+        }
         seen.a3History = await evaluate('assetHistory', 'a3');
         seen.a3Deleted = deleted.getTransactionId();
 

@@ -39,9 +39,13 @@ use weft_protos::range_summary::{MAX_DEGREE_DEFAULT, RangeReads, RangeSummarizer
 use weft_protos::tx::{ReadWriteSetBuilder, ReceivedProposal};
 use weft_statedb::StateReader;
 
+use crate::mango::Query;
+
 /// The most results one range query may return, as Fabric's
 /// `totalQueryLimit`.
 pub const RANGE_RESULTS_MAX: usize = 100_000;
+/// Keys read from the state at a time by a JSON query's scan.
+const SCAN_CHUNK: usize = 1_000;
 
 /// A chaincode compiled into the peer.
 pub trait Chaincode: Send + Sync {
@@ -98,6 +102,9 @@ pub enum StateError {
     /// The state database failed.
     #[error("reading the world state failed: {0}")]
     Storage(String),
+    /// A JSON query that is not one, or a bookmark weft did not give.
+    #[error("{0}")]
+    Query(String),
     /// A chaincode-to-chaincode call that cannot be made.
     #[error("calling chaincode {chaincode}: {reason}")]
     Call { chaincode: String, reason: String },
@@ -586,6 +593,100 @@ impl<'a> Stub<'a> {
         Ok(results)
     }
 
+    /// The documents (JSON object values) of this chaincode's namespace
+    /// that match the Mango `query` ([`crate::mango`]), or one `page` of
+    /// them: Fabric's `GetQueryResult` on CouchDB, answered from the world
+    /// state by a scan of the namespace in key order (or the query's sort
+    /// order). Values come back as Fabric's CouchDB path returns them:
+    /// re-serialized with their keys sorted, only the `fields` asked for.
+    /// Each key returned is recorded as a read at its version; as in
+    /// Fabric, the query itself is not checked again at commit (no
+    /// phantom protection). A page's bookmark counts the documents before
+    /// the next page, and like CouchDB's is never empty.
+    pub fn get_query_result(
+        &mut self,
+        query: &str,
+        page: Option<&PageRequest>,
+    ) -> Result<RangePage, StateError> {
+        if page.is_some() {
+            if self.written {
+                return Err(StateError::PagedQueryAfterWrite {
+                    tx_id: self.tx_id().to_owned(),
+                });
+            }
+            self.paged = true;
+        }
+        let query = Query::parse(query).map_err(|e| StateError::Query(e.to_string()))?;
+        let offset = match page.map(|page| page.bookmark.as_str()) {
+            None | Some("") => 0,
+            Some(bookmark) => bookmark.parse::<usize>().map_err(|_| {
+                StateError::Query(format!("bookmark {bookmark:?} is not one weft gave"))
+            })?,
+        };
+        // A page size overrides the query's limit, as in Fabric.
+        let wanted = match page {
+            Some(page) if page.size > 0 => page.size as usize,
+            _ => query.limit.unwrap_or(RANGE_RESULTS_MAX),
+        }
+        .min(RANGE_RESULTS_MAX);
+        let first = query.skip.saturating_add(offset);
+        let enough = first.saturating_add(wanted);
+
+        let mut matched: Vec<(String, weft_statedb::VersionedValue, serde_json::Value)> =
+            Vec::new();
+        let mut from = String::new();
+        'scan: loop {
+            let chunk = self
+                .state
+                .range(self.namespace, &from, "", SCAN_CHUNK)
+                .map_err(|e| StateError::Storage(e.to_string()))?;
+            let drained = chunk.len() < SCAN_CHUNK;
+            if let Some((last, _)) = chunk.last() {
+                from = format!("{last}\0");
+            }
+            for (key, value) in chunk {
+                let Ok(document) = serde_json::from_slice::<serde_json::Value>(&value.value) else {
+                    continue;
+                };
+                if !query.matches(&document) || (query.sorts() && !query.sortable(&document)) {
+                    continue;
+                }
+                matched.push((key, value, document));
+                if !query.sorts() && matched.len() >= enough {
+                    break 'scan;
+                }
+                if matched.len() > RANGE_RESULTS_MAX.saturating_add(first) {
+                    return Err(StateError::TooManyResults);
+                }
+            }
+            if drained {
+                break;
+            }
+        }
+        if query.sorts() {
+            matched.sort_by(|(_, _, a), (_, _, b)| query.order(a, b));
+        }
+        let end = matched.len().min(enough);
+        let start = first.min(end);
+        let mut results = Vec::with_capacity(end - start);
+        for (key, value, document) in matched.drain(start..end) {
+            self.rwset.read(
+                self.namespace,
+                &key,
+                Some((value.version.block_num, value.version.tx_num)),
+            );
+            let shown = serde_json::to_vec(&query.project(&document))
+                .map_err(|e| StateError::Query(e.to_string()))?;
+            results.push((key, Bytes::from(shown)));
+        }
+        Ok(RangePage {
+            bookmark: page
+                .map(|_| (offset + results.len()).to_string())
+                .unwrap_or_default(),
+            results,
+        })
+    }
+
     /// Every committed write of `key` in this chaincode's namespace,
     /// newest first, at most [`RANGE_RESULTS_MAX`]: Fabric's
     /// `GetHistoryForKey`. As in Fabric, it reads the blocks committed by
@@ -867,6 +968,64 @@ pub(crate) mod tests {
                 ("k005".to_owned(), String::new(), true, 2),
             ]
         );
+    }
+
+    #[test]
+    fn json_queries_read_the_documents_they_return() {
+        let (_dir, state) = state(0);
+        let mut batch = UpdateBatch::new();
+        for (n, value) in [
+            r#"{"size": 3, "color": "red"}"#,
+            r#"{"size": 1, "color": "red"}"#,
+            "not json",
+            r#"{"size": 2, "color": "blue"}"#,
+            r#"{"size": 5, "color": "red"}"#,
+        ]
+        .iter()
+        .enumerate()
+        {
+            let key = format!("d{n}");
+            batch.put("cc", &key, Bytes::from(*value), Height::new(1, n as u64));
+        }
+        state.apply(&batch, Height::new(1, 5)).unwrap();
+        let proposal = proposal();
+        let snapshot = state.snapshot();
+        let mut stub = Stub::new(&proposal, "cc", snapshot.as_ref());
+        let query = r#"{"selector": {"color": "red"}, "sort": [{"size": "asc"}], "skip": 1}"#;
+        let found = stub.get_query_result(query, None).unwrap();
+        let keys: Vec<&str> = found.results.iter().map(|(key, _)| key.as_str()).collect();
+        assert_eq!(keys, ["d0", "d4"]);
+        // Values come back with sorted keys, as Fabric's CouchDB path
+        // re-serializes them.
+        assert_eq!(&found.results[0].1[..], br#"{"color":"red","size":3}"#);
+        let reads: Vec<(String, u64)> = kv_of(&stub)
+            .reads
+            .iter()
+            .map(|read| (read.key.clone(), read.version.unwrap().tx_num))
+            .collect();
+        assert_eq!(reads, [("d0".to_owned(), 0), ("d4".to_owned(), 4)]);
+
+        // Pages: the bookmark counts what came before.
+        let mut page = PageRequest {
+            size: 2,
+            bookmark: String::new(),
+        };
+        let mut pages = Vec::new();
+        loop {
+            let found = stub
+                .get_query_result(r#"{"selector": {"size": {"$gt": 0}}}"#, Some(&page))
+                .unwrap();
+            pages.push(found.results.len());
+            if found.results.len() < 2 {
+                break;
+            }
+            page.bookmark = found.bookmark;
+        }
+        assert_eq!(pages, [2, 2, 0]);
+        assert!(matches!(
+            stub.get_query_result("{}", None),
+            Err(StateError::Query(_))
+        ));
     }
 
     #[test]

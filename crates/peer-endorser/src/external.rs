@@ -35,7 +35,9 @@
 //! A chaincode may call another on the same channel (INVOKE_CHAINCODE):
 //! the callee runs on the same [`Stub`], its reads and writes recorded
 //! under its own namespace, and its COMPLETED message is handed back.
-//! What weft does not serve (rich queries, private data, key metadata) is
+//! JSON queries (GET_QUERY_RESULT, CouchDB's Mango) are answered from the
+//! world state ([`crate::mango`]), whole or a page at a time.
+//! What weft does not serve (private data, key metadata) is
 //! answered with an ERROR naming it, which the shim raises in the
 //! chaincode.
 
@@ -56,7 +58,7 @@ use weft_protos::protos::chaincode_message::Type as MessageType;
 use weft_protos::protos::write_record::Type as WriteType;
 use weft_protos::protos::{
     ChaincodeAdditionalParams, ChaincodeId, ChaincodeInput, ChaincodeMessage, ChaincodeSpec,
-    DelState, GetHistoryForKey, GetState, GetStateByRange, GetStateMultiple,
+    DelState, GetHistoryForKey, GetQueryResult, GetState, GetStateByRange, GetStateMultiple,
     GetStateMultipleResult, PutState, QueryMetadata, QueryResponse, QueryResponseMetadata,
     QueryResultBytes, QueryStateClose, QueryStateNext, Response, SignedProposal, WriteBatchState,
 };
@@ -563,7 +565,18 @@ impl Session {
                 .into())
             }
             MessageType::GetQueryResult => {
-                Err("rich queries need CouchDB, which weft does not have".to_owned())
+                let request = GetQueryResult::decode(payload).map_err(malformed)?;
+                public_only(&request.collection)?;
+                let page = page_request(&request.metadata).map_err(malformed)?;
+                let found = stub
+                    .get_query_result(&request.query, page.as_ref())
+                    .map_err(|e| e.to_string())?;
+                let records = records(stub.namespace(), found.results);
+                if page.is_none() {
+                    return Ok(self.open_query(records));
+                }
+                self.next_query_id += 1;
+                Ok(paged_response(self.next_query_id, records, found.bookmark))
             }
             MessageType::InvokeChaincode => {
                 let spec = ChaincodeSpec::decode(payload).map_err(malformed)?;
@@ -611,21 +624,11 @@ impl Session {
             .get_state_by_range_paged(&request.start_key, &request.end_key, page)
             .map_err(|e| e.to_string())?;
         self.next_query_id += 1;
-        let metadata = QueryResponseMetadata {
-            fetched_records_count: i32::try_from(found.results.len()).unwrap_or(i32::MAX),
-            bookmark: found.bookmark,
-        };
-        Ok(QueryResponse {
-            results: records(stub.namespace(), found.results)
-                .into_iter()
-                .map(|result_bytes| QueryResultBytes { result_bytes })
-                .collect(),
-            has_more: false,
-            id: self.next_query_id.to_string(),
-            metadata: metadata.encode_to_vec().into(),
-        }
-        .encode_to_vec()
-        .into())
+        Ok(paged_response(
+            self.next_query_id,
+            records(stub.namespace(), found.results),
+            found.bookmark,
+        ))
     }
 
     /// Opens a query over `results` and answers its first page.
@@ -679,6 +682,26 @@ fn page_request(metadata: &[u8]) -> Result<Option<PageRequest>, prost::DecodeErr
         size: u32::try_from(metadata.page_size).unwrap_or(0),
         bookmark: metadata.bookmark,
     }))
+}
+
+/// The one RESPONSE to a paged query, numbered `id`: its `records` and
+/// Fabric's `QueryResponseMetadata`.
+fn paged_response(id: u64, records: VecDeque<Bytes>, bookmark: String) -> Bytes {
+    let metadata = QueryResponseMetadata {
+        fetched_records_count: i32::try_from(records.len()).unwrap_or(i32::MAX),
+        bookmark,
+    };
+    QueryResponse {
+        results: records
+            .into_iter()
+            .map(|result_bytes| QueryResultBytes { result_bytes })
+            .collect(),
+        has_more: false,
+        id: id.to_string(),
+        metadata: metadata.encode_to_vec().into(),
+    }
+    .encode_to_vec()
+    .into()
 }
 
 /// Range results as the shims read them: encoded `queryresult.KV`s of
@@ -1017,7 +1040,7 @@ mod tests {
             ),
             (
                 request(MessageType::GetQueryResult, GetState::default()),
-                "CouchDB",
+                "invalid JSON query",
             ),
             (
                 request(MessageType::InvokeChaincode, GetState::default()),

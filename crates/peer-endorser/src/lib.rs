@@ -24,6 +24,7 @@ mod endorser;
 pub mod external;
 pub mod gateway;
 pub mod lifecycle;
+pub mod mango;
 mod metrics;
 mod service;
 

@@ -123,6 +123,25 @@ class Assets extends Contract {
         return JSON.stringify(history);
     }
 
+    // The assets a CouchDB (Mango) JSON query selects.
+    async assetsByQuery(ctx, query) {
+        const found = [];
+        for await (const { key, value } of ctx.stub.getQueryResult(query)) {
+            found.push({ key, value: JSON.parse(Buffer.from(value).toString()) });
+        }
+        return JSON.stringify(found);
+    }
+
+    async assetsByQueryPaged(ctx, query, pageSize, bookmark) {
+        const { iterator, metadata } = await ctx.stub.getQueryResultWithPagination(query, Number(pageSize), bookmark);
+        const keys = [];
+        for (let next = await iterator.next(); !next.done; next = await iterator.next()) {
+            keys.push(next.value.key);
+        }
+        await iterator.close();
+        return JSON.stringify({ keys, fetched: metadata.fetchedRecordsCount, bookmark: metadata.bookmark });
+    }
+
     // Pages are for read-only transactions: the write after one fails.
     async resizeAfterPage(ctx, id, size) {
         const { iterator } = await ctx.stub.getStateByRangeWithPagination('', '', 1, '');
