@@ -12,11 +12,17 @@
 //! ([`decode`] then [`summarize`]), mirroring `summary.js`, and both
 //! directions use it. Node.js and npm are required (CI installs them); the
 //! tests fail, rather than skip, without them.
+//!
+//! `mango` checks weft's CouchDB JSON queries against PouchDB, which
+//! implements CouchDB's query language.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "support/node.rs"]
 mod node;
+
+#[path = "fabric_compat/mango.rs"]
+mod mango;
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};

@@ -597,7 +597,7 @@ impl<'a> Stub<'a> {
     /// that match the Mango `query` ([`crate::mango`]), or one `page` of
     /// them: Fabric's `GetQueryResult` on CouchDB, answered from the world
     /// state by a scan of the namespace in key order (or the query's sort
-    /// order). Values come back as Fabric's CouchDB path returns them:
+    /// order, ties by key). Values come back as Fabric's CouchDB path returns them:
     /// re-serialized with their keys sorted, only the `fields` asked for.
     /// Each key returned is recorded as a read at its version; as in
     /// Fabric, the query itself is not checked again at commit (no
@@ -664,7 +664,7 @@ impl<'a> Stub<'a> {
             }
         }
         if query.sorts() {
-            matched.sort_by(|(_, _, a), (_, _, b)| query.order(a, b));
+            matched.sort_by(|(a_key, _, a), (b_key, _, b)| query.order((a_key, a), (b_key, b)));
         }
         let end = matched.len().min(enough);
         let start = first.min(end);

@@ -139,18 +139,24 @@ impl Query {
             .all(|(path, _)| lookup(document, path).is_some())
     }
 
-    /// How two sortable documents order under the query's sort.
-    pub fn order(&self, a: &Value, b: &Value) -> Ordering {
-        for (path, ascending) in &self.sort {
+    /// How two sortable documents, stored under keys `a_key` and `b_key`,
+    /// order under the query's sort. Ties go by key, in the direction of
+    /// the sort, as CouchDB reads them from an index keyed by the sort
+    /// fields and the document ID.
+    pub fn order(&self, (a_key, a): (&str, &Value), (b_key, b): (&str, &Value)) -> Ordering {
+        let mut ascending = true;
+        for (path, up) in &self.sort {
+            ascending = *up;
             let (Some(x), Some(y)) = (lookup(a, path), lookup(b, path)) else {
                 continue;
             };
             let order = collate(x, y);
             if order != Ordering::Equal {
-                return if *ascending { order } else { order.reverse() };
+                return if *up { order } else { order.reverse() };
             }
         }
-        Ordering::Equal
+        let order = a_key.cmp(b_key);
+        if ascending { order } else { order.reverse() }
     }
 
     /// `document` with only the query's `fields`, if it names any.
@@ -585,7 +591,10 @@ mod tests {
             .into_iter()
             .filter(|doc| query.matches(doc) && query.sortable(doc))
             .collect();
-        found.sort_by(|a, b| query.order(a, b));
+        found.sort_by(|a, b| {
+            let key = |doc: &Value| doc["id"].as_str().unwrap().to_owned();
+            query.order((&key(a), a), (&key(b), b))
+        });
         let projected: Vec<Value> = found.iter().map(|doc| query.project(doc)).collect();
         assert_eq!(
             projected,
