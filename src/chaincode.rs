@@ -9,6 +9,13 @@
 //! definition is ordered and committed. The command returns once every
 //! listed peer has committed the definition, so the next transaction is
 //! validated with its policy.
+//!
+//! With `--address`, the chaincode is a service at that address: a
+//! chaincode-as-a-service package naming it (`connection.json`, as `peer
+//! lifecycle chaincode package` builds one) is installed on each listed
+//! peer first, as Fabric's `peer lifecycle chaincode install`, and each
+//! organisation approves the definition with its package ID; once the
+//! definition is committed, the peers dial the address. No peer restarts.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -18,9 +25,11 @@ use anyhow::{Context, Result, anyhow, bail};
 use bytes::Bytes;
 use prost::Message;
 use weft_msp::Signer;
+use weft_peer_endorser::package::Package;
 use weft_protos::common::{Envelope, Status};
 use weft_protos::lifecycle::{
-    ApproveChaincodeDefinitionForMyOrgArgs, CommitChaincodeDefinitionArgs,
+    ApproveChaincodeDefinitionForMyOrgArgs, ChaincodeSource, CommitChaincodeDefinitionArgs,
+    InstallChaincodeArgs, InstallChaincodeResult, chaincode_source,
 };
 use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
 use weft_protos::protos::application_policy::Type as PolicyType;
@@ -62,6 +71,14 @@ pub struct DeployArgs {
     /// The orderer to submit to.
     #[arg(long)]
     orderer: SocketAddr,
+    /// The chaincode server's host:port, for chaincode run as a service:
+    /// its package is installed on every listed peer and approved, and
+    /// the peers dial it once the definition is committed.
+    #[arg(long)]
+    address: Option<String>,
+    /// With --address: the package's label [default: <name>_<version>].
+    #[arg(long, requires = "address")]
+    label: Option<String>,
     /// The network's crypto folder (the output of `weft crypto generate`):
     /// each organisation's Admin signs its approval.
     #[arg(long)]
@@ -141,6 +158,9 @@ pub(crate) struct Deployment {
     pub approvers: Vec<Approver>,
     pub orderer: SocketAddr,
     pub dialer: Dialer,
+    /// A chaincode-as-a-service package to install on the approvers'
+    /// peers and approve; `None`: the peers run the chaincode already.
+    pub package: Option<Bytes>,
 }
 
 /// The serialized `ApplicationPolicy` of a policy expression in Fabric's
@@ -184,6 +204,16 @@ pub fn deploy(args: &DeployArgs) -> Result<()> {
         approvers,
         orderer: args.orderer,
         dialer: args.dialer()?,
+        package: match &args.address {
+            Some(address) => {
+                let label = args
+                    .label
+                    .clone()
+                    .unwrap_or_else(|| format!("{}_{}", args.name, args.version));
+                Some(Package::ccaas(&label, address).context("--address")?)
+            }
+            None => None,
+        },
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -197,11 +227,27 @@ impl Deployment {
     pub(crate) async fn run(&self) -> Result<()> {
         let peers: Vec<SocketAddr> = self.approvers.iter().map(|o| o.peer).collect();
         for approver in &self.approvers {
+            let source = match &self.package {
+                Some(package) => {
+                    let package_id = self.install(approver, package.clone()).await?;
+                    println!(
+                        "{} installed {package_id} on {}",
+                        approver.name, approver.peer
+                    );
+                    Some(ChaincodeSource {
+                        r#type: Some(chaincode_source::Type::LocalPackage(
+                            chaincode_source::Local { package_id },
+                        )),
+                    })
+                }
+                None => None,
+            };
             let approve = ApproveChaincodeDefinitionForMyOrgArgs {
                 sequence: self.sequence,
                 name: self.name.clone(),
                 version: self.version.clone(),
                 validation_parameter: self.validation_parameter.clone(),
+                source,
                 ..ApproveChaincodeDefinitionForMyOrgArgs::default()
             };
             let block = self
@@ -245,6 +291,44 @@ impl Deployment {
             self.name, self.version, self.sequence, self.channel
         );
         Ok(())
+    }
+
+    /// Installs `package` on `approver`'s peer as its admin (a proposal
+    /// to `_lifecycle` outside any channel, as `peer lifecycle chaincode
+    /// install` sends); returns the package ID.
+    async fn install(&self, approver: &Approver, package: Bytes) -> Result<String> {
+        let signer = &approver.admin;
+        let argument = InstallChaincodeArgs {
+            chaincode_install_package: package,
+        };
+        let invocation = Invocation {
+            channel_id: "",
+            chaincode: "_lifecycle",
+            args: vec![
+                Bytes::from_static(b"InstallChaincode"),
+                argument.encode_to_vec().into(),
+            ],
+            nonce: signer.new_nonce()?,
+            timestamp_seconds: weft_msp::now(),
+        };
+        let proposal = Proposal::new(&invocation, signer.serialized_identity().clone());
+        let response = EndorserClient::new(self.dialer.connect(approver.peer).await?)
+            .process_proposal(proposal.signed(signer)?)
+            .await
+            .with_context(|| format!("installing on {}", approver.peer))?
+            .into_inner()
+            .response
+            .unwrap_or_default();
+        if response.status != 200 {
+            bail!(
+                "{} refused to install the package: {}",
+                approver.peer,
+                response.message
+            );
+        }
+        let result = InstallChaincodeResult::decode(response.payload)
+            .with_context(|| format!("{} answered the install with", approver.peer))?;
+        Ok(result.package_id)
     }
 
     /// Proposes `function(argument)` to `_lifecycle` on `endorsers` as

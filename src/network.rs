@@ -658,6 +658,7 @@ impl Network {
                     approvers,
                     orderer,
                     dialer: dialer.clone(),
+                    package: None,
                 };
                 deployments.spawn_on(async move { deployment.run().await }, runtime.handle());
             }

@@ -30,6 +30,7 @@ use weft_peer_committer::{
     BlockSource, ChannelCommitter, ChannelHandle, Channels, CommitterMetrics, DeliverService,
     Intake, IntakeConfig,
 };
+use weft_peer_endorser::package::InstalledPackages;
 use weft_peer_endorser::{
     Chaincode, ChannelView, Endorser, EndorserMetrics, EndorserService, ExternalChaincode,
     ExternalConfig, GatewayConfig, GatewayService, JoinedChannel, Lifecycle, builtin,
@@ -124,9 +125,19 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
     };
     let endorser_metrics = EndorserMetrics::register(&registry).context("registering metrics")?;
     let endorsement_signer = RememberingSigner::new(signer.clone(), own::DEFAULT_CAPACITY);
+    // Packages installed through `_lifecycle`, where Fabric's peer keeps
+    // them.
+    let packages_dir = config.peer.file_system_path.join("lifecycle/chaincodes");
+    let packages = InstalledPackages::open(&packages_dir)
+        .with_context(|| format!("peer.fileSystemPath: {}", packages_dir.display()))?;
     let endorser = Arc::new(
         Endorser::new(Arc::new(endorsement_signer.clone()), chaincodes(&config))
-            .with_metrics(endorser_metrics),
+            .with_metrics(endorser_metrics)
+            .with_installed_packages(
+                Arc::new(packages),
+                config.peer.local_msp_id.clone(),
+                tokio::runtime::Handle::current(),
+            ),
     );
     let mut intakes = Vec::new();
     for channel in &config.channels {

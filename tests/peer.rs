@@ -900,6 +900,122 @@ async fn weft_chaincode_deploy_agrees_a_definition_whose_policy_every_peer_enfor
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chaincode_service_installed_through_lifecycle_runs_without_a_restart() {
+    // Goal: Fabric's chaincode-as-a-service path. The peers are started
+    // knowing nothing of `notes`; `weft chaincode deploy --address`
+    // installs a ccaas package (connection.json) on each organisation's
+    // peer as its admin, approves the definition with the package ID and
+    // commits it; the peers then dial the chaincode, with no restart.
+    let dir = tempfile::tempdir().unwrap();
+    let network = Network::create(dir.path());
+    let chaincode = ShimChaincode::start(&network.dir);
+    let orderer = network.start_solo_orderer();
+    let org1 = network.start_org_peer("org1", &dir.path().join("org1"), &[orderer.grpc], &[]);
+    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
+    let peers = [org1.grpc, org2.grpc];
+
+    let get = |key: &str| {
+        let proposal = network.proposal(CHANNEL, &["notes", "get", key]);
+        let signed = proposal.signed(&network.client).unwrap();
+        async move { endorse_all(&[org1.grpc], &signed).await.remove(0) }
+    };
+    let before = get("n1").await.response.unwrap();
+    assert_eq!(before.status, 500);
+    assert!(before.message.contains("not found"), "{}", before.message);
+
+    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args([
+            "chaincode",
+            "deploy",
+            "--channel",
+            CHANNEL,
+            "--name",
+            "notes",
+        ])
+        .arg("--peers")
+        .arg(format!("org1={},org2={}", org1.grpc, org2.grpc))
+        .args(["--orderer", &orderer.grpc.to_string()])
+        .arg("--crypto")
+        .arg(network.dir.join("crypto"))
+        .args(["--address", &chaincode.address.to_string()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for org in ["org1", "org2"] {
+        assert!(
+            stdout.contains(&format!("{org} installed notes_1.0:")),
+            "{stdout}"
+        );
+    }
+    assert!(stdout.contains("committed on channel ledger"), "{stdout}");
+
+    // Both peers run it now: a put is endorsed by both and committed.
+    let proposal = network.proposal(CHANNEL, &["notes", "put", "n1", "installed"]);
+    let responses = endorse_all(&peers, &proposal.signed(&network.client).unwrap()).await;
+    for response in &responses {
+        let answer = response.response.as_ref().unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.message);
+    }
+    submit(&network, orderer.grpc, &peers, &proposal, &responses, 4).await;
+    let after = get("n1").await.response.unwrap();
+    assert_eq!((after.status, &after.payload[..]), (200, &b"installed"[..]));
+
+    // The installed package, as `peer lifecycle chaincode
+    // queryinstalled` asks for it outside any channel: for an admin only.
+    let query = |signer: &Signer| {
+        let invocation = Invocation {
+            channel_id: "",
+            chaincode: "_lifecycle",
+            args: vec![
+                Bytes::from_static(b"QueryInstalledChaincodes"),
+                Bytes::new(),
+            ],
+            nonce: signer.new_nonce().unwrap(),
+            timestamp_seconds: weft_msp::now(),
+        };
+        Proposal::new(&invocation, signer.serialized_identity().clone())
+            .signed(signer)
+            .unwrap()
+    };
+    let admin = signer(
+        &network
+            .dir
+            .join("crypto/peerOrganizations/org1.example.com/users/Admin@org1.example.com/msp"),
+        "Org1MSP",
+    );
+    let answer = endorse_all(&[org1.grpc], &query(&admin))
+        .await
+        .remove(0)
+        .response
+        .unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.message);
+    let installed =
+        weft_protos::lifecycle::QueryInstalledChaincodesResult::decode(answer.payload).unwrap();
+    let labels: Vec<&str> = installed
+        .installed_chaincodes
+        .iter()
+        .map(|package| package.label.as_str())
+        .collect();
+    assert_eq!(labels, ["notes_1.0"]);
+    let refused = endorse_all(&[org1.grpc], &query(&network.client))
+        .await
+        .remove(0)
+        .response
+        .unwrap();
+    assert_eq!(refused.status, 500);
+    assert!(
+        refused.message.contains("needs an admin"),
+        "{}",
+        refused.message
+    );
+}
+
 #[test]
 fn a_bad_peer_config_names_the_file_and_key() {
     let dir = tempfile::tempdir().unwrap();

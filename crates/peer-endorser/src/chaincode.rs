@@ -181,6 +181,13 @@ pub trait Callees {
     fn callee(&self, name: &str) -> Option<Arc<dyn Chaincode>>;
 }
 
+/// A fixed set of chaincodes, by name.
+impl Callees for std::collections::HashMap<String, Arc<dyn Chaincode>> {
+    fn callee(&self, name: &str) -> Option<Arc<dyn Chaincode>> {
+        self.get(name).cloned()
+    }
+}
+
 /// The deepest chain of chaincode-to-chaincode calls served.
 pub const CALL_DEPTH_MAX: usize = 8;
 

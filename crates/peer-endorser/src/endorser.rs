@@ -28,7 +28,9 @@ use weft_protos::tx::{ReceivedProposal, Sign, SimulationResult, endorse};
 use weft_statedb::VersionedState;
 
 use crate::chaincode::{Callees, Chaincode, ChannelView, Stub};
+use crate::external::{ExternalChaincode, ExternalConfig};
 use crate::metrics::{EndorserMetrics, ProposalTrace};
+use crate::package::InstalledPackages;
 
 /// The policy a proposer must satisfy (Fabric's default ACL for
 /// `peer/Propose`).
@@ -77,6 +79,24 @@ pub struct Endorser {
     signer: Arc<dyn Sign + Send + Sync>,
     now: fn() -> UnixTime,
     metrics: Option<EndorserMetrics>,
+    installed: Option<Installed>,
+}
+
+/// Chaincode installed through `_lifecycle` and run once defined.
+struct Installed {
+    packages: Arc<InstalledPackages>,
+    local_msp_id: String,
+    runtime: tokio::runtime::Handle,
+    /// The chaincodes dialled so far, by channel and name.
+    running: parking_lot::Mutex<HashMap<(String, String), Running>>,
+}
+
+/// An installed chaincode being run: the definition sequence and package
+/// it was resolved for.
+struct Running {
+    sequence: i64,
+    package_id: String,
+    chaincode: Arc<dyn Chaincode>,
 }
 
 impl std::fmt::Debug for Endorser {
@@ -104,7 +124,139 @@ impl Endorser {
             signer,
             now: weft_msp::now,
             metrics: None,
+            installed: None,
         }
+    }
+
+    /// Installs chaincode packages into `packages` for admins of
+    /// `local_msp_id` (proposals to `_lifecycle` outside any channel), and
+    /// runs a chaincode whose committed definition this organisation
+    /// approved with an installed package, dialling its server through
+    /// `runtime`.
+    pub fn with_installed_packages(
+        mut self,
+        packages: Arc<InstalledPackages>,
+        local_msp_id: impl Into<String>,
+        runtime: tokio::runtime::Handle,
+    ) -> Self {
+        self.installed = Some(Installed {
+            packages,
+            local_msp_id: local_msp_id.into(),
+            runtime,
+            running: parking_lot::Mutex::default(),
+        });
+        self
+    }
+
+    /// The chaincode `name` on `channel`: built in or configured, or else
+    /// installed and defined (dialled on first use, and again when a new
+    /// definition names another package).
+    fn chaincode_for(
+        &self,
+        channel_id: &str,
+        channel: &dyn JoinedChannel,
+        name: &str,
+    ) -> Option<Arc<dyn Chaincode>> {
+        if let Some(chaincode) = self.chaincodes.get(name) {
+            return Some(chaincode.clone());
+        }
+        let installed = self.installed.as_ref()?;
+        let snapshot = channel.state().snapshot();
+        let (sequence, package) = crate::lifecycle::approved_package(
+            snapshot.as_ref(),
+            &installed.local_msp_id,
+            name,
+            &installed.packages.all(),
+        )?;
+        let key = (channel_id.to_owned(), name.to_owned());
+        let mut running = installed.running.lock();
+        if let Some(known) = running.get(&key)
+            && known.sequence == sequence
+            && known.package_id == package.id
+        {
+            return Some(known.chaincode.clone());
+        }
+        let config = ExternalConfig {
+            dial_timeout: package.dial_timeout,
+            ..ExternalConfig::new(name, &package.address)
+        };
+        tracing::info!(channel = channel_id, chaincode = name, sequence, package_id = %package.id, address = %package.address, "running an installed chaincode");
+        let chaincode: Arc<dyn Chaincode> =
+            Arc::new(ExternalChaincode::new(config, installed.runtime.clone()));
+        running.insert(
+            key,
+            Running {
+                sequence,
+                package_id: package.id,
+                chaincode: chaincode.clone(),
+            },
+        );
+        Some(chaincode)
+    }
+
+    /// Answers a proposal outside any channel: `_lifecycle`'s package
+    /// installation and queries, for an admin of this peer's organisation
+    /// (checked, as the peer's channels define the organisation, with a
+    /// valid signature). The answer carries no endorsement, as Fabric's.
+    fn answer_outside_channels(
+        &self,
+        proposal: &ReceivedProposal,
+        signed: &SignedProposal,
+    ) -> Result<ProposalResponse, String> {
+        if proposal.chaincode_id.name != crate::lifecycle::LIFECYCLE {
+            return Err("channel \"\" not found: only _lifecycle answers outside a channel".into());
+        }
+        let installed = self
+            .installed
+            .as_ref()
+            .ok_or("this peer does not install chaincode packages")?;
+        let creator = &proposal.signature_header.creator;
+        let expected_tx_id = compute_tx_id(&proposal.signature_header.nonce, creator);
+        if proposal.channel_header.tx_id != expected_tx_id {
+            return Err(format!(
+                "invalid txID {:?}: the nonce and creator give {expected_tx_id}",
+                proposal.channel_header.tx_id
+            ));
+        }
+        let channel = self
+            .channels
+            .read()
+            .values()
+            .next()
+            .cloned()
+            .ok_or("installing chaincode needs the peer to have joined a channel that defines its organisation")?;
+        channel
+            .check_signer(
+                "/Channel/Application/Readers",
+                creator,
+                &signed.proposal_bytes,
+                &signed.signature,
+                (self.now)(),
+            )
+            .map_err(|reason| format!("access denied: {reason}"))?;
+        if !channel.is_admin(creator, &installed.local_msp_id) {
+            return Err(format!(
+                "access denied: installing and querying chaincode packages needs an admin of {}",
+                installed.local_msp_id
+            ));
+        }
+        let function = proposal
+            .args
+            .first()
+            .map(|name| String::from_utf8_lossy(name).into_owned())
+            .unwrap_or_default();
+        let argument = proposal.args.get(1).cloned().unwrap_or_default();
+        let payload =
+            crate::lifecycle::answer_installation(&installed.packages, &function, &argument)?;
+        Ok(ProposalResponse {
+            version: 1,
+            response: Some(Response {
+                status: 200,
+                message: String::new(),
+                payload,
+            }),
+            ..ProposalResponse::default()
+        })
     }
 
     /// Reports every answered proposal to `metrics`.
@@ -142,16 +294,18 @@ impl Endorser {
             let endorser = self.clone();
             return self
                 .off_task(move || {
-                    let answer = unpanicked(|| {
-                        let checked = endorser.check(&signed, &mut trace, received)?;
-                        endorser.execute(checked, &mut trace)
-                    });
+                    let answer =
+                        unpanicked(|| match endorser.check(&signed, &mut trace, received)? {
+                            Step::Execute(checked) => endorser.execute(*checked, &mut trace),
+                            Step::Answered(response) => Ok(*response),
+                        });
                     endorser.finish(answer, &trace, received)
                 })
                 .await;
         }
         let checked = match unpanicked(|| self.check(&signed, &mut trace, received)) {
-            Ok(checked) => checked,
+            Ok(Step::Execute(checked)) => *checked,
+            Ok(Step::Answered(response)) => return self.finish(Ok(*response), &trace, received),
             Err(message) => return self.finish(Err(message), &trace, received),
         };
         if checked.chaincode.runs_remotely() {
@@ -205,7 +359,7 @@ impl Endorser {
         signed: &SignedProposal,
         trace: &mut ProposalTrace,
         received: Instant,
-    ) -> Result<Checked, String> {
+    ) -> Result<Step, String> {
         let proposal =
             ReceivedProposal::decode(signed).map_err(|e| format!("malformed proposal: {e}"))?;
         let header = &proposal.channel_header;
@@ -218,6 +372,11 @@ impl Endorser {
         let channel_id = header.channel_id.as_str();
         trace.channel = channel_id.to_owned();
         trace.chaincode = proposal.chaincode_id.name.clone();
+        if channel_id.is_empty() {
+            return Ok(Step::Answered(Box::new(
+                self.answer_outside_channels(&proposal, signed)?,
+            )));
+        }
         let channel = self
             .channels
             .read()
@@ -250,17 +409,19 @@ impl Endorser {
             return Err(format!("duplicate transaction found [{}]", header.tx_id));
         }
         let name = proposal.chaincode_id.name.as_str();
-        let chaincode = self.chaincodes.get(name).cloned().ok_or_else(|| {
-            format!("chaincode definition for {name:?} not found on channel {channel_id}")
-        })?;
+        let chaincode = self
+            .chaincode_for(channel_id, channel.as_ref(), name)
+            .ok_or_else(|| {
+                format!("chaincode definition for {name:?} not found on channel {channel_id}")
+            })?;
         let checked_at = Instant::now();
         trace.check = checked_at - received;
-        Ok(Checked {
+        Ok(Step::Execute(Box::new(Checked {
             proposal,
             channel,
             chaincode,
             checked_at,
-        })
+        })))
     }
 
     /// Simulates a checked proposal on a snapshot of the world state and
@@ -278,10 +439,15 @@ impl Endorser {
         } = checked;
         let name = proposal.chaincode_id.name.as_str();
         let snapshot = channel.state().snapshot();
+        let callees = ChannelCallees {
+            endorser: self,
+            channel_id: &proposal.channel_header.channel_id,
+            channel: channel.as_ref(),
+        };
         let mut stub = Stub::new(&proposal, name, snapshot.as_ref())
             .with_channel(channel.as_ref())
             .with_blocks(channel.blocks())
-            .with_callees(&self.chaincodes, chaincode.runs_remotely());
+            .with_callees(&callees, chaincode.runs_remotely());
         stub.read_definition()
             .map_err(|e| format!("reading the chaincode definition failed: {e}"))?;
         let invoked = std::panic::catch_unwind(AssertUnwindSafe(|| chaincode.invoke(&mut stub)));
@@ -323,10 +489,27 @@ impl Endorser {
     }
 }
 
-impl Callees for HashMap<String, Arc<dyn Chaincode>> {
+/// The chaincodes one chaincode may call on its channel: those the
+/// endorser runs there, built in, configured or installed.
+struct ChannelCallees<'a> {
+    endorser: &'a Endorser,
+    channel_id: &'a str,
+    channel: &'a dyn JoinedChannel,
+}
+
+impl Callees for ChannelCallees<'_> {
     fn callee(&self, name: &str) -> Option<Arc<dyn Chaincode>> {
-        self.get(name).cloned()
+        self.endorser
+            .chaincode_for(self.channel_id, self.channel, name)
     }
+}
+
+/// What the checks leave to do.
+enum Step {
+    /// Simulate and endorse.
+    Execute(Box<Checked>),
+    /// Nothing: the proposal was answered without a channel.
+    Answered(Box<ProposalResponse>),
 }
 
 /// A proposal that passed the checks, with what executing it needs.

@@ -26,6 +26,7 @@ pub mod gateway;
 pub mod lifecycle;
 pub mod mango;
 mod metrics;
+pub mod package;
 mod service;
 
 pub use chaincode::{Chaincode, ChannelView, StateError, Stub};

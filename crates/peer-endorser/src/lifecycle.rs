@@ -15,24 +15,33 @@
 //! - `QueryChaincodeDefinition`, `CheckCommitReadiness`: the committed
 //!   definition, and which organisations approved a definition.
 //!
-//! Installing packages is not a weft notion: chaincode runs built in or as
-//! a service the peer is configured to dial.
+//! - Outside any channel, for an admin of the peer's organisation:
+//!   `InstallChaincode` of a chaincode-as-a-service package,
+//!   `QueryInstalledChaincode(s)`, `GetInstalledChaincodePackage`
+//!   ([`answer_installation`]). Once a definition is committed whose
+//!   approval by this organisation names an installed package
+//!   ([`approved_package`]), the endorser dials the address in the
+//!   package's `connection.json`: no restart, as in Fabric.
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use prost::Message;
 use weft_protos::hash::sha256;
+use weft_protos::lifecycle::query_installed_chaincodes_result::InstalledChaincode;
 use weft_protos::lifecycle::{
     ApproveChaincodeDefinitionForMyOrgArgs, ChaincodeEndorsementInfo, ChaincodeValidationInfo,
     CheckCommitReadinessArgs, CheckCommitReadinessResult, CommitChaincodeDefinitionArgs,
-    QueryChaincodeDefinitionArgs, QueryChaincodeDefinitionResult, StateData, StateMetadata,
-    chaincode_source, state_data,
+    GetInstalledChaincodePackageArgs, GetInstalledChaincodePackageResult, InstallChaincodeArgs,
+    InstallChaincodeResult, QueryChaincodeDefinitionArgs, QueryChaincodeDefinitionResult,
+    QueryInstalledChaincodeArgs, QueryInstalledChaincodeResult, QueryInstalledChaincodesResult,
+    StateData, StateMetadata, chaincode_source, state_data,
 };
 use weft_protos::protos::application_policy::Type as PolicyType;
 use weft_protos::protos::{ApplicationPolicy, CollectionConfigPackage, Response};
 
 use crate::chaincode::{Chaincode, StateError, Stub, error, success};
+use crate::package::{InstalledPackages, Package};
 
 /// The namespace and name of the lifecycle chaincode.
 pub const LIFECYCLE: &str = "_lifecycle";
@@ -356,6 +365,106 @@ fn check_sequence(
         )));
     }
     Ok(())
+}
+
+/// The package this organisation approved for the definition of `name`
+/// committed in `state`, among the `installed` ones: the one whose
+/// `PackageID` field hashes to what the organisation's implicit
+/// collection holds for the committed sequence (weft keeps the hashes of
+/// private data, not the values). `None` if `name` is not defined, or the
+/// organisation approved no installed package for it. Also returns the
+/// committed sequence, which the caller may cache against.
+pub fn approved_package(
+    state: &dyn weft_statedb::StateReader,
+    local_msp_id: &str,
+    name: &str,
+    installed: &[Package],
+) -> Option<(i64, Package)> {
+    let stored = state
+        .get(LIFECYCLE, &format!("namespaces/fields/{name}/Sequence"))
+        .ok()??;
+    let Some(state_data::Type::Int64(sequence)) = StateData::decode(stored.value)
+        .ok()
+        .and_then(|data| data.r#type)
+    else {
+        return None;
+    };
+    let hashed_namespace = format!("{LIFECYCLE}$$h{}", implicit_collection(local_msp_id));
+    let key = format!("chaincode-sources/fields/{name}#{sequence}/PackageID");
+    let key_hash = hex::encode(weft_protos::hash::sha256(key.as_bytes()));
+    let approved = state.get(&hashed_namespace, &key_hash).ok()??;
+    installed
+        .iter()
+        .find(|package| {
+            let field = state_field(state_data::Type::String(package.id.clone()));
+            weft_protos::hash::sha256(&field)[..] == approved.value[..]
+        })
+        .map(|package| (sequence, package.clone()))
+}
+
+/// The `_lifecycle` functions a peer answers outside any channel, for an
+/// admin of its organisation: installing chaincode packages and querying
+/// them. `packages` holds what is installed.
+pub fn answer_installation(
+    packages: &InstalledPackages,
+    function: &str,
+    argument: &Bytes,
+) -> Result<Bytes, String> {
+    let malformed = |e: prost::DecodeError| format!("malformed {function} arguments: {e}");
+    let installed = |id: &str| {
+        packages
+            .get(id)
+            .ok_or_else(|| format!("chaincode install package '{id}' not found"))
+    };
+    Ok(match function {
+        "InstallChaincode" => {
+            let args = InstallChaincodeArgs::decode(argument.clone()).map_err(malformed)?;
+            let package = packages
+                .install(args.chaincode_install_package)
+                .map_err(|e| format!("could not install the chaincode package: {e}"))?;
+            InstallChaincodeResult {
+                package_id: package.id,
+                label: package.label,
+            }
+            .encode_to_vec()
+        }
+        "QueryInstalledChaincode" => {
+            let args = QueryInstalledChaincodeArgs::decode(argument.clone()).map_err(malformed)?;
+            let package = installed(&args.package_id)?;
+            QueryInstalledChaincodeResult {
+                package_id: package.id,
+                label: package.label,
+                ..QueryInstalledChaincodeResult::default()
+            }
+            .encode_to_vec()
+        }
+        "QueryInstalledChaincodes" => QueryInstalledChaincodesResult {
+            installed_chaincodes: packages
+                .all()
+                .into_iter()
+                .map(|package| InstalledChaincode {
+                    package_id: package.id,
+                    label: package.label,
+                    ..InstalledChaincode::default()
+                })
+                .collect(),
+        }
+        .encode_to_vec(),
+        "GetInstalledChaincodePackage" => {
+            let args =
+                GetInstalledChaincodePackageArgs::decode(argument.clone()).map_err(malformed)?;
+            GetInstalledChaincodePackageResult {
+                chaincode_install_package: installed(&args.package_id)?.bytes,
+            }
+            .encode_to_vec()
+        }
+        other => {
+            return Err(format!(
+                "function {other:?} of _lifecycle needs a channel (or is not supported by weft)"
+            ));
+        }
+    }
+    .into())
 }
 
 /// The committed sequence of `name` (0: not defined), recorded as read.

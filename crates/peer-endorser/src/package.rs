@@ -1,0 +1,315 @@
+//! Chaincode packages as Fabric's `peer lifecycle chaincode package` makes
+//! them, and the packages a peer has installed.
+//!
+//! A package is a gzipped tar holding `metadata.json` (`{"type", "label"}`)
+//! and `code.tar.gz`. weft runs chaincode as a service only, so it installs
+//! packages of type `ccaas`, whose `code.tar.gz` holds `connection.json`:
+//! the chaincode server's `address` and `dial_timeout` (Fabric's external
+//! builder reads the same file). The package ID is Fabric's: the label, a
+//! colon, and the hex SHA-256 of the package bytes.
+//!
+//! Installed packages live in `<dir>/<label>.<hash>.tar.gz`, Fabric's file
+//! name, written to a temporary file and renamed, so a crash leaves either
+//! the whole package or none.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+use serde::Deserialize;
+
+/// The largest package weft installs (a ccaas package is a few hundred
+/// bytes; Fabric's default gRPC limit is 100 MiB).
+const PACKAGE_BYTES_MAX: usize = 100 * 1024 * 1024;
+/// The largest file read out of a package.
+const ENTRY_BYTES_MAX: u64 = 1024 * 1024;
+
+/// Why a package cannot be installed or read.
+#[derive(Debug, thiserror::Error)]
+pub enum PackageError {
+    #[error("chaincode package is not a gzipped tar with {0}")]
+    Malformed(String),
+    #[error(
+        "weft runs chaincode as a service: package type {0:?} is not \"ccaas\" (build the chaincode as a server and package its connection.json)"
+    )]
+    NotAService(String),
+    #[error("chaincode package {0} is not installed")]
+    NotInstalled(String),
+    #[error("chaincode package of {0} bytes is larger than {PACKAGE_BYTES_MAX}")]
+    TooLarge(usize),
+    #[error("installed packages at {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A chaincode-as-a-service package.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Package {
+    pub id: String,
+    pub label: String,
+    /// The chaincode server's `host:port`.
+    pub address: String,
+    /// How long dialling it may take (`dial_timeout`, default 10 s).
+    pub dial_timeout: Duration,
+    /// The package as installed.
+    pub bytes: Bytes,
+}
+
+#[derive(Deserialize)]
+struct Metadata {
+    #[serde(rename = "type")]
+    kind: String,
+    label: String,
+}
+
+#[derive(Deserialize)]
+struct Connection {
+    address: String,
+    #[serde(default)]
+    dial_timeout: Option<String>,
+}
+
+impl Package {
+    /// Reads a package as `peer lifecycle chaincode package` writes it.
+    pub fn parse(bytes: Bytes) -> Result<Self, PackageError> {
+        if bytes.len() > PACKAGE_BYTES_MAX {
+            return Err(PackageError::TooLarge(bytes.len()));
+        }
+        let mut files = tar_files(&bytes, &["metadata.json", "code.tar.gz"])?;
+        let metadata: Metadata =
+            serde_json::from_slice(&files.remove("metadata.json").unwrap_or_default())
+                .map_err(|e| PackageError::Malformed(format!("a readable metadata.json ({e})")))?;
+        if metadata.kind != "ccaas" {
+            return Err(PackageError::NotAService(metadata.kind));
+        }
+        if metadata.label.is_empty() || metadata.label.contains([':', '/']) {
+            return Err(PackageError::Malformed(format!(
+                "a label without ':' or '/' (found {:?})",
+                metadata.label
+            )));
+        }
+        let code = files.remove("code.tar.gz").unwrap_or_default();
+        let mut code_files = tar_files(&code, &["connection.json"])?;
+        let connection: Connection =
+            serde_json::from_slice(&code_files.remove("connection.json").unwrap_or_default())
+                .map_err(|e| {
+                    PackageError::Malformed(format!(
+                        "a readable connection.json in code.tar.gz ({e})"
+                    ))
+                })?;
+        let dial_timeout = match connection.dial_timeout.as_deref() {
+            None | Some("") => Duration::from_secs(10),
+            Some(text) => weft_protos::duration::parse_go_duration(text).map_err(|e| {
+                PackageError::Malformed(format!("a dial_timeout such as 10s ({e})"))
+            })?,
+        };
+        let hash = hex::encode(weft_protos::hash::sha256(&bytes));
+        Ok(Self {
+            id: format!("{}:{hash}", metadata.label),
+            label: metadata.label,
+            address: connection.address,
+            dial_timeout,
+            bytes,
+        })
+    }
+
+    /// A ccaas package of the chaincode server at `address`, as `peer
+    /// lifecycle chaincode package` builds one from a `connection.json`.
+    pub fn ccaas(label: &str, address: &str) -> Result<Bytes, PackageError> {
+        let connection = serde_json::json!({
+            "address": address,
+            "dial_timeout": "10s",
+            "tls_required": false,
+        });
+        let code = tar_gz(&[("connection.json", connection.to_string().into_bytes())])?;
+        let metadata = serde_json::json!({"type": "ccaas", "label": label});
+        let package = tar_gz(&[
+            ("metadata.json", metadata.to_string().into_bytes()),
+            ("code.tar.gz", code),
+        ])?;
+        Ok(Bytes::from(package))
+    }
+}
+
+/// The files `names` of a gzipped tar, those present.
+fn tar_files(bytes: &[u8], names: &[&str]) -> Result<BTreeMap<String, Vec<u8>>, PackageError> {
+    let malformed =
+        |e: std::io::Error| PackageError::Malformed(format!("{} ({e})", names.join(" and ")));
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
+    let mut found = BTreeMap::new();
+    for entry in archive.entries().map_err(malformed)? {
+        let entry = entry.map_err(malformed)?;
+        let path = entry
+            .path()
+            .map_err(malformed)?
+            .to_string_lossy()
+            .into_owned();
+        let name = path.trim_start_matches("./").to_owned();
+        if names.contains(&name.as_str()) {
+            let mut content = Vec::new();
+            entry
+                .take(ENTRY_BYTES_MAX)
+                .read_to_end(&mut content)
+                .map_err(malformed)?;
+            found.insert(name, content);
+        }
+    }
+    if let Some(missing) = names.iter().find(|name| !found.contains_key(**name)) {
+        return Err(PackageError::Malformed((*missing).to_owned()));
+    }
+    Ok(found)
+}
+
+fn tar_gz(files: &[(&str, Vec<u8>)]) -> Result<Vec<u8>, PackageError> {
+    let io = |source| PackageError::Io {
+        path: PathBuf::from("<package>"),
+        source,
+    };
+    let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::default(),
+    ));
+    for (name, content) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(content.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        builder
+            .append_data(&mut header, name, content.as_slice())
+            .map_err(io)?;
+    }
+    builder.into_inner().map_err(io)?.finish().map_err(io)
+}
+
+/// The packages a peer has installed, kept in a directory.
+#[derive(Debug)]
+pub struct InstalledPackages {
+    dir: PathBuf,
+    packages: RwLock<BTreeMap<String, Package>>,
+}
+
+impl InstalledPackages {
+    /// The packages installed in `dir` (created if missing). A file there
+    /// that is not a package is skipped with a warning.
+    pub fn open(dir: &Path) -> Result<Self, PackageError> {
+        let io = |source| PackageError::Io {
+            path: dir.to_owned(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let mut packages = BTreeMap::new();
+        for entry in std::fs::read_dir(dir).map_err(io)? {
+            let path = entry.map_err(io)?.path();
+            if !path.to_string_lossy().ends_with(".tar.gz") {
+                continue;
+            }
+            let bytes = std::fs::read(&path).map_err(io)?;
+            match Package::parse(Bytes::from(bytes)) {
+                Ok(package) => {
+                    packages.insert(package.id.clone(), package);
+                }
+                Err(error) => {
+                    tracing::warn!(path = %path.display(), %error, "not an installable package; skipped");
+                }
+            }
+        }
+        Ok(Self {
+            dir: dir.to_owned(),
+            packages: RwLock::new(packages),
+        })
+    }
+
+    /// Installs `bytes`; installing the same package again is allowed and
+    /// changes nothing.
+    pub fn install(&self, bytes: Bytes) -> Result<Package, PackageError> {
+        let package = Package::parse(bytes)?;
+        if let Some(installed) = self.packages.read().get(&package.id) {
+            return Ok(installed.clone());
+        }
+        let hash = package.id.rsplit(':').next().unwrap_or_default();
+        let path = self.dir.join(format!("{}.{hash}.tar.gz", package.label));
+        let partial = path.with_extension("partial");
+        let io = |source| PackageError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut file = std::fs::File::create(&partial).map_err(io)?;
+        file.write_all(&package.bytes).map_err(io)?;
+        file.sync_all().map_err(io)?;
+        std::fs::rename(&partial, &path).map_err(io)?;
+        self.packages
+            .write()
+            .insert(package.id.clone(), package.clone());
+        tracing::info!(package_id = %package.id, address = %package.address, "chaincode package installed");
+        Ok(package)
+    }
+
+    pub fn get(&self, id: &str) -> Option<Package> {
+        self.packages.read().get(id).cloned()
+    }
+
+    /// Every installed package, by ID.
+    pub fn all(&self) -> Vec<Package> {
+        self.packages.read().values().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_ccaas_package_round_trips_and_installs_once() {
+        let bytes = Package::ccaas("notes_1.0", "127.0.0.1:9999").unwrap();
+        let package = Package::parse(bytes.clone()).unwrap();
+        assert_eq!(package.label, "notes_1.0");
+        assert_eq!(package.address, "127.0.0.1:9999");
+        assert_eq!(
+            package.id,
+            format!(
+                "notes_1.0:{}",
+                hex::encode(weft_protos::hash::sha256(&bytes))
+            )
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let installed = InstalledPackages::open(dir.path()).unwrap();
+        installed.install(bytes.clone()).unwrap();
+        installed.install(bytes).unwrap();
+        assert_eq!(installed.all().len(), 1);
+        // Found again after a restart.
+        let reopened = InstalledPackages::open(dir.path()).unwrap();
+        assert_eq!(reopened.get(&package.id).unwrap().address, "127.0.0.1:9999");
+    }
+
+    #[test]
+    fn packages_weft_cannot_run_are_refused_with_the_reason() {
+        let golang = tar_gz(&[
+            (
+                "metadata.json",
+                br#"{"type":"golang","label":"x"}"#.to_vec(),
+            ),
+            ("code.tar.gz", tar_gz(&[]).unwrap()),
+        ])
+        .unwrap();
+        let refused = Package::parse(Bytes::from(golang)).unwrap_err();
+        assert!(refused.to_string().contains("\"golang\""), "{refused}");
+        let refused = Package::parse(Bytes::from_static(b"not a package")).unwrap_err();
+        assert!(refused.to_string().contains("gzipped tar"), "{refused}");
+        let no_connection = tar_gz(&[
+            ("metadata.json", br#"{"type":"ccaas","label":"x"}"#.to_vec()),
+            ("code.tar.gz", tar_gz(&[]).unwrap()),
+        ])
+        .unwrap();
+        let refused = Package::parse(Bytes::from(no_connection)).unwrap_err();
+        assert!(refused.to_string().contains("connection.json"), "{refused}");
+    }
+}
