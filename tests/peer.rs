@@ -814,14 +814,9 @@ async fn weft_chaincode_deploy_agrees_a_definition_whose_policy_every_peer_enfor
     );
 
     let deploy = |sequence: &str| {
-        Command::new(env!("CARGO_BIN_EXE_weft"))
-            .args(["chaincode", "deploy", "--channel", CHANNEL, "--name", "kv"])
-            .args(["--sequence", sequence, "--policy", "OR('Org1MSP.peer')"])
-            .arg("--peers")
-            .arg(format!("org1={},org2={}", org1.grpc, org2.grpc))
-            .args(["--orderer", &orderer.grpc.to_string()])
-            .arg("--crypto")
-            .arg(network.dir.join("crypto"))
+        chaincode_deploy(&network, orderer.grpc, [org1.grpc, org2.grpc])
+            .args(["--name", "kv", "--sequence", sequence])
+            .args(["--policy", "OR('Org1MSP.peer')"])
             .output()
             .unwrap()
     };
@@ -924,21 +919,13 @@ async fn a_chaincode_service_installed_through_lifecycle_runs_without_a_restart(
     assert_eq!(before.status, 500);
     assert!(before.message.contains("not found"), "{}", before.message);
 
-    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
+    let output = chaincode_deploy(&network, orderer.grpc, peers)
         .args([
-            "chaincode",
-            "deploy",
-            "--channel",
-            CHANNEL,
             "--name",
             "notes",
+            "--address",
+            &chaincode.address.to_string(),
         ])
-        .arg("--peers")
-        .arg(format!("org1={},org2={}", org1.grpc, org2.grpc))
-        .args(["--orderer", &orderer.grpc.to_string()])
-        .arg("--crypto")
-        .arg(network.dir.join("crypto"))
-        .args(["--address", &chaincode.address.to_string()])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -1014,6 +1001,20 @@ async fn a_chaincode_service_installed_through_lifecycle_runs_without_a_restart(
         "{}",
         refused.message
     );
+}
+
+/// `weft chaincode deploy` on `CHANNEL` of `network`, approved by org1's
+/// and org2's `peers`, submitted to `orderer`; the chaincode to name.
+fn chaincode_deploy(network: &Network, orderer: SocketAddr, peers: [SocketAddr; 2]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_weft"));
+    command
+        .args(["chaincode", "deploy", "--channel", CHANNEL])
+        .arg("--peers")
+        .arg(format!("org1={},org2={}", peers[0], peers[1]))
+        .args(["--orderer", &orderer.to_string()])
+        .arg("--crypto")
+        .arg(network.dir.join("crypto"));
+    command
 }
 
 #[test]
