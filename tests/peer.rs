@@ -990,6 +990,18 @@ async fn a_chaincode_service_installed_through_lifecycle_runs_without_a_restart(
         .map(|package| package.label.as_str())
         .collect();
     assert_eq!(labels, ["notes_1.0"]);
+    // Used by the definition of notes 1.0 on the channel.
+    let used_by: Vec<(&str, &str, &str)> = installed.installed_chaincodes[0]
+        .references
+        .iter()
+        .flat_map(|(channel, references)| {
+            references
+                .chaincodes
+                .iter()
+                .map(move |cc| (channel.as_str(), cc.name.as_str(), cc.version.as_str()))
+        })
+        .collect();
+    assert_eq!(used_by, [(CHANNEL, "notes", "1.0")]);
     let refused = endorse_all(&[org1.grpc], &query(&network.client))
         .await
         .remove(0)

@@ -246,8 +246,23 @@ impl Endorser {
             .map(|name| String::from_utf8_lossy(name).into_owned())
             .unwrap_or_default();
         let argument = proposal.args.get(1).cloned().unwrap_or_default();
-        let payload =
-            crate::lifecycle::answer_installation(&installed.packages, &function, &argument)?;
+        let joined: Vec<(String, Arc<dyn JoinedChannel>)> = self
+            .channels
+            .read()
+            .iter()
+            .map(|(id, channel)| (id.clone(), channel.clone()))
+            .collect();
+        let states: Vec<_> = joined
+            .iter()
+            .map(|(id, channel)| (id.clone(), channel.state().snapshot()))
+            .collect();
+        let payload = crate::lifecycle::answer_installation(
+            &installed.packages,
+            &installed.local_msp_id,
+            &states,
+            &function,
+            &argument,
+        )?;
         Ok(ProposalResponse {
             version: 1,
             response: Some(Response {

@@ -37,6 +37,7 @@ use weft_protos::lifecycle::{
     QueryInstalledChaincodeArgs, QueryInstalledChaincodeResult, QueryInstalledChaincodesResult,
     StateData, StateMetadata, chaincode_source, state_data,
 };
+use weft_protos::lifecycle::{query_installed_chaincode_result, query_installed_chaincodes_result};
 use weft_protos::protos::application_policy::Type as PolicyType;
 use weft_protos::protos::{ApplicationPolicy, CollectionConfigPackage, Response};
 
@@ -402,11 +403,81 @@ pub fn approved_package(
         .map(|package| (sequence, package.clone()))
 }
 
+/// The chaincodes defined in `state` (a channel's) that run `package`
+/// for this organisation: their names and versions, as
+/// `QueryInstalledChaincode`'s references list them.
+fn references(
+    state: &dyn weft_statedb::StateReader,
+    local_msp_id: &str,
+    package: &Package,
+) -> Vec<(String, String)> {
+    // Every `namespaces/fields/<name>/Sequence` key: '0' follows '/'.
+    let Ok(fields) = state.range(
+        LIFECYCLE,
+        "namespaces/fields/",
+        "namespaces/fields0",
+        100_000,
+    ) else {
+        return Vec::new();
+    };
+    let installed = std::slice::from_ref(package);
+    fields
+        .iter()
+        .filter_map(|(key, _)| {
+            key.strip_prefix("namespaces/fields/")?
+                .strip_suffix("/Sequence")
+        })
+        .filter(|name| approved_package(state, local_msp_id, name, installed).is_some())
+        .map(|name| {
+            let version = state
+                .get(
+                    LIFECYCLE,
+                    &format!("namespaces/fields/{name}/EndorsementInfo"),
+                )
+                .ok()
+                .flatten()
+                .and_then(|stored| StateData::decode(stored.value).ok()?.r#type)
+                .and_then(|field| match field {
+                    state_data::Type::Bytes(bytes) => ChaincodeEndorsementInfo::decode(bytes).ok(),
+                    _ => None,
+                })
+                .map(|info| info.version)
+                .unwrap_or_default();
+            (name.to_owned(), version)
+        })
+        .collect()
+}
+
+/// `package`'s references on each of `channels` (ID and world state):
+/// the channel, then the chaincodes' names and versions.
+fn references_by_channel(
+    channels: &[(
+        String,
+        Box<dyn weft_statedb::StateReader + Send + Sync + '_>,
+    )],
+    local_msp_id: &str,
+    package: &Package,
+) -> BTreeMap<String, Vec<(String, String)>> {
+    channels
+        .iter()
+        .filter_map(|(channel_id, state)| {
+            let found = references(state.as_ref(), local_msp_id, package);
+            (!found.is_empty()).then(|| (channel_id.clone(), found))
+        })
+        .collect()
+}
+
 /// The `_lifecycle` functions a peer answers outside any channel, for an
-/// admin of its organisation: installing chaincode packages and querying
-/// them. `packages` holds what is installed.
+/// admin of its organisation (`local_msp_id`): installing chaincode
+/// packages and querying them. `packages` holds what is installed;
+/// `channels` (ID and world state) are where references are looked for.
 pub fn answer_installation(
     packages: &InstalledPackages,
+    local_msp_id: &str,
+    channels: &[(
+        String,
+        Box<dyn weft_statedb::StateReader + Send + Sync + '_>,
+    )],
     function: &str,
     argument: &Bytes,
 ) -> Result<Bytes, String> {
@@ -431,10 +502,27 @@ pub fn answer_installation(
         "QueryInstalledChaincode" => {
             let args = QueryInstalledChaincodeArgs::decode(argument.clone()).map_err(malformed)?;
             let package = installed(&args.package_id)?;
+            let references =
+                references_by_channel(channels, local_msp_id, &package)
+                    .into_iter()
+                    .map(|(channel, chaincodes)| {
+                        let chaincodes =
+                            chaincodes
+                                .into_iter()
+                                .map(|(name, version)| {
+                                    query_installed_chaincode_result::Chaincode { name, version }
+                                })
+                                .collect();
+                        (
+                            channel,
+                            query_installed_chaincode_result::References { chaincodes },
+                        )
+                    })
+                    .collect();
             QueryInstalledChaincodeResult {
+                references,
                 package_id: package.id,
                 label: package.label,
-                ..QueryInstalledChaincodeResult::default()
             }
             .encode_to_vec()
         }
@@ -443,9 +531,23 @@ pub fn answer_installation(
                 .all()
                 .into_iter()
                 .map(|package| InstalledChaincode {
+                    references: references_by_channel(channels, local_msp_id, &package)
+                        .into_iter()
+                        .map(|(channel, chaincodes)| {
+                            let chaincodes = chaincodes
+                                .into_iter()
+                                .map(|(name, version)| {
+                                    query_installed_chaincodes_result::Chaincode { name, version }
+                                })
+                                .collect();
+                            (
+                                channel,
+                                query_installed_chaincodes_result::References { chaincodes },
+                            )
+                        })
+                        .collect(),
                     package_id: package.id,
                     label: package.label,
-                    ..InstalledChaincode::default()
                 })
                 .collect(),
         }
