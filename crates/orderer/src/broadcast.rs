@@ -49,8 +49,8 @@ use weft_protos::orderer::BroadcastResponse;
 use weft_protos::view::TxEnvelope;
 
 use crate::admission::{self, Admitted, Refusal};
+use crate::chain::Ack;
 use crate::channel::{Channel, RequestContext};
-use crate::consensus::Ack;
 use crate::metrics::OrdererMetrics;
 
 /// Envelopes of one stream being checked at once.

@@ -22,8 +22,8 @@ use weft_protos::common::{Block, Config};
 use weft_protos::tx::Sign;
 use weft_protos::view::Limits;
 
+use crate::chain::Chain;
 use crate::channel_config::ChannelConfig;
-use crate::consensus::ChainHandle;
 use crate::error::{Error, Result};
 use crate::metrics::OrdererMetrics;
 
@@ -33,7 +33,8 @@ pub(crate) struct Channel {
     pub id: String,
     pub store: Arc<BlockStore>,
     config: RwLock<Arc<ChannelConfig>>,
-    pub chain: ChainHandle,
+    /// Where admitted envelopes go to be ordered.
+    pub chain: Arc<dyn Chain>,
     pub metrics: OrdererMetrics,
     /// Why the channel's consenter stopped, once it failed (`/healthz`).
     failure: Mutex<Option<String>>,
@@ -47,7 +48,7 @@ impl Channel {
         id: String,
         store: Arc<BlockStore>,
         config: ChannelConfig,
-        chain: ChainHandle,
+        chain: Arc<dyn Chain>,
         metrics: OrdererMetrics,
     ) -> Self {
         metrics.height(&id, store.height());

@@ -39,6 +39,7 @@
 
 mod admission;
 mod broadcast;
+mod chain;
 mod channel;
 mod channel_config;
 pub mod checkpoint;

@@ -275,7 +275,7 @@ impl Orderer {
                 channel_id.clone(),
                 store.clone(),
                 channel_config,
-                handle,
+                Arc::new(handle),
                 metrics.clone(),
             ));
             by_id.insert(channel_id.clone(), channel.clone());

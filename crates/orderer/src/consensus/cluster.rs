@@ -51,8 +51,8 @@ use weft_protos::cluster::{
 use weft_protos::common::{Block, Status};
 
 use crate::admission::{Admitted, Refusal};
+use crate::chain::Ack;
 use crate::channel::{Channel, Channels};
-use crate::consensus::Ack;
 use crate::consensus::kafka::{Payloads, digest};
 
 /// Raft messages queued for one peer before new ones are dropped.

@@ -2,7 +2,8 @@
 //! order and turns them into blocks.
 //!
 //! Every consenter has the same two ends. At the front, a bounded mailbox
-//! ([`ChainHandle`]) into which Broadcast puts accepted envelopes, in the
+//! ([`ChainHandle`], the [`Chain`] a [`Channel`] holds) into which
+//! Broadcast puts accepted envelopes, in the
 //! order of their streams; a full mailbox pushes back on clients. At the
 //! back, a [`BlockWriter`] that turns each *decided* batch into the next
 //! signed block, deterministically. What lies between is the consenter:
@@ -49,6 +50,7 @@ use weft_protos::common::{Block, Status};
 
 use self::raft::{Leader, Route};
 use crate::admission::{Admitted, Refusal};
+use crate::chain::{Ack, Chain, Submitting, Unavailable};
 use crate::channel::Channel;
 use crate::channel_config::ChannelConfig;
 use crate::checkpoint::{Checkpoints, Seal};
@@ -69,13 +71,6 @@ pub enum Consenter {
     Kafka,
 }
 
-/// The consenter refused an envelope: it is halted or failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the consenter of channel {channel} is not running")]
-pub(crate) struct Unavailable {
-    pub channel: String,
-}
-
 /// What the mailbox carries: an accepted envelope and, when the consenter
 /// answers only once the envelope is ordered (Raft), where to answer.
 #[derive(Debug)]
@@ -85,39 +80,6 @@ pub(crate) struct Submission {
     /// leader refuses it rather than forwarding it again.
     pub forwarded: bool,
     pub done: Option<oneshot::Sender<Result<(), Refusal>>>,
-}
-
-/// When a client may be told SUCCESS for a submitted envelope.
-#[derive(Debug)]
-pub(crate) enum Ack {
-    /// Now: the consenter holds it (solo, whose mailbox survives until
-    /// ordered, as Fabric's solo answers).
-    Now,
-    /// Once the consenter answers: Raft answers when the envelope's block
-    /// is decided, or refuses it (no leader, leadership lost).
-    Later(oneshot::Receiver<Result<(), Refusal>>),
-}
-
-impl Ack {
-    /// The consenter's answer if it is known now; the `Ack` again if not.
-    pub fn try_outcome(self) -> Result<Result<(), Refusal>, Self> {
-        match self {
-            Self::Now => Ok(Ok(())),
-            Self::Later(mut answer) => match answer.try_recv() {
-                Ok(result) => Ok(result),
-                Err(oneshot::error::TryRecvError::Empty) => Err(Self::Later(answer)),
-                Err(oneshot::error::TryRecvError::Closed) => Ok(Err(stopped())),
-            },
-        }
-    }
-
-    /// Waits for the consenter's answer.
-    pub async fn outcome(self) -> Result<(), Refusal> {
-        match self {
-            Self::Now => Ok(()),
-            Self::Later(answer) => answer.await.unwrap_or_else(|_| Err(stopped())),
-        }
-    }
 }
 
 /// The configuration a CONFIG envelope brings, as block `number` of
@@ -178,12 +140,14 @@ pub(crate) async fn write_block(
     Ok(block)
 }
 
-/// The answer to an envelope whose consenter went away without answering.
-fn stopped() -> Refusal {
-    Refusal::new(
-        Status::ServiceUnavailable,
-        "the consenter stopped before the envelope was ordered",
-    )
+impl Chain for ChainHandle {
+    fn submit(&self, input: Admitted) -> Submitting<'_> {
+        Box::pin(self.submit_as(input, false))
+    }
+
+    fn submit_forwarded(&self, input: Admitted) -> Submitting<'_> {
+        Box::pin(self.submit_as(input, true))
+    }
 }
 
 /// The sending end of a channel's mailbox.
@@ -200,17 +164,6 @@ pub(crate) struct ChainHandle {
 }
 
 impl ChainHandle {
-    /// Hands an accepted envelope to the consenter, waiting while the
-    /// mailbox is full; the [`Ack`] tells when the client may hear SUCCESS.
-    pub async fn submit(&self, input: Admitted) -> Result<Ack, Unavailable> {
-        self.submit_as(input, false).await
-    }
-
-    /// [`ChainHandle::submit`] for an envelope another orderer forwarded.
-    pub async fn submit_forwarded(&self, input: Admitted) -> Result<Ack, Unavailable> {
-        self.submit_as(input, true).await
-    }
-
     async fn submit_as(&self, input: Admitted, forwarded: bool) -> Result<Ack, Unavailable> {
         if let (Some(route), false) = (&self.route, forwarded) {
             match route.leader() {

@@ -2,7 +2,7 @@
 //! admitted envelopes from the channel's mailbox in order, runs the
 //! [`BlockCutter`] and its timer, and hands each batch to the
 //! [`BlockWriter`]. A client hears SUCCESS once the envelope is in the
-//! mailbox ([`super::Ack::Now`]), as Fabric's solo answers: the mailbox is
+//! mailbox ([`crate::chain::Ack::Now`]), as Fabric's solo answers: the mailbox is
 //! ordered to the end on a clean shutdown.
 //!
 //! A stream channel waits for no batch: once the mailbox is empty, what
