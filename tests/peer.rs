@@ -317,20 +317,8 @@ async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
     // whose Gateway gets org2's endorsement too: on the block channel, and
     // the same on the stream channel beside it, where commit status comes
     // with the checkpoint that covers the transaction.
-    let user = network
-        .dir
-        .join("crypto/peerOrganizations/org1.example.com/users/User1@org1.example.com/msp");
     for (channel, blocks_before) in [(CHANNEL, height), (SECOND_CHANNEL, 0)] {
-        let stdout = node::stdout_of(
-            node::node()
-                .arg("gateway.js")
-                .arg(org1.grpc.to_string())
-                .arg("Org1MSP")
-                .arg(user.join("signcerts/User1@org1.example.com-cert.pem"))
-                .arg(user.join("keystore/priv_sk"))
-                .arg(channel),
-        );
-        let seen: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        let seen = gateway_client(&network, "gateway.js", org1.grpc, channel);
         let key = seen["key"].as_str().unwrap();
         assert_eq!(seen["value"], "from the Fabric gateway client", "{seen}");
         assert_eq!(seen["status"]["successful"], true, "{seen}");
@@ -512,19 +500,7 @@ async fn a_fabric_contract_uses_keys_pages_history_json_queries_and_calls_throug
         &[orderer.grpc],
         &[("Org2MSP", org2.grpc)],
     );
-    let user = network
-        .dir
-        .join("crypto/peerOrganizations/org1.example.com/users/User1@org1.example.com/msp");
-    let stdout = node::stdout_of(
-        node::node()
-            .arg("assets.js")
-            .arg(org1.grpc.to_string())
-            .arg("Org1MSP")
-            .arg(user.join("signcerts/User1@org1.example.com-cert.pem"))
-            .arg(user.join("keystore/priv_sk"))
-            .arg(CHANNEL),
-    );
-    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let seen = gateway_client(&network, "assets.js", org1.grpc, CHANNEL);
     let json = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
 
     assert_eq!(seen["read"]["color"], "red", "{seen}");
@@ -919,21 +895,12 @@ async fn a_chaincode_service_installed_through_lifecycle_runs_without_a_restart(
     assert_eq!(before.status, 500);
     assert!(before.message.contains("not found"), "{}", before.message);
 
-    let output = chaincode_deploy(&network, orderer.grpc, peers)
-        .args([
-            "--name",
-            "notes",
-            "--address",
-            &chaincode.address.to_string(),
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = node::stdout_of(chaincode_deploy(&network, orderer.grpc, peers).args([
+        "--name",
+        "notes",
+        "--address",
+        &chaincode.address.to_string(),
+    ]));
     for org in ["org1", "org2"] {
         assert!(
             stdout.contains(&format!("{org} installed notes_1.0:")),
@@ -1535,6 +1502,29 @@ fn event_of(
     let action = weft_protos::protos::ChaincodeAction::decode(payload.extension).unwrap();
     (!action.events.is_empty())
         .then(|| weft_protos::protos::ChaincodeEvent::decode(action.events).unwrap())
+}
+
+/// What the Gateway-client `script` in `tests/js` saw, driving `peer` on
+/// `channel` as org1's User1 of `network`.
+fn gateway_client(
+    network: &Network,
+    script: &str,
+    peer: SocketAddr,
+    channel: &str,
+) -> serde_json::Value {
+    let user = network
+        .dir
+        .join("crypto/peerOrganizations/org1.example.com/users/User1@org1.example.com/msp");
+    let stdout = node::stdout_of(
+        node::node()
+            .arg(script)
+            .arg(peer.to_string())
+            .arg("Org1MSP")
+            .arg(user.join("signcerts/User1@org1.example.com-cert.pem"))
+            .arg(user.join("keystore/priv_sk"))
+            .arg(channel),
+    );
+    serde_json::from_str(stdout.trim()).unwrap()
 }
 
 /// `tests/js/chaincode.js`: a chaincode written with Fabric's Node.js

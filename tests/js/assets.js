@@ -5,117 +5,94 @@
 //
 //   node assets.js <peer host:port> <mspId> <cert.pem> <key.pem> <channel>
 //
-// Prints one JSON object with what the client saw; exits non-zero on an
-// unexpected error. tests/peer.rs runs it against weft's peers.
+// The connection is gateway-client.js's. Prints one JSON object with what
+// the client saw; exits non-zero on an unexpected error. tests/peer.rs
+// runs it against weft's peers.
 'use strict';
 
-const crypto = require('node:crypto');
-const fs = require('node:fs');
-const grpc = require('@grpc/grpc-js');
-const { connect, signers } = require('@hyperledger/fabric-gateway');
+const { runGatewayClient } = require('./gateway-client');
 
-async function main() {
-    const [address, mspId, certPath, keyPath, channelName] = process.argv.slice(2);
-    const client = new grpc.Client(address, grpc.credentials.createInsecure());
-    const gateway = connect({
-        client,
-        identity: { mspId, credentials: fs.readFileSync(certPath) },
-        signer: signers.newPrivateKeySigner(crypto.createPrivateKey(fs.readFileSync(keyPath))),
-        evaluateOptions: () => ({ deadline: Date.now() + 10000 }),
-        endorseOptions: () => ({ deadline: Date.now() + 20000 }),
-        submitOptions: () => ({ deadline: Date.now() + 10000 }),
-        commitStatusOptions: () => ({ deadline: Date.now() + 60000 }),
-    });
+runGatewayClient(async (gateway, channelName) => {
     const text = (bytes) => Buffer.from(bytes).toString();
     const seen = {};
-    try {
-        const contract = gateway.getNetwork(channelName).getContract('assets');
-        const evaluate = async (name, ...args) => JSON.parse(text(await contract.evaluateTransaction(name, ...args)));
-        for (const [id, color] of [['a1', 'blue'], ['a2', 'red'], ['a3', 'blue'], ['a4', 'green'], ['a5', 'blue']]) {
-            await contract.submitTransaction('createAsset', id, color, '10', 'alice');
-        }
-        seen.read = JSON.parse(text(await contract.evaluateTransaction('readAsset', 'a2')));
-        seen.blue = await evaluate('assetsByColor', 'blue');
-        seen.index = await evaluate('indexEntries');
-        seen.simpleKeys = await evaluate('keysInRange', '', '');
-        seen.bluePages = [];
-        let bookmark = '';
-        do {
-            const page = await evaluate('assetsByColorPaged', 'blue', '2', bookmark);
-            seen.bluePages.push(page);
-            bookmark = page.bookmark;
-        } while (bookmark !== '' && seen.bluePages.length < 10);
-        seen.rangePages = [];
-        bookmark = '';
-        do {
-            const page = await evaluate('keysInRangePaged', 'a2', '', '2', bookmark);
-            seen.rangePages.push(page);
-            bookmark = page.bookmark;
-        } while (bookmark !== '' && seen.rangePages.length < 10);
-
-        const deleted = await contract.submitAsync('deleteAsset', { arguments: ['a3'] });
-        await deleted.getStatus();
-        seen.blueAfterDelete = await evaluate('assetsByColor', 'blue');
-
-        // Two resizes of a1, then its history, newest first, by TxID.
-        seen.resizes = [];
-        for (const size of ['20', '30']) {
-            const submitted = await contract.submitAsync('resizeAsset', { arguments: ['a1', size] });
-            const status = await submitted.getStatus();
-            seen.resizes.push({ txId: submitted.getTransactionId(), valid: status.successful });
-        }
-        seen.a1History = await evaluate('assetHistory', 'a1');
-        seen.query = await evaluate('assetsByQuery', JSON.stringify({
-            selector: { owner: 'alice', size: { $gte: 10 } },
-            sort: [{ size: 'desc' }],
-            fields: ['id', 'size'],
-        }));
-        seen.queryPages = [];
-        bookmark = '';
-        for (;;) {
-            const page = await evaluate('assetsByQueryPaged', JSON.stringify({ selector: { owner: 'alice' } }), '2', bookmark);
-            seen.queryPages.push(page.keys);
-            bookmark = page.bookmark;
-            if (page.fetched < 2 || seen.queryPages.length >= 10) {
-                break;
-            }
-        }
-        seen.a3History = await evaluate('assetHistory', 'a3');
-        seen.a3Deleted = deleted.getTransactionId();
-
-        try {
-            await contract.submitTransaction('resizeAfterPage', 'a1', '40');
-            seen.writeAfterPage = 'submitted';
-        } catch (err) {
-            seen.writeAfterPage = {
-                code: err.code,
-                message: err.message,
-                details: (err.details || []).map(({ address, mspId, message }) => ({ address, mspId, message })),
-            };
-        }
-        seen.a1 = JSON.parse(text(await contract.evaluateTransaction('readAsset', 'a1')));
-
-        // One transaction writes through a call to the `mirror` chaincode:
-        // the asset is in both namespaces; a call to a chaincode that does
-        // not exist fails the transaction.
-        const mirror = gateway.getNetwork(channelName).getContract('mirror');
-        seen.called = JSON.parse(text(await contract.submitTransaction('createAssetWith', 'mirror', 'm1', 'black', '5', 'bob')));
-        seen.mirrored = JSON.parse(text(await mirror.evaluateTransaction('readAsset', 'm1')));
-        seen.here = JSON.parse(text(await contract.evaluateTransaction('readAsset', 'm1')));
-        try {
-            await contract.submitTransaction('createAssetWith', 'nowhere', 'm2', 'black', '5', 'bob');
-            seen.callNowhere = 'submitted';
-        } catch (err) {
-            seen.callNowhere = (err.details || []).map((detail) => detail.message).join('; ');
-        }
-    } finally {
-        gateway.close();
-        client.close();
+    const contract = gateway.getNetwork(channelName).getContract('assets');
+    const evaluate = async (name, ...args) => JSON.parse(text(await contract.evaluateTransaction(name, ...args)));
+    for (const [id, color] of [['a1', 'blue'], ['a2', 'red'], ['a3', 'blue'], ['a4', 'green'], ['a5', 'blue']]) {
+        await contract.submitTransaction('createAsset', id, color, '10', 'alice');
     }
-    console.log(JSON.stringify(seen));
-}
+    seen.read = JSON.parse(text(await contract.evaluateTransaction('readAsset', 'a2')));
+    seen.blue = await evaluate('assetsByColor', 'blue');
+    seen.index = await evaluate('indexEntries');
+    seen.simpleKeys = await evaluate('keysInRange', '', '');
+    seen.bluePages = [];
+    let bookmark = '';
+    do {
+        const page = await evaluate('assetsByColorPaged', 'blue', '2', bookmark);
+        seen.bluePages.push(page);
+        bookmark = page.bookmark;
+    } while (bookmark !== '' && seen.bluePages.length < 10);
+    seen.rangePages = [];
+    bookmark = '';
+    do {
+        const page = await evaluate('keysInRangePaged', 'a2', '', '2', bookmark);
+        seen.rangePages.push(page);
+        bookmark = page.bookmark;
+    } while (bookmark !== '' && seen.rangePages.length < 10);
 
-main().catch((err) => {
-    console.error(err);
-    process.exit(1);
+    const deleted = await contract.submitAsync('deleteAsset', { arguments: ['a3'] });
+    await deleted.getStatus();
+    seen.blueAfterDelete = await evaluate('assetsByColor', 'blue');
+
+    // Two resizes of a1, then its history, newest first, by TxID.
+    seen.resizes = [];
+    for (const size of ['20', '30']) {
+        const submitted = await contract.submitAsync('resizeAsset', { arguments: ['a1', size] });
+        const status = await submitted.getStatus();
+        seen.resizes.push({ txId: submitted.getTransactionId(), valid: status.successful });
+    }
+    seen.a1History = await evaluate('assetHistory', 'a1');
+    seen.query = await evaluate('assetsByQuery', JSON.stringify({
+        selector: { owner: 'alice', size: { $gte: 10 } },
+        sort: [{ size: 'desc' }],
+        fields: ['id', 'size'],
+    }));
+    seen.queryPages = [];
+    bookmark = '';
+    for (;;) {
+        const page = await evaluate('assetsByQueryPaged', JSON.stringify({ selector: { owner: 'alice' } }), '2', bookmark);
+        seen.queryPages.push(page.keys);
+        bookmark = page.bookmark;
+        if (page.fetched < 2 || seen.queryPages.length >= 10) {
+            break;
+        }
+    }
+    seen.a3History = await evaluate('assetHistory', 'a3');
+    seen.a3Deleted = deleted.getTransactionId();
+
+    try {
+        await contract.submitTransaction('resizeAfterPage', 'a1', '40');
+        seen.writeAfterPage = 'submitted';
+    } catch (err) {
+        seen.writeAfterPage = {
+            code: err.code,
+            message: err.message,
+            details: (err.details || []).map(({ address, mspId, message }) => ({ address, mspId, message })),
+        };
+    }
+    seen.a1 = JSON.parse(text(await contract.evaluateTransaction('readAsset', 'a1')));
+
+    // One transaction writes through a call to the `mirror` chaincode:
+    // the asset is in both namespaces; a call to a chaincode that does
+    // not exist fails the transaction.
+    const mirror = gateway.getNetwork(channelName).getContract('mirror');
+    seen.called = JSON.parse(text(await contract.submitTransaction('createAssetWith', 'mirror', 'm1', 'black', '5', 'bob')));
+    seen.mirrored = JSON.parse(text(await mirror.evaluateTransaction('readAsset', 'm1')));
+    seen.here = JSON.parse(text(await contract.evaluateTransaction('readAsset', 'm1')));
+    try {
+        await contract.submitTransaction('createAssetWith', 'nowhere', 'm2', 'black', '5', 'bob');
+        seen.callNowhere = 'submitted';
+    } catch (err) {
+        seen.callNowhere = (err.details || []).map((detail) => detail.message).join('; ');
+    }
+    return seen;
 });

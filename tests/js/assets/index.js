@@ -16,6 +16,18 @@ const { Contract } = require('fabric-contract-api');
 
 const COLOR_INDEX = 'color~name';
 
+// One page of a paged query, as the contract answers it: what `pick`
+// takes of each result, under `field`, with the page's count and
+// bookmark; the iterator closed.
+async function page({ iterator, metadata }, field, pick) {
+    const found = [];
+    for (let next = await iterator.next(); !next.done; next = await iterator.next()) {
+        found.push(pick(next.value));
+    }
+    await iterator.close();
+    return JSON.stringify({ [field]: found, fetched: metadata.fetchedRecordsCount, bookmark: metadata.bookmark });
+}
+
 class Assets extends Contract {
     async createAsset(ctx, id, color, size, owner) {
         const existing = await ctx.stub.getState(id);
@@ -64,14 +76,9 @@ class Assets extends Contract {
 
     // One page of them.
     async assetsByColorPaged(ctx, color, pageSize, bookmark) {
-        const { iterator, metadata } = await ctx.stub.getStateByPartialCompositeKeyWithPagination(
+        const paged = await ctx.stub.getStateByPartialCompositeKeyWithPagination(
             COLOR_INDEX, [color], Number(pageSize), bookmark);
-        const ids = [];
-        for (let next = await iterator.next(); !next.done; next = await iterator.next()) {
-            ids.push(ctx.stub.splitCompositeKey(next.value.key).attributes[1]);
-        }
-        await iterator.close();
-        return JSON.stringify({ ids, fetched: metadata.fetchedRecordsCount, bookmark: metadata.bookmark });
+        return page(paged, 'ids', ({ key }) => ctx.stub.splitCompositeKey(key).attributes[1]);
     }
 
     // Every index entry, split back into its parts.
@@ -93,14 +100,8 @@ class Assets extends Contract {
     }
 
     async keysInRangePaged(ctx, start, end, pageSize, bookmark) {
-        const { iterator, metadata } = await ctx.stub.getStateByRangeWithPagination(
-            start, end, Number(pageSize), bookmark);
-        const keys = [];
-        for (let next = await iterator.next(); !next.done; next = await iterator.next()) {
-            keys.push(next.value.key);
-        }
-        await iterator.close();
-        return JSON.stringify({ keys, fetched: metadata.fetchedRecordsCount, bookmark: metadata.bookmark });
+        const paged = await ctx.stub.getStateByRangeWithPagination(start, end, Number(pageSize), bookmark);
+        return page(paged, 'keys', ({ key }) => key);
     }
 
     async resizeAsset(ctx, id, size) {
@@ -133,22 +134,15 @@ class Assets extends Contract {
     }
 
     async assetsByQueryPaged(ctx, query, pageSize, bookmark) {
-        const { iterator, metadata } = await ctx.stub.getQueryResultWithPagination(query, Number(pageSize), bookmark);
-        const keys = [];
-        for (let next = await iterator.next(); !next.done; next = await iterator.next()) {
-            keys.push(next.value.key);
-        }
-        await iterator.close();
-        return JSON.stringify({ keys, fetched: metadata.fetchedRecordsCount, bookmark: metadata.bookmark });
+        const paged = await ctx.stub.getQueryResultWithPagination(query, Number(pageSize), bookmark);
+        return page(paged, 'keys', ({ key }) => key);
     }
 
     // Pages are for read-only transactions: the write after one fails.
     async resizeAfterPage(ctx, id, size) {
         const { iterator } = await ctx.stub.getStateByRangeWithPagination('', '', 1, '');
         await iterator.close();
-        const asset = JSON.parse(await this.readAsset(ctx, id));
-        asset.size = Number(size);
-        await ctx.stub.putState(id, Buffer.from(JSON.stringify(asset)));
+        await this.resizeAsset(ctx, id, size);
     }
 }
 
