@@ -492,6 +492,18 @@ impl<'a> Stub<'a> {
         Ok(())
     }
 
+    /// Fabric's precondition of a paged query: no write before. Marks the
+    /// transaction as having run one.
+    fn check_paged_query(&mut self) -> Result<(), StateError> {
+        if self.written {
+            return Err(StateError::PagedQueryAfterWrite {
+                tx_id: self.tx_id().to_owned(),
+            });
+        }
+        self.paged = true;
+        Ok(())
+    }
+
     /// The committed keys in `[start, end)` (an empty `end`: to the end of
     /// the namespace) with their values, in key order. The query and its
     /// results are recorded so that the committer can detect phantoms: as
@@ -518,12 +530,7 @@ impl<'a> Stub<'a> {
         end: &str,
         page: &PageRequest,
     ) -> Result<RangePage, StateError> {
-        if self.written {
-            return Err(StateError::PagedQueryAfterWrite {
-                tx_id: self.tx_id().to_owned(),
-            });
-        }
-        self.paged = true;
+        self.check_paged_query()?;
         let from = if page.bookmark.is_empty() {
             start
         } else {
@@ -616,12 +623,7 @@ impl<'a> Stub<'a> {
         page: Option<&PageRequest>,
     ) -> Result<RangePage, StateError> {
         if page.is_some() {
-            if self.written {
-                return Err(StateError::PagedQueryAfterWrite {
-                    tx_id: self.tx_id().to_owned(),
-                });
-            }
-            self.paged = true;
+            self.check_paged_query()?;
         }
         let query = Query::parse(query).map_err(|e| StateError::Query(e.to_string()))?;
         let offset = match page.map(|page| page.bookmark.as_str()) {

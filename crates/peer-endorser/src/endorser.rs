@@ -194,10 +194,11 @@ impl Endorser {
         Some(chaincode)
     }
 
-    /// Answers a proposal outside any channel: `_lifecycle`'s package
-    /// installation and queries, for an admin of this peer's organisation
-    /// (checked, as the peer's channels define the organisation, with a
-    /// valid signature). The answer carries no endorsement, as Fabric's.
+    /// Answers a proposal outside any channel (its TxID already checked):
+    /// `_lifecycle`'s package installation and queries, for an admin of
+    /// this peer's organisation (checked, as the peer's channels define
+    /// the organisation, with a valid signature). The answer carries no
+    /// endorsement, as Fabric's.
     fn answer_outside_channels(
         &self,
         proposal: &ReceivedProposal,
@@ -211,13 +212,6 @@ impl Endorser {
             .as_ref()
             .ok_or("this peer does not install chaincode packages")?;
         let creator = &proposal.signature_header.creator;
-        let expected_tx_id = compute_tx_id(&proposal.signature_header.nonce, creator);
-        if proposal.channel_header.tx_id != expected_tx_id {
-            return Err(format!(
-                "invalid txID {:?}: the nonce and creator give {expected_tx_id}",
-                proposal.channel_header.tx_id
-            ));
-        }
         let channel = self
             .channels
             .read()
@@ -365,10 +359,10 @@ impl Endorser {
         response
     }
 
-    /// Fabric's checks before simulation: the proposal decodes, is for a
-    /// joined channel, carries a TxID its nonce and creator give, is signed
-    /// by a member allowed to propose, is not a replay, and names a
-    /// chaincode this peer runs.
+    /// Fabric's checks before simulation: the proposal decodes, carries a
+    /// TxID its nonce and creator give, is for a joined channel (or else
+    /// is answered outside channels), is signed by a member allowed to
+    /// propose, is not a replay, and names a chaincode this peer runs.
     fn check(
         &self,
         signed: &SignedProposal,
@@ -387,6 +381,14 @@ impl Endorser {
         let channel_id = header.channel_id.as_str();
         trace.channel = channel_id.to_owned();
         trace.chaincode = proposal.chaincode_id.name.clone();
+        let creator = &proposal.signature_header.creator;
+        let expected_tx_id = compute_tx_id(&proposal.signature_header.nonce, creator);
+        if header.tx_id != expected_tx_id {
+            return Err(format!(
+                "invalid txID {:?}: the nonce and creator give {expected_tx_id}",
+                header.tx_id
+            ));
+        }
         if channel_id.is_empty() {
             return Ok(Step::Answered(Box::new(
                 self.answer_outside_channels(&proposal, signed)?,
@@ -398,14 +400,6 @@ impl Endorser {
             .get(channel_id)
             .cloned()
             .ok_or_else(|| format!("channel {channel_id:?} not found"))?;
-        let creator = &proposal.signature_header.creator;
-        let expected_tx_id = compute_tx_id(&proposal.signature_header.nonce, creator);
-        if header.tx_id != expected_tx_id {
-            return Err(format!(
-                "invalid txID {:?}: the nonce and creator give {expected_tx_id}",
-                header.tx_id
-            ));
-        }
         let now = (self.now)();
         channel
             .check_signer(

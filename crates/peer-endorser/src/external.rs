@@ -528,7 +528,11 @@ impl Session {
                 let request = GetStateByRange::decode(payload).map_err(malformed)?;
                 public_only(&request.collection)?;
                 if let Some(page) = page_request(&request.metadata).map_err(malformed)? {
-                    return self.paged(stub, &request, &page);
+                    let found = stub
+                        .get_state_by_range_paged(&request.start_key, &request.end_key, &page)
+                        .map_err(|e| e.to_string())?;
+                    let records = records(stub.namespace(), found.results);
+                    return Ok(self.answer_page(records, found.bookmark));
                 }
                 let results = stub
                     .get_state_by_range(&request.start_key, &request.end_key)
@@ -572,11 +576,10 @@ impl Session {
                     .get_query_result(&request.query, page.as_ref())
                     .map_err(|e| e.to_string())?;
                 let records = records(stub.namespace(), found.results);
-                if page.is_none() {
-                    return Ok(self.open_query(records));
-                }
-                self.next_query_id += 1;
-                Ok(paged_response(self.next_query_id, records, found.bookmark))
+                Ok(match page {
+                    Some(_) => self.answer_page(records, found.bookmark),
+                    None => self.open_query(records),
+                })
             }
             MessageType::InvokeChaincode => {
                 let spec = ChaincodeSpec::decode(payload).map_err(malformed)?;
@@ -611,24 +614,25 @@ impl Session {
         }
     }
 
-    /// The answer to a range query that asks for one `page`: its results
-    /// and Fabric's `QueryResponseMetadata`, in one RESPONSE; the query
-    /// is closed with it.
-    fn paged(
-        &mut self,
-        stub: &mut Stub<'_>,
-        request: &GetStateByRange,
-        page: &PageRequest,
-    ) -> Result<Bytes, String> {
-        let found = stub
-            .get_state_by_range_paged(&request.start_key, &request.end_key, page)
-            .map_err(|e| e.to_string())?;
+    /// The one RESPONSE to a query that asked for a page: its `records`
+    /// and Fabric's `QueryResponseMetadata`; the query is closed with it.
+    fn answer_page(&mut self, records: VecDeque<Bytes>, bookmark: String) -> Bytes {
         self.next_query_id += 1;
-        Ok(paged_response(
-            self.next_query_id,
-            records(stub.namespace(), found.results),
-            found.bookmark,
-        ))
+        let metadata = QueryResponseMetadata {
+            fetched_records_count: i32::try_from(records.len()).unwrap_or(i32::MAX),
+            bookmark,
+        };
+        QueryResponse {
+            results: records
+                .into_iter()
+                .map(|result_bytes| QueryResultBytes { result_bytes })
+                .collect(),
+            has_more: false,
+            id: self.next_query_id.to_string(),
+            metadata: metadata.encode_to_vec().into(),
+        }
+        .encode_to_vec()
+        .into()
     }
 
     /// Opens a query over `results` and answers its first page.
@@ -682,26 +686,6 @@ fn page_request(metadata: &[u8]) -> Result<Option<PageRequest>, prost::DecodeErr
         size: u32::try_from(metadata.page_size).unwrap_or(0),
         bookmark: metadata.bookmark,
     }))
-}
-
-/// The one RESPONSE to a paged query, numbered `id`: its `records` and
-/// Fabric's `QueryResponseMetadata`.
-fn paged_response(id: u64, records: VecDeque<Bytes>, bookmark: String) -> Bytes {
-    let metadata = QueryResponseMetadata {
-        fetched_records_count: i32::try_from(records.len()).unwrap_or(i32::MAX),
-        bookmark,
-    };
-    QueryResponse {
-        results: records
-            .into_iter()
-            .map(|result_bytes| QueryResultBytes { result_bytes })
-            .collect(),
-        has_more: false,
-        id: id.to_string(),
-        metadata: metadata.encode_to_vec().into(),
-    }
-    .encode_to_vec()
-    .into()
 }
 
 /// Range results as the shims read them: encoded `queryresult.KV`s of

@@ -179,25 +179,30 @@ impl GatewayService {
     }
 }
 
-/// Why a proposal response is not an endorsement, and the status code
-/// Fabric's Gateway gives it: a 500 without payload was refused by the
-/// peer (ABORTED: another peer might do better), any other error status
-/// came from the chaincode (UNKNOWN).
-fn endorsement_failure(response: &ProposalResponse) -> Option<(Code, String)> {
+/// Why a proposal response's status is a failure, and the code Fabric's
+/// Gateway gives it: a 500 without payload was refused by the peer
+/// (ABORTED: another peer might do better), any other error status came
+/// from the chaincode (UNKNOWN). `None` for a success.
+fn response_failure(response: &ProposalResponse) -> Option<(Code, String)> {
     let answer = response.response.clone().unwrap_or_default();
     if answer.status == 500 && response.payload.is_empty() {
         return Some((Code::Aborted, answer.message));
     }
-    if !(200..400).contains(&answer.status) {
+    (!(200..400).contains(&answer.status)).then(|| {
         let reason = format!("chaincode response {}, {}", answer.status, answer.message);
-        return Some((Code::Unknown, reason));
-    }
-    response.endorsement.is_none().then(|| {
-        (
-            Code::Aborted,
-            "the response carries no endorsement".to_owned(),
-        )
+        (Code::Unknown, reason)
     })
+}
+
+/// Why a proposal response is not an endorsement.
+fn endorsement_failure(response: &ProposalResponse) -> Option<String> {
+    match response_failure(response) {
+        Some((_, reason)) => Some(reason),
+        None => response
+            .endorsement
+            .is_none()
+            .then(|| "the response carries no endorsement".to_owned()),
+    }
 }
 
 /// One endpoint's failure, as Fabric's Gateway reports it.
@@ -293,7 +298,7 @@ impl Gateway for GatewayService {
                 }
             };
             match endorsement_failure(&response) {
-                Some((_, reason)) => failures.push(detail(address, &msp_id, reason)),
+                Some(reason) => failures.push(detail(address, &msp_id, reason)),
                 None => responses.push(response),
             }
         }
@@ -423,12 +428,8 @@ impl Gateway for GatewayService {
             .proposed_transaction
             .ok_or_else(|| Status::invalid_argument("a proposed transaction is required"))?;
         let response = self.endorser.answer(signed).await;
-        let failure = endorsement_failure(&response).filter(|_| {
-            // Evaluation needs a result, not an endorsement.
-            let status = response.response.as_ref().map_or(0, |answer| answer.status);
-            !(200..400).contains(&status)
-        });
-        if let Some((code, reason)) = failure {
+        // Evaluation needs a result, not an endorsement.
+        if let Some((code, reason)) = response_failure(&response) {
             // Fabric's Gateway tries the next peer of the organisation
             // after a refusal (ABORTED); this one is the only one it has.
             let summary = if code == Code::Aborted {

@@ -448,21 +448,31 @@ fn references(
         .collect()
 }
 
-/// `package`'s references on each of `channels` (ID and world state):
-/// the channel, then the chaincodes' names and versions.
-fn references_by_channel(
+/// `package`'s references on each of `channels` (ID and world state), by
+/// channel, as the result message wants them: `chaincode` builds one
+/// chaincode of a name and version, `references` a channel's list. The
+/// two installed-chaincode results each have their own such types.
+fn references_by_channel<C, R>(
     channels: &[(
         String,
         Box<dyn weft_statedb::StateReader + Send + Sync + '_>,
     )],
     local_msp_id: &str,
     package: &Package,
-) -> BTreeMap<String, Vec<(String, String)>> {
+    chaincode: impl Fn(String, String) -> C,
+    references: impl Fn(Vec<C>) -> R,
+) -> BTreeMap<String, R> {
     channels
         .iter()
         .filter_map(|(channel_id, state)| {
-            let found = references(state.as_ref(), local_msp_id, package);
-            (!found.is_empty()).then(|| (channel_id.clone(), found))
+            let found = self::references(state.as_ref(), local_msp_id, package);
+            (!found.is_empty()).then(|| {
+                let chaincodes = found
+                    .into_iter()
+                    .map(|(name, version)| chaincode(name, version))
+                    .collect();
+                (channel_id.clone(), references(chaincodes))
+            })
         })
         .collect()
 }
@@ -502,23 +512,13 @@ pub fn answer_installation(
         "QueryInstalledChaincode" => {
             let args = QueryInstalledChaincodeArgs::decode(argument.clone()).map_err(malformed)?;
             let package = installed(&args.package_id)?;
-            let references =
-                references_by_channel(channels, local_msp_id, &package)
-                    .into_iter()
-                    .map(|(channel, chaincodes)| {
-                        let chaincodes =
-                            chaincodes
-                                .into_iter()
-                                .map(|(name, version)| {
-                                    query_installed_chaincode_result::Chaincode { name, version }
-                                })
-                                .collect();
-                        (
-                            channel,
-                            query_installed_chaincode_result::References { chaincodes },
-                        )
-                    })
-                    .collect();
+            let references = references_by_channel(
+                channels,
+                local_msp_id,
+                &package,
+                |name, version| query_installed_chaincode_result::Chaincode { name, version },
+                |chaincodes| query_installed_chaincode_result::References { chaincodes },
+            );
             QueryInstalledChaincodeResult {
                 references,
                 package_id: package.id,
@@ -531,21 +531,16 @@ pub fn answer_installation(
                 .all()
                 .into_iter()
                 .map(|package| InstalledChaincode {
-                    references: references_by_channel(channels, local_msp_id, &package)
-                        .into_iter()
-                        .map(|(channel, chaincodes)| {
-                            let chaincodes = chaincodes
-                                .into_iter()
-                                .map(|(name, version)| {
-                                    query_installed_chaincodes_result::Chaincode { name, version }
-                                })
-                                .collect();
-                            (
-                                channel,
-                                query_installed_chaincodes_result::References { chaincodes },
-                            )
-                        })
-                        .collect(),
+                    references: references_by_channel(
+                        channels,
+                        local_msp_id,
+                        &package,
+                        |name, version| query_installed_chaincodes_result::Chaincode {
+                            name,
+                            version,
+                        },
+                        |chaincodes| query_installed_chaincodes_result::References { chaincodes },
+                    ),
                     package_id: package.id,
                     label: package.label,
                 })
