@@ -24,7 +24,7 @@
 use bytes::Bytes;
 use weft_protos::common::{Block, BlockMetadataIndex};
 use weft_protos::queryresult::KeyModification;
-use weft_protos::view::{Limits, TxBody, TxEnvelope};
+use weft_protos::view::{DecodedBlock, Limits, TxBody, TxEnvelope};
 
 /// Column family of the history entries.
 pub(crate) const CF_HISTORY: &str = "history";
@@ -82,22 +82,57 @@ pub(crate) fn decode_height(bytes: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(bytes.try_into().ok()?))
 }
 
-/// The writes of `block` the index records: every public write of every
-/// endorser transaction its TRANSACTIONS_FILTER marks valid (code 0). A
+/// The writes of a block that the history index records: every public
+/// write of every valid endorser transaction. Made by [`history_writes`]
+/// from a block its caller has decoded (the committer), or by the store
+/// from the block itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HistoryWrites(pub(crate) Vec<IndexedWrite>);
+
+/// The writes of `block` that the history index records: the public
+/// writes of its endorser transactions that `valid(index)` says are valid
+/// (the codes the block's TRANSACTIONS_FILTER will carry).
+pub fn history_writes(block: &DecodedBlock, valid: impl Fn(usize) -> bool) -> HistoryWrites {
+    let transactions = block
+        .transactions
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| valid(*index))
+        .filter_map(|(index, transaction)| Some((index, transaction.as_ref().ok()?)));
+    HistoryWrites(writes_of(transactions))
+}
+
+/// The writes of `block` the index records, decoded from the block: those
+/// of the transactions its TRANSACTIONS_FILTER marks valid (code 0). A
 /// block without a filter (an orderer's) records none; so does a
 /// transaction that does not decode.
-pub(crate) fn indexed_writes(block: &Block) -> Vec<IndexedWrite> {
+pub(crate) fn indexed_writes(block: &Block) -> HistoryWrites {
     let filter = weft_protos::block::metadata_slot(block, BlockMetadataIndex::TransactionsFilter)
         .map_or(&[][..], |filter| &filter[..]);
     let envelopes = block.data.as_ref().map_or(&[][..], |data| &data.data[..]);
+    let decoded: Vec<(usize, TxEnvelope)> = envelopes
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| filter.get(*index) == Some(&0))
+        .filter_map(|(index, raw)| {
+            Some((
+                index,
+                TxEnvelope::decode(raw.clone(), Limits::default()).ok()?,
+            ))
+        })
+        .collect();
+    HistoryWrites(writes_of(
+        decoded
+            .iter()
+            .map(|(index, transaction)| (*index, transaction)),
+    ))
+}
+
+/// The public writes of endorser `transactions`, each with its index in
+/// the block.
+fn writes_of<'a>(transactions: impl Iterator<Item = (usize, &'a TxEnvelope)>) -> Vec<IndexedWrite> {
     let mut writes = Vec::new();
-    for (index, raw) in envelopes.iter().enumerate() {
-        if filter.get(index) != Some(&0) {
-            continue;
-        }
-        let Ok(transaction) = TxEnvelope::decode(raw.clone(), Limits::default()) else {
-            continue;
-        };
+    for (index, transaction) in transactions {
         let TxBody::Endorser(endorser) = &transaction.body else {
             continue;
         };

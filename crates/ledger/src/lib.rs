@@ -53,6 +53,7 @@ mod store;
 
 pub use config::{Durability, StoreConfig};
 pub use error::{Error, Result, SeekError};
+pub use history::{HistoryWrites, history_writes};
 pub use keys::TxLocation;
 pub use seek::{SeekRange, SeekStep, resolve_seek};
 pub use store::{BlockStore, Blocks};

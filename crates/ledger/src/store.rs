@@ -31,8 +31,8 @@ use weft_protos::queryresult::KeyModification;
 use crate::config::{Durability, StoreConfig};
 use crate::error::{Error, Hex, Result};
 use crate::history::{
-    CF_HISTORY, HISTORY_HEIGHT_KEY, decode_height, encode_height, entry_key, indexed_writes,
-    key_prefix, modification, position_of,
+    CF_HISTORY, HISTORY_HEIGHT_KEY, HistoryWrites, decode_height, encode_height, entry_key,
+    indexed_writes, key_prefix, modification, position_of,
 };
 use crate::keys::{
     CF_BLOCKS, CF_TX_IDS, TAIL_KEY, TailRecord, TxLocation, block_key, decode_block_key,
@@ -180,7 +180,26 @@ impl BlockStore {
     /// tail record. When this returns, the block survives a process crash;
     /// whether it survives a machine crash depends on [`Durability`].
     pub fn append(&self, block: &Block) -> Result<()> {
-        self.append_as(block, self.shared.durability)
+        self.append_as(block, self.shared.durability, None)
+    }
+
+    /// [`BlockStore::append`], or with `unsynced` [`BlockStore::append_unsynced`],
+    /// of a block whose caller has decoded it already: `writes` gives its
+    /// history writes ([`crate::history_writes`]), so that the store does
+    /// not decode the block again; called only if the store keeps history.
+    pub fn append_with_history(
+        &self,
+        block: &Block,
+        writes: impl FnOnce() -> HistoryWrites,
+        unsynced: bool,
+    ) -> Result<()> {
+        let durability = if unsynced {
+            Durability::None
+        } else {
+            self.shared.durability
+        };
+        let writes = self.shared.history.then(writes);
+        self.append_as(block, durability, writes)
     }
 
     /// [`BlockStore::append`], but never synced, whatever the store's
@@ -189,10 +208,15 @@ impl BlockStore {
     /// the checkpoint) makes it durable; [`BlockStore::truncate`] removes
     /// it if the checkpoint fails.
     pub fn append_unsynced(&self, block: &Block) -> Result<()> {
-        self.append_as(block, Durability::None)
+        self.append_as(block, Durability::None, None)
     }
 
-    fn append_as(&self, block: &Block, durability: Durability) -> Result<()> {
+    fn append_as(
+        &self,
+        block: &Block,
+        durability: Durability,
+        writes: Option<HistoryWrites>,
+    ) -> Result<()> {
         let shared = &*self.shared;
         shared.check_not_poisoned()?;
         let mut tail = shared.writer.lock();
@@ -203,7 +227,7 @@ impl BlockStore {
         check_links(header, block, &tail)?;
         let header_hash = block_header_hash(header);
         let encoded = Bytes::from(block.encode_to_vec());
-        let batch = shared.batch_for(block, &encoded, number, header_hash)?;
+        let batch = shared.batch_for(block, &encoded, number, header_hash, writes)?;
 
         let every_block = durability == Durability::EveryBlock;
         let mut options = WriteOptions::default();
@@ -271,8 +295,8 @@ impl BlockStore {
                 shared.unindex_block(&block, height, &mut batch)?;
             }
             if number < history_height {
-                for write in indexed_writes(&block) {
-                    batch.delete_cf(history, entry_key(&write, number));
+                for write in &indexed_writes(&block).0 {
+                    batch.delete_cf(history, entry_key(write, number));
                 }
             }
             batch.delete_cf(blocks, block_key(number));
@@ -580,13 +604,15 @@ impl Shared {
     }
 
     /// The batch that appends `block` (serialized: `encoded`) as number
-    /// `number`.
+    /// `number`; with history on, its history `writes` (decoded from the
+    /// block when the caller gave none).
     fn batch_for(
         &self,
         block: &Block,
         encoded: &[u8],
         number: u64,
         header_hash: Hash,
+        writes: Option<HistoryWrites>,
     ) -> Result<WriteBatch> {
         let blocks = self.cf(CF_BLOCKS)?;
         let mut batch = WriteBatch::default();
@@ -603,8 +629,9 @@ impl Shared {
         }
         if self.history {
             let history = self.cf(CF_HISTORY)?;
-            for write in indexed_writes(block) {
-                batch.put_cf(history, entry_key(&write, number), []);
+            let writes = writes.unwrap_or_else(|| indexed_writes(block));
+            for write in &writes.0 {
+                batch.put_cf(history, entry_key(write, number), []);
             }
             batch.put(HISTORY_HEIGHT_KEY, encode_height(number + 1));
         }
@@ -633,8 +660,8 @@ impl Shared {
             let mut batch = WriteBatch::default();
             for number in next..end {
                 let block = self.decode_block(number, self.read_block_bytes(number)?)?;
-                for write in indexed_writes(&block) {
-                    batch.put_cf(history, entry_key(&write, number), []);
+                for write in &indexed_writes(&block).0 {
+                    batch.put_cf(history, entry_key(write, number), []);
                 }
             }
             batch.put(HISTORY_HEIGHT_KEY, encode_height(end));

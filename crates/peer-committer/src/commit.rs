@@ -549,11 +549,14 @@ impl ChannelCommitter {
         let number = decoded.header.number;
         let batch = update_batch(decoded, codes);
         let append_started = Instant::now();
-        if signed {
-            self.ledger.append(block)?;
-        } else {
-            self.ledger.append_unsynced(block)?;
-        }
+        // The block's history writes come from this decoded copy, not from
+        // the store decoding the block again.
+        let history = || {
+            weft_ledger::history_writes(decoded, |index| {
+                codes.get(index) == Some(&TxValidationCode::Valid)
+            })
+        };
+        self.ledger.append_with_history(block, history, !signed)?;
         let block_store = append_started.elapsed();
         let apply_started = Instant::now();
         self.state.apply(&batch, last_height(number, codes.len()))?;

@@ -680,6 +680,7 @@ fn one_batch_holds_the_block_its_index_entries_and_the_tail() {
             &chain[1].encode_to_vec(),
             1,
             block_header_hash(header(&chain[1])),
+            None,
         )
         .unwrap();
     assert_eq!(batch.len(), 1 + 3 + 1);
@@ -841,8 +842,18 @@ fn history_lists_the_valid_writes_of_a_key_and_follows_truncation() {
     let mut filter = vec![0u8; block.data.as_ref().unwrap().data.len()];
     filter[1] = 11;
     block.metadata.as_mut().unwrap().metadata[BlockMetadataIndex::TransactionsFilter as usize] =
-        Bytes::from(filter);
-    store.append(&block).unwrap();
+        Bytes::from(filter.clone());
+    // As the committer appends it: with the writes of its own decoded
+    // copy, which are the writes the store would decode itself.
+    let decoded = weft_protos::view::DecodedBlock::from_block(
+        block.clone(),
+        weft_protos::view::Limits::default(),
+    )
+    .unwrap();
+    let given = crate::history_writes(&decoded, |index| filter[index] == 0);
+    assert_eq!(given, crate::history::indexed_writes(&block));
+    assert!(!given.0.is_empty());
+    store.append_with_history(&block, || given, false).unwrap();
     let (valid_key, _, valid_tx) = first_write(&block, 0);
     let (invalid_key, _, _) = first_write(&block, 1);
     let found = store.history("kv", &valid_key, 10).unwrap();
