@@ -41,6 +41,11 @@ enum Command {
     /// Measure weft: a Fabric client's load against a network (its own,
     /// or --connect FILE), or one component (subcommands).
     Bench(Box<BenchArgs>),
+    /// Fault injection: a network of node processes under Fabric-client
+    /// load while nodes are killed and stalled, round by round from a
+    /// seed; then every node's chain is audited against what the clients
+    /// were told.
+    Chaos(Box<crate::chaos::ChaosArgs>),
 }
 
 #[derive(Debug, Subcommand)]
@@ -179,5 +184,6 @@ pub fn run(cli: Cli) -> Result<()> {
             Some(BenchCommand::Endorser(args)) => crate::bench::endorser::run(args),
             None => crate::bench::load::run(&bench.load),
         },
+        Command::Chaos(args) => crate::chaos::run(&args),
     }
 }

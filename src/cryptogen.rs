@@ -114,12 +114,23 @@ pub fn generate(config_path: &Path, output: &Path) -> anyhow::Result<Summary> {
     generate_at(config_path, output, OffsetDateTime::now_utc())
 }
 
+/// Reads and checks a crypto config as [`generate`] does, writing nothing.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn check_config(config_path: &Path) -> anyhow::Result<()> {
+    read_plans(config_path).map(drop)
+}
+
+/// The organisations `config_path` plans; errors name the file and field.
+fn read_plans(config_path: &Path) -> anyhow::Result<Vec<config::OrgPlan>> {
+    let origin = config_path.display();
+    let text = fs::read(config_path).with_context(|| format!("{origin}: cannot read"))?;
+    config::parse(&text).map_err(|reason| anyhow!("{origin}: {reason}"))
+}
+
 /// [`generate`] with the clock as an argument: certificates are valid from
 /// `now` (rounded to the minute, minus five minutes) for 3650 days.
 fn generate_at(config_path: &Path, output: &Path, now: OffsetDateTime) -> anyhow::Result<Summary> {
-    let origin = config_path.display();
-    let text = fs::read(config_path).with_context(|| format!("{origin}: cannot read"))?;
-    let plans = config::parse(&text).map_err(|reason| anyhow!("{origin}: {reason}"))?;
+    let plans = read_plans(config_path)?;
     check_targets(output, &plans)?;
 
     let validity = Validity::starting_at(now)?;

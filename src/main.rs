@@ -4,22 +4,10 @@
 //! parses the command line and dispatches. Errors reach the user as one
 //! line naming the file, field or position at fault, and a non-zero exit.
 
-mod bench;
-mod chaincode;
-mod channel;
-mod cli;
-mod client;
-mod cryptogen;
-mod network;
-mod ops;
-mod orderer;
-mod peer;
-mod settings;
-mod tls;
-
 use std::process::ExitCode;
 
 use clap::Parser;
+use weft::cli;
 
 fn main() -> ExitCode {
     let command = cli::Cli::parse();
@@ -43,23 +31,4 @@ fn init_logging() {
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr)
         .init();
-}
-
-/// Completes on Ctrl-C or SIGTERM: how a node is asked to stop.
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
-    }
 }

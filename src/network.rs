@@ -31,8 +31,10 @@ use tokio::sync::watch;
 
 use layout::BUILTIN_CHAINCODES;
 pub use layout::Plan;
-use nodes::{Role, RunningNode};
-use supervisor::{NodeState, RestartPolicy};
+pub use nodes::Role;
+use nodes::RunningNode;
+use supervisor::NodeState;
+pub use supervisor::RestartPolicy;
 
 /// The file in the data directory that holds the network's [`Plan`].
 const PLAN_FILE: &str = "network.yaml";
@@ -793,6 +795,35 @@ impl Network {
             }
         }
         events
+    }
+
+    /// Restarts nodes that exit under `policy` from now on.
+    pub fn set_restart_policy(&mut self, policy: RestartPolicy) {
+        self.restarts = policy;
+    }
+
+    /// The nodes, in start order: name, role and operations endpoint.
+    pub fn nodes(&self) -> impl Iterator<Item = (&str, Role, std::net::SocketAddr)> {
+        self.nodes
+            .iter()
+            .map(|node| (node.name.as_str(), node.role, node.operations))
+    }
+
+    /// Sends `signal` (KILL, STOP, CONT) to the process of node `name`;
+    /// false if there is no such running process.
+    pub fn signal(&self, name: &str, signal: &str) -> bool {
+        self.nodes
+            .iter()
+            .find(|node| node.name == name)
+            .is_some_and(|node| node.signal(signal))
+    }
+
+    /// Whether node `name` runs (it has not exited, or was started again).
+    pub fn is_running(&self, name: &str) -> bool {
+        self.nodes
+            .iter()
+            .zip(&self.states)
+            .any(|(node, state)| node.name == name && matches!(state, NodeState::Running { .. }))
     }
 
     /// Stops the peers (all at once), then the orderers.

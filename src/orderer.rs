@@ -151,7 +151,7 @@ fn default_group_commit_interval() -> GoDuration {
 }
 
 /// What `weft orderer start` runs, with paths resolved and files read.
-struct Settings {
+pub(crate) struct Settings {
     id: String,
     listen_address: SocketAddr,
     node: NodeConfig,
@@ -163,7 +163,7 @@ struct Settings {
 }
 
 impl Settings {
-    fn load(path: &Path) -> Result<Self> {
+    pub(crate) fn load(path: &Path) -> Result<Self> {
         let file: OrdererFile = load_yaml(path, "ORDERER_")?;
         let base = path.parent().unwrap_or(Path::new("."));
         let at = |key: &str| format!("{}: {key}", path.display());

@@ -13,7 +13,7 @@
 //! applies them without validating again, keeping its state current for
 //! endorsing (FastFabric's endorser/committer separation).
 
-mod config;
+pub(crate) mod config;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -213,7 +213,7 @@ pub struct OwnNetworkArgs {
     pub mutual_tls: bool,
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     weft_protos::duration::parse_go_duration(text).map_err(|e| e.to_string())
 }
 
@@ -661,7 +661,7 @@ impl Client {
 }
 
 /// A `CommitStatus` request for `tx_id`, signed by its creator.
-fn signed_commit_status_request(
+pub(crate) fn signed_commit_status_request(
     tx_id: &str,
     channel_id: &str,
     creator: &Signer,

@@ -206,6 +206,18 @@ impl RunningNode {
         Some(reason)
     }
 
+    /// Sends `signal` (a name `kill` knows: KILL, STOP, CONT) to the
+    /// node's process; false when it runs in this process or has stopped.
+    pub fn signal(&self, signal: &str) -> bool {
+        let Run::Process(child) = &self.run else {
+            return false;
+        };
+        Command::new("kill")
+            .args([format!("-{signal}"), child.id().to_string()])
+            .status()
+            .is_ok_and(|status| status.success())
+    }
+
     /// Asks the node to stop (SIGTERM, or its stop signal in-process)
     /// without waiting.
     pub fn request_stop(&self) {

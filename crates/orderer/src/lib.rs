@@ -49,6 +49,8 @@ mod consensus;
 pub mod cutter;
 mod deliver;
 mod error;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod metrics;
 mod server;
 pub mod writer;

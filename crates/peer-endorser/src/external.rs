@@ -716,6 +716,20 @@ fn public_only(collection: &str) -> Result<(), String> {
     }
 }
 
+/// Serves a chaincode's requests during one transaction as a connection
+/// does, one answer per request: the fuzz targets' way in (`fuzz/`).
+#[cfg(feature = "fuzzing")]
+pub fn serve_for_fuzzing(
+    stub: &mut Stub<'_>,
+    requests: impl IntoIterator<Item = ChaincodeMessage>,
+) -> Vec<ChaincodeMessage> {
+    let mut session = Session::default();
+    requests
+        .into_iter()
+        .map(|request| session.answer(stub, &request))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

@@ -1,0 +1,95 @@
+//! A joined channel for the endorser targets: [`crate::CHANNEL`] with its
+//! real MSPs and policies, a world state and a block store on disk.
+
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use weft_ledger::{BlockStore, StoreConfig};
+use weft_msp::UnixTime;
+use weft_peer_endorser::{ChannelView, Endorser, JoinedChannel};
+use weft_policy::PeerOf;
+use weft_statedb::VersionedState;
+use weft_statedb::memory::{MemoryOptions, MemoryState};
+
+use crate::{context, peer0, scratch};
+
+/// [`crate::CHANNEL`] as the endorser sees it, checked as the peer checks
+/// it.
+pub struct FuzzChannel {
+    state: MemoryState,
+    blocks: Arc<BlockStore>,
+    committed: tokio::sync::watch::Sender<u64>,
+}
+
+impl ChannelView for FuzzChannel {
+    fn organisations(&self) -> Vec<String> {
+        context().application_orgs().keys().cloned().collect()
+    }
+
+    fn is_admin(&self, creator: &Bytes, msp_id: &str) -> bool {
+        context()
+            .msps
+            .deserialize(creator, crate::NOW)
+            .is_ok_and(|identity| identity.msp_id() == msp_id && identity.is_admin())
+    }
+}
+
+impl JoinedChannel for FuzzChannel {
+    fn check_signer(
+        &self,
+        policy: &str,
+        creator: &Bytes,
+        data: &Bytes,
+        signature: &Bytes,
+        now: UnixTime,
+    ) -> Result<(), String> {
+        let identity = context()
+            .msps
+            .deserialize(creator, now)
+            .map_err(|e| e.to_string())?;
+        identity
+            .verify(data, signature)
+            .map_err(|e| e.to_string())?;
+        context()
+            .policies
+            .is_satisfied_by(policy, &[identity])
+            .map_err(|e| e.to_string())
+    }
+
+    fn satisfies_endorsement(&self, chaincode: &str, organisations: &[String]) -> bool {
+        let peers: Vec<PeerOf> = organisations.iter().cloned().map(PeerOf).collect();
+        context().satisfies(&context().endorsement_rule(chaincode), &peers)
+    }
+
+    fn state(&self) -> &dyn VersionedState {
+        &self.state
+    }
+
+    fn blocks(&self) -> &Arc<BlockStore> {
+        &self.blocks
+    }
+
+    fn committed_height(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.committed.subscribe()
+    }
+}
+
+/// An endorser signing as peer0 with the built-in chaincodes, joined to
+/// [`FuzzChannel`], and the runtime it answers on.
+pub fn endorser() -> &'static (Arc<Endorser>, tokio::runtime::Runtime) {
+    static ENDORSER: OnceLock<(Arc<Endorser>, tokio::runtime::Runtime)> = OnceLock::new();
+    ENDORSER.get_or_init(|| {
+        let dir = scratch().join("endorser");
+        let channel = FuzzChannel {
+            state: MemoryState::open(&dir.join("state"), MemoryOptions::default()).unwrap(),
+            blocks: Arc::new(BlockStore::open(&StoreConfig::new(dir.join("blocks"))).unwrap()),
+            committed: tokio::sync::watch::Sender::new(0),
+        };
+        let endorser = Endorser::new(peer0().clone(), weft_peer_endorser::builtin::builtins());
+        endorser.join(crate::CHANNEL, Arc::new(channel));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        (Arc::new(endorser), runtime)
+    })
+}
