@@ -212,7 +212,14 @@ async fn orders_broadcasts_into_signed_blocks_and_survives_a_restart() {
             (envelope, Expected::ordered(tx_id, false))
         })
         .collect();
-    let responses = broadcast(&mut client, &more).await;
+    // Copies sent again, as a Gateway does when an orderer fell silent: one
+    // ordered before the restart (the window is read back from the store)
+    // and one of this stream. They are answered SUCCESS, their TxIDs being
+    // ordered, and never reach a block a second time.
+    let mut with_replays = more.clone();
+    with_replays.insert(2, org2_stream[0].clone());
+    with_replays.push(more[0].clone());
+    let responses = broadcast(&mut client, &with_replays).await;
     assert!(
         responses
             .iter()
@@ -2720,6 +2727,26 @@ impl Network {
             "an envelope changed after signing",
             Status::Forbidden,
             (tx_id, tampered),
+        );
+
+        // A TxID that is not the hash of the nonce and creator, signed as
+        // its creator: it could claim another client's TxID.
+        let (_, honest) = self.transaction(CHANNEL, &self.client1, "claimed-txid", 0);
+        let mut payload = Payload::decode(honest.payload).unwrap();
+        let mut header = payload.header.take().unwrap();
+        let mut channel_header = ChannelHeader::decode(header.channel_header).unwrap();
+        channel_header.tx_id = "ab".repeat(32);
+        header.channel_header = channel_header.encode_to_vec().into();
+        payload.header = Some(header);
+        let payload = payload.encode_to_vec();
+        let claimed = Envelope {
+            signature: Signer::sign(&self.client1, &payload).unwrap().into(),
+            payload: payload.into(),
+        };
+        push(
+            "a TxID that is not the hash of its nonce and creator",
+            Status::BadRequest,
+            ("ab".repeat(32), claimed),
         );
 
         push(

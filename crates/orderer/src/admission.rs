@@ -153,6 +153,7 @@ fn check_in_channel(
         ));
     }
     let size_bytes = check_size(view, config)?;
+    check_tx_id(view)?;
     authorize(view, config, now)?;
     Ok(Admitted::Normal {
         envelope: view.raw.clone(),
@@ -266,6 +267,24 @@ fn check_size(view: &TxEnvelope, config: &ChannelConfig) -> Result<u64, Refusal>
         ));
     }
     Ok(size_bytes)
+}
+
+/// The TxID is the hash of the nonce and creator, as peers require: the
+/// orderers leave out of blocks the envelopes whose TxID they ordered
+/// lately (`replays.rs`), so a TxID must be one only its creator can
+/// claim. (Fabric's orderer leaves this to the peers.)
+fn check_tx_id(view: &TxEnvelope) -> Result<(), Refusal> {
+    let computed = view.computed_tx_id();
+    if view.tx_id() == computed {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        Status::BadRequest,
+        format!(
+            "the TxID {:?} is not the hash of the transaction's nonce and creator ({computed})",
+            view.tx_id()
+        ),
+    ))
 }
 
 /// The creator is a valid member of the channel, signed the payload, and

@@ -52,6 +52,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod metrics;
+mod replays;
 mod server;
 pub mod writer;
 

@@ -13,6 +13,11 @@
 //! travels in the SIGNATURES slot's `OrdererBlockMetadata`, and the
 //! deprecated LAST_CONFIG slot is left empty, as are the others. Solo
 //! writes no consenter metadata.
+//!
+//! A batch's envelopes whose TxID the chain ordered lately, or an earlier
+//! envelope of the batch carries, are left out of its block
+//! ([`crate::replays`]): that too is a function of the chain, so every
+//! orderer leaves out the same ones.
 
 use std::sync::Arc;
 
@@ -30,6 +35,7 @@ use weft_protos::tx::Sign;
 use crate::checkpoint::Seal;
 use crate::cutter::Batch;
 use crate::error::{Error, Result};
+use crate::replays::{ReplayWindow, envelope_key, tx_keys};
 
 /// Fabric's orderers sign blocks with a fresh 24-byte nonce.
 const NONCE_BYTES: usize = 24;
@@ -87,6 +93,8 @@ pub struct BlockWriter {
     tip_signed: bool,
     sync_rule: SyncRule,
     rng: ring::rand::SystemRandom,
+    /// The TxIDs the latest blocks ordered.
+    ordered: ReplayWindow,
 }
 
 impl std::fmt::Debug for BlockWriter {
@@ -130,6 +138,11 @@ impl BlockWriter {
         // A genesis block from a configuration tool may be unsigned; it is
         // authenticated by being configured, not by a signature.
         let tip_signed = next_number == 1 || tip.is_some_and(|tip| signature_count(&tip) > 0);
+        let ordered =
+            ReplayWindow::load(&store, ReplayWindow::CAPACITY).map_err(|source| Error::Ledger {
+                channel: channel_id.to_owned(),
+                source,
+            })?;
         Ok(Self {
             channel_id: channel_id.to_owned(),
             store,
@@ -140,6 +153,7 @@ impl BlockWriter {
             tip_signed,
             sync_rule: SyncRule::SyncSigned,
             rng: ring::rand::SystemRandom::new(),
+            ordered,
         })
     }
 
@@ -168,13 +182,38 @@ impl BlockWriter {
     }
 
     /// The next block for `content`, unsigned: a function of the chain so
-    /// far and `content` only.
+    /// far and `content` only. Envelopes whose TxID was ordered lately, or
+    /// repeats one earlier in the batch, are left out.
     pub fn assemble(&self, content: &BlockContent) -> Block {
         let envelopes = match content {
-            BlockContent::Transactions(batch) => batch.clone(),
+            BlockContent::Transactions(batch) => self.first_orderings(batch),
             BlockContent::Config(envelope) => vec![envelope.clone()],
         };
         new_block(self.next_number, &self.previous_hash, envelopes)
+    }
+
+    /// The envelopes of `batch` whose TxIDs neither the window nor an
+    /// earlier envelope of the batch holds. An envelope naming no TxID is
+    /// kept: the peers judge it.
+    fn first_orderings(&self, batch: &Batch) -> Vec<Bytes> {
+        let mut in_batch = std::collections::HashSet::new();
+        let kept: Vec<Bytes> = batch
+            .iter()
+            .filter(|envelope| match envelope_key(envelope) {
+                Some(key) => !self.ordered.holds(&key) && in_batch.insert(key),
+                None => true,
+            })
+            .cloned()
+            .collect();
+        if kept.len() < batch.len() {
+            tracing::info!(
+                channel = %self.channel_id,
+                block = self.next_number,
+                left_out = batch.len() - kept.len(),
+                "envelopes whose TxID was already ordered are left out of the block"
+            );
+        }
+        kept
     }
 
     /// Assembles, seals (signs, unless `seal` says otherwise) and appends
@@ -225,6 +264,7 @@ impl BlockWriter {
         self.next_number = number + 1;
         self.last_config = last_config;
         self.tip_signed = seal == Seal::Signed;
+        self.ordered.record(number, tx_keys(&block));
         debug_assert_eq!(self.store.height(), self.next_number);
         Ok(block)
     }
@@ -296,6 +336,7 @@ impl BlockWriter {
         self.next_number = number + 1;
         self.last_config = last_config;
         self.tip_signed = signature_count(block) > 0;
+        self.ordered.record(number, tx_keys(block));
         Ok(())
     }
 }
@@ -319,6 +360,65 @@ mod tests {
             .append(&new_block(0, &[], vec![Bytes::from_static(b"genesis")]))
             .unwrap();
         Arc::new(store)
+    }
+
+    /// An envelope naming `tx_id` (its channel header is all the writer
+    /// reads), `tag` telling copies apart.
+    fn envelope(tx_id: &str, tag: &str) -> Bytes {
+        use weft_protos::common::{ChannelHeader, Envelope, Header, Payload};
+        let channel_header = ChannelHeader {
+            tx_id: tx_id.to_owned(),
+            ..ChannelHeader::default()
+        };
+        let payload = Payload {
+            header: Some(Header {
+                channel_header: channel_header.encode_to_vec().into(),
+                signature_header: Bytes::new(),
+            }),
+            data: Bytes::copy_from_slice(tag.as_bytes()),
+        };
+        Envelope {
+            payload: payload.encode_to_vec().into(),
+            signature: Bytes::new(),
+        }
+        .encode_to_vec()
+        .into()
+    }
+
+    fn envelopes_of(block: &Block) -> Vec<Bytes> {
+        block.data.as_ref().unwrap().data.clone()
+    }
+
+    #[test]
+    fn envelopes_whose_txid_was_ordered_lately_are_left_out_of_blocks() {
+        // Goal: a TxID reaches a block once: a copy in a later batch, or a
+        // second copy in the same batch, is left out; a writer reopened on
+        // the store (a restarted orderer) leaves out the same copies, so
+        // every orderer writes the same blocks.
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(dir.path());
+        let signer: Arc<dyn Sign + Send + Sync> =
+            Arc::new(TestOrg::new("OrdererMSP").signer(NodeRole::Orderer));
+        let mut writer = BlockWriter::new("ch", store.clone(), signer.clone(), 0).unwrap();
+        let (a, b, c) = (envelope("a", "1"), envelope("b", "1"), envelope("c", "1"));
+        let batch = |envelopes: &[&Bytes]| {
+            BlockContent::Transactions(envelopes.iter().map(|e| (*e).clone()).collect())
+        };
+        let first = writer.write(&batch(&[&a, &b]), Seal::Signed).unwrap();
+        assert_eq!(envelopes_of(&first), [a.clone(), b.clone()]);
+        // A resent copy of a (other bytes, same TxID), and c twice.
+        let again = envelope("a", "2");
+        let second = writer
+            .write(&batch(&[&again, &c, &envelope("c", "2")]), Seal::Signed)
+            .unwrap();
+        assert_eq!(envelopes_of(&second), [c.clone()]);
+        // A block whose every envelope was ordered already is empty.
+        let third = writer.write(&batch(&[&b]), Seal::Signed).unwrap();
+        assert!(envelopes_of(&third).is_empty());
+
+        let reopened = BlockWriter::new("ch", store, signer, 0).unwrap();
+        let replayed = reopened.assemble(&batch(&[&a, &envelope("d", "1")]));
+        assert_eq!(envelopes_of(&replayed), [envelope("d", "1")]);
     }
 
     #[test]
