@@ -169,6 +169,159 @@ fn a_peer_killed_between_checkpoints_recovers_to_its_last_checkpoint() {
     }
 }
 
+#[test]
+fn a_full_disk_stops_the_committer_naming_the_path_and_a_restart_recovers() {
+    // Goal: a peer's data directory (a tmpfs of the test's own) fills up
+    // while it commits. The commit that cannot be written fails with an
+    // error naming the file and the reason, and leaves what was committed
+    // intact: once space is freed, the stores reopen, the committer
+    // replays what its state lacks, commits the rest, and ends where the
+    // reference ends: the same header hashes, codes and world state. A
+    // directory that has turned read-only (Linux cannot remount one with
+    // files open for writing, so the test does it between two runs) is
+    // refused at open, naming the path, and nothing is written; writable
+    // again, it reopens and recovers the same way. With either state engine.
+    let network = network();
+    for engine in [Engine::Memory, Engine::Rocks] {
+        let context = format!("{engine:?} on a full disk");
+        let mount = Tmpfs::mount(FULL_DISK_BYTES);
+        let dir = mount.path();
+        let (state, ledger) = open_stores(dir, engine, Durability::EveryBlock);
+        let mut committer =
+            ChannelCommitter::create(network.chain.genesis.clone(), state.clone(), ledger.clone())
+                .unwrap();
+        let mut failure = None;
+        for block in &network.chain.blocks {
+            let number = block.header.as_ref().unwrap().number;
+            match committer.commit(block.clone(), weft_msp::now()) {
+                Ok(committed) => assert_codes(network, number, &committed.codes, &context),
+                Err(error) => {
+                    failure = Some((number, format!("{error:#}")));
+                    break;
+                }
+            }
+        }
+        let (failed_at, message) = failure
+            .unwrap_or_else(|| panic!("{context}: the chain fit in {FULL_DISK_BYTES} bytes"));
+        println!("{context}: block {failed_at} failed: {message}");
+        assert!(
+            failed_at > 1,
+            "{context}: nothing committed before the disk filled"
+        );
+        assert!(
+            message.contains(&dir.display().to_string()),
+            "{context}: the error does not name the file: {message}"
+        );
+        assert!(
+            message.contains("No space left on device"),
+            "{context}: the error does not say why: {message}"
+        );
+        drop(committer);
+        drop((state, ledger));
+
+        let context = format!("{engine:?} on a read-only disk");
+        mount.remount(&format!("ro,size={ROOMY_DISK_BYTES}"));
+        let listing = files_of(dir);
+        let refused = BlockStore::open(&StoreConfig::new(dir.join("ledger")))
+            .map(drop)
+            .expect_err("a block store opened read-write on a read-only disk");
+        let message = format!("{refused:#}");
+        println!("{context}: {message}");
+        assert!(
+            message.contains(&dir.display().to_string()) && message.contains("Read-only"),
+            "{context}: the error does not name the path and the reason: {message}"
+        );
+        assert_eq!(files_of(dir), listing, "{context}: something was written");
+
+        let context = format!("{engine:?} after the disk faults");
+        mount.remount("rw");
+        let (state, ledger) = open_stores(dir, engine, Durability::EveryBlock);
+        let height = ledger.height();
+        assert!(
+            height >= failed_at && height <= failed_at + 1,
+            "{context}: height {height} after block {failed_at} failed"
+        );
+        let mut committer = ChannelCommitter::open(CHANNEL, state.clone(), ledger.clone())
+            .unwrap_or_else(|error| panic!("{context}: reopening: {error:#}"));
+        for number in height..=BLOCKS as u64 {
+            let block = network.chain.blocks[number as usize - 1].clone();
+            let committed = committer.commit(block, weft_msp::now()).unwrap();
+            assert_codes(network, number, &committed.codes, &context);
+        }
+        assert_matches_reference(network, &network.chain, state.as_ref(), &ledger, &context);
+    }
+}
+
+/// Every file under `dir` with its size, in order.
+fn files_of(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_owned()];
+    while let Some(folder) = pending.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let entry = entry.unwrap();
+            let metadata = entry.metadata().unwrap();
+            if metadata.is_dir() {
+                pending.push(entry.path());
+            } else {
+                files.push((entry.path(), metadata.len()));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// A tmpfs this small fills up partway through the test chain.
+const FULL_DISK_BYTES: u64 = 3 << 20;
+/// A tmpfs this large holds the whole chain.
+const ROOMY_DISK_BYTES: u64 = 64 << 20;
+
+/// A tmpfs mounted on a temporary directory, unmounted when dropped.
+/// Mounting needs root, as CI runs.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(bytes: u64) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(
+            status.success(),
+            "mounting a tmpfs on {} failed ({status}): the disk-fault test needs root",
+            dir.path().display()
+        );
+        Self { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Remounts with `options` (`ro`; `rw,size=N`): the same files.
+    fn remount(&self, options: &str) {
+        let status = Command::new("mount")
+            .args(["-o", &format!("remount,{options}")])
+            .arg(self.dir.path())
+            .status()
+            .unwrap();
+        assert!(
+            status.success(),
+            "remounting the tmpfs {options} failed ({status})"
+        );
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
 // ---------------------------------------------------------------------------
 // The network: crypto material, genesis block, transactions and blocks,
 // generated once per test process and shared by the tests.
