@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Deserialize;
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
-use weft_orderer::NodeTls;
+use weft_orderer::{ClusterDial, NodeTls};
 
 use crate::settings::{read_file, resolve};
 
@@ -75,6 +75,11 @@ impl TlsSection {
             Ok(pems)
         };
         let roots = read_certificates("tls.rootCAs", &self.root_cas)?;
+        let cluster_dial = ClusterDial {
+            root_cas: roots.clone(),
+            certificate: certificate.clone(),
+            private_key: private_key.clone(),
+        };
         let identity = Identity::from_pem(certificate, private_key);
         let mut server = ServerTlsConfig::new().identity(identity.clone());
         if self.client_auth_required {
@@ -103,6 +108,7 @@ impl TlsSection {
             client: client_config(roots.into_iter().map(Certificate::from_pem)).identity(identity),
             cluster,
             client_auth_required: self.client_auth_required,
+            cluster_dial,
             certificate_hash: weft_protos::hash::sha256(&certificate_der).to_vec().into(),
         }))
     }

@@ -24,6 +24,7 @@ use weft_protos::view::Limits;
 
 use crate::chain::Chain;
 use crate::channel_config::ChannelConfig;
+use crate::consensus::pinned::ServerPins;
 use crate::error::{Error, Result};
 use crate::metrics::OrdererMetrics;
 
@@ -41,6 +42,9 @@ pub(crate) struct Channel {
     /// Why the consenter cannot order for now, while it cannot (a Kafka
     /// channel whose brokers do not answer; `/healthz`).
     unavailable: Mutex<Option<String>>,
+    /// Where the consenters' server certificates of each configuration
+    /// go, for the node's cluster client to pin (TLS only).
+    server_pins: Option<Arc<ServerPins>>,
 }
 
 impl Channel {
@@ -60,7 +64,16 @@ impl Channel {
             metrics,
             failure: Mutex::new(None),
             unavailable: Mutex::new(None),
+            server_pins: None,
         }
+    }
+
+    /// This channel, publishing its consenters' server certificates to
+    /// `pins` now and at every config block.
+    pub fn pinning_servers_in(mut self, pins: Arc<ServerPins>) -> Self {
+        pins.set(&self.id, &self.config.read().consenter_servers);
+        self.server_pins = Some(pins);
+        self
     }
 
     /// Records why the consenter cannot order for now (`Some`), or that
@@ -90,6 +103,9 @@ impl Channel {
 
     /// Makes `config` current (after its block was written).
     pub fn install(&self, config: ChannelConfig) {
+        if let Some(pins) = &self.server_pins {
+            pins.set(&self.id, &config.consenter_servers);
+        }
         *self.config.write() = Arc::new(config);
     }
 }

@@ -21,6 +21,11 @@ pub(crate) struct ChannelConfig {
     /// A consenter whose certificate does not parse is left out (it cannot
     /// be authenticated); empty for solo.
     pub consenter_certificates: Vec<Vec<u8>>,
+    /// Each Raft consenter's endpoint (`host:port`) and the DER of its
+    /// server TLS certificate: what a node dialling it must find there.
+    /// A certificate that does not parse is kept empty, which no server
+    /// presents: that consenter cannot be dialled over TLS.
+    pub consenter_servers: Vec<crate::consensus::pinned::ServerPin>,
 }
 
 impl ChannelConfig {
@@ -36,20 +41,30 @@ impl ChannelConfig {
             block,
             reason: e.to_string(),
         })?;
-        let consenter_certificates = match &orderer.consensus {
-            Consensus::Solo | Consensus::Kafka(_) => Vec::new(),
-            Consensus::EtcdRaft(metadata) => metadata
-                .consenters
-                .iter()
-                .filter_map(|consenter| weft_msp::certificate_der(&consenter.client_tls_cert).ok())
-                .collect(),
+        let consenters = match &orderer.consensus {
+            Consensus::Solo | Consensus::Kafka(_) => &[][..],
+            Consensus::EtcdRaft(metadata) => metadata.consenters.as_slice(),
         };
+        let consenter_certificates = consenters
+            .iter()
+            .filter_map(|consenter| weft_msp::certificate_der(&consenter.client_tls_cert).ok())
+            .collect();
+        let consenter_servers = consenters
+            .iter()
+            .map(|consenter| {
+                (
+                    format!("{}:{}", consenter.host, consenter.port),
+                    weft_msp::certificate_der(&consenter.server_tls_cert).unwrap_or_default(),
+                )
+            })
+            .collect();
         Ok(Self {
             config,
             block,
             authority,
             orderer,
             consenter_certificates,
+            consenter_servers,
         })
     }
 

@@ -66,5 +66,5 @@ pub use consensus::Consenter;
 pub use cutter::{BlockCutter, CutReason};
 pub use error::{Error, Result};
 pub use metrics::OrdererMetrics;
-pub use server::{ClusterConfig, ConsensusMode, Health, NodeConfig, NodeTls, Orderer};
+pub use server::{ClusterConfig, ClusterDial, ConsensusMode, Health, NodeConfig, NodeTls, Orderer};
 pub use writer::{BlockContent, BlockWriter};

@@ -36,6 +36,7 @@ use crate::channel::{self, Channel, Channels, RequestContext};
 use crate::channel_config::ChannelConfig;
 use crate::config::{Consensus, KafkaConsensus, KafkaPayloads};
 use crate::consensus::cluster::{self, ClusterService, Transport};
+use crate::consensus::pinned::{PinnedDialer, ServerPins};
 use crate::consensus::raft::{self, LogStore, Members, Options as RaftOptions, Route};
 use crate::consensus::{self, ChainTask, Consenter, solo};
 use crate::deliver;
@@ -79,6 +80,16 @@ pub struct NodeConfig {
     pub tls: Option<NodeTls>,
 }
 
+/// The PEM files an orderer dials the other consenters with.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterDial {
+    /// The TLS CA certificates trusted.
+    pub root_cas: Vec<Vec<u8>>,
+    /// The node's TLS certificate and private key.
+    pub certificate: Vec<u8>,
+    pub private_key: Vec<u8>,
+}
+
 /// A node's TLS: how it serves its clients, how it dials other nodes,
 /// and how it serves the other consenters.
 #[derive(Debug, Clone)]
@@ -96,6 +107,10 @@ pub struct NodeTls {
     /// Whether `server` asks clients for certificates. Deliver requests
     /// must then name the hash of the certificate their client presented.
     pub client_auth_required: bool,
+    /// The same material as `client`, in PEM, for dialling the other
+    /// consenters with their server certificates pinned (tonic's client
+    /// configuration cannot pin one).
+    pub cluster_dial: ClusterDial,
     /// The SHA-256 of the node's certificate (DER), which its own Deliver
     /// requests name to bind them to its connection.
     pub certificate_hash: bytes::Bytes,
@@ -223,10 +238,23 @@ impl Orderer {
                 reason: format!("opening the channels failed: {e}"),
             })??;
 
-        let transport = Arc::new(Transport::new(
-            config.message_bytes_max,
-            config.tls.as_ref().map(|tls| tls.client.clone()),
-        ));
+        let server_pins = Arc::new(ServerPins::default());
+        let dialer = match &config.tls {
+            None => None,
+            Some(tls) => Some(
+                PinnedDialer::new(
+                    &tls.cluster_dial.root_cas,
+                    &tls.cluster_dial.certificate,
+                    &tls.cluster_dial.private_key,
+                    server_pins.clone(),
+                )
+                .map_err(|reason| Error::Task {
+                    channel: String::new(),
+                    reason: format!("the cluster's TLS: {reason}"),
+                })?,
+            ),
+        };
+        let transport = Arc::new(Transport::new(config.message_bytes_max, dialer));
         let mut by_id = HashMap::new();
         let mut stores = Vec::new();
         let mut starts = Vec::new();
@@ -271,13 +299,16 @@ impl Orderer {
                 .as_ref()
                 .map(|(members, _, _)| Arc::new(Route::new(members.clone(), transport.clone())));
             let (handle, mailbox) = consensus::mailbox(&channel_id, consenter, route.clone());
-            let channel = Arc::new(Channel::new(
-                channel_id.clone(),
-                store.clone(),
-                channel_config,
-                Arc::new(handle),
-                metrics.clone(),
-            ));
+            let channel = Arc::new(
+                Channel::new(
+                    channel_id.clone(),
+                    store.clone(),
+                    channel_config,
+                    Arc::new(handle),
+                    metrics.clone(),
+                )
+                .pinning_servers_in(server_pins.clone()),
+            );
             by_id.insert(channel_id.clone(), channel.clone());
             stores.push((channel_id.clone(), store));
             let raft = raft.zip(route).map(|((members, options, log), route)| {

@@ -39,7 +39,7 @@ use prost::Message as _;
 use protobuf::Message as _;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
-use tonic::transport::{Channel as GrpcChannel, ClientTlsConfig};
+use tonic::transport::Channel as GrpcChannel;
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 use weft_protos::cluster::cluster_client::ClusterClient;
 use weft_protos::cluster::cluster_server::Cluster;
@@ -54,6 +54,7 @@ use crate::admission::{Admitted, Refusal};
 use crate::chain::Ack;
 use crate::channel::{Channel, Channels};
 use crate::consensus::kafka::{Payloads, digest};
+use crate::consensus::pinned::PinnedDialer;
 
 /// Raft messages queued for one peer before new ones are dropped.
 const PEER_QUEUE_MAX: usize = 4096;
@@ -122,8 +123,9 @@ struct Forward {
 pub(crate) struct Transport {
     peers: Mutex<HashMap<String, Peer>>,
     message_bytes_max: usize,
-    /// TLS towards the other consenters; `None` dials in plaintext.
-    tls: Option<ClientTlsConfig>,
+    /// TLS towards the other consenters, their server certificates
+    /// pinned; `None` dials in plaintext.
+    tls: Option<PinnedDialer>,
     /// The node's runtime, where connections and sender tasks run: each
     /// channel's Raft loop runs on a thread of its own.
     runtime: tokio::runtime::Handle,
@@ -131,7 +133,7 @@ pub(crate) struct Transport {
 
 impl Transport {
     /// The transport of a node whose runtime is the current one.
-    pub fn new(message_bytes_max: usize, tls: Option<ClientTlsConfig>) -> Self {
+    pub fn new(message_bytes_max: usize, tls: Option<PinnedDialer>) -> Self {
         Self {
             peers: Mutex::new(HashMap::new()),
             message_bytes_max,
@@ -153,10 +155,13 @@ impl Transport {
             return Ok(peer.clone());
         }
         let _runtime = self.runtime.enter();
-        let channel = weft_protos::dial::endpoint(endpoint, self.tls.as_ref())
-            .map_err(|e| format!("consenter endpoint {endpoint:?} is not usable: {e}"))?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .connect_lazy();
+        let channel = match &self.tls {
+            Some(dialer) => dialer.channel(endpoint, CONNECT_TIMEOUT)?,
+            None => weft_protos::dial::endpoint(endpoint, None)
+                .map_err(|e| format!("consenter endpoint {endpoint:?} is not usable: {e}"))?
+                .connect_timeout(CONNECT_TIMEOUT)
+                .connect_lazy(),
+        };
         let client = ClusterClient::new(channel)
             .max_decoding_message_size(self.message_bytes_max)
             .max_encoding_message_size(self.message_bytes_max);

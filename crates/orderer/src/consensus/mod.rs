@@ -36,6 +36,7 @@
 
 pub(crate) mod cluster;
 pub(crate) mod kafka;
+pub(crate) mod pinned;
 pub(crate) mod raft;
 pub(crate) mod solo;
 
