@@ -182,7 +182,7 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         orderers: config.orderers.clone(),
         tls: config.tls.as_ref().map(|tls| tls.client.clone()),
     };
-    let mut grpc_server = tonic::transport::Server::builder();
+    let mut grpc_server = weft_protos::dial::server();
     if let Some(tls) = &config.tls {
         grpc_server = grpc_server
             .tls_config(tls.server.clone())

@@ -136,7 +136,7 @@ impl NodeConfig {
 
 /// A gRPC server builder, serving `tls` when the node has it.
 fn grpc_server(tls: Option<&ServerTlsConfig>) -> Result<tonic::transport::Server> {
-    let builder = tonic::transport::Server::builder();
+    let builder = weft_protos::dial::server();
     Ok(match tls {
         None => builder,
         Some(tls) => builder.tls_config(tls.clone())?,

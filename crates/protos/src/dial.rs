@@ -4,9 +4,9 @@
 //! Fabric's clients check a node's TLS certificate).
 //!
 //! Building an [`Endpoint`] does no I/O; connecting to it does.
-//! [`client_certificate`] and [`unreadable_request`] are the server's side:
-//! which certificate the caller presented, and what to answer a request
-//! that could not be read.
+//! [`server`], [`client_certificate`] and [`unreadable_request`] are the
+//! server's side: the limits a node serves with, which certificate the
+//! caller presented, and what to answer a request that could not be read.
 
 use tonic::transport::{ClientTlsConfig, Endpoint};
 
@@ -19,6 +19,28 @@ pub fn endpoint(
         None => Endpoint::from_shared(format!("http://{address}")),
         Some(tls) => Endpoint::from_shared(format!("https://{address}"))?.tls_config(tls.clone()),
     }
+}
+
+/// Requests one client connection may have under way at once: a client
+/// that opens more waits for one to end (HTTP/2 flow control), so a flood
+/// on one connection slows its sender instead of growing the node.
+pub const STREAMS_PER_CONNECTION_MAX: u32 = 1024;
+
+/// How often an idle connection is probed, and how long the probe may go
+/// unanswered before the connection is closed: a client that vanished
+/// (its machine died, a network cut) stops holding its streams. Fabric's
+/// defaults (`peer.keepalive.interval`, `timeout`).
+pub const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(7200);
+pub const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// A gRPC server with the limits every weft node serves with
+/// ([`STREAMS_PER_CONNECTION_MAX`], keepalive probes).
+pub fn server() -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(STREAMS_PER_CONNECTION_MAX))
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .tcp_keepalive(Some(KEEPALIVE_INTERVAL))
 }
 
 /// The DER of the TLS certificate the caller of `request` presented, if
