@@ -30,16 +30,29 @@ const SWEEP_WAITING_ABOVE: usize = 4096;
 /// The code answered for a transaction its block records no code for.
 const NO_CODE: i32 = 255;
 
+/// Calls one channel holds waiting at most; more are refused, to be asked
+/// again, so that a flood of calls cannot grow the peer without bound.
+pub(crate) const WAITING_CALLS_MAX: usize = 100_000;
+
+/// Why a call could not wait.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{waiting} CommitStatus calls are waiting on this channel, the most it holds; retry")]
+pub(crate) struct TooManyWaiting {
+    waiting: usize,
+}
+
 /// The calls waiting on one channel, by TxID.
 #[derive(Debug, Default)]
 pub(crate) struct CommitWaiters {
     waiting: Mutex<Waiting>,
 }
 
-/// The answers owed, by TxID, and when the next sweep is due.
+/// The answers owed, by TxID, how many, and when the next sweep is due.
 #[derive(Debug, Default)]
 struct Waiting {
     answers: HashMap<String, Vec<oneshot::Sender<CommitStatusResponse>>>,
+    /// The answers owed, gone callers included until a sweep.
+    calls: usize,
     sweep_above: usize,
 }
 
@@ -57,23 +70,44 @@ impl CommitWaiters {
     }
 
     /// The answer for `tx_id`, once a block after the current one commits
-    /// it; an error if the channel's ledger closes first.
-    pub fn wait(&self, tx_id: &str) -> oneshot::Receiver<CommitStatusResponse> {
+    /// it (the receiver fails if the channel's ledger closes first); an
+    /// error if [`WAITING_CALLS_MAX`] calls wait already.
+    pub fn wait(
+        &self,
+        tx_id: &str,
+    ) -> Result<oneshot::Receiver<CommitStatusResponse>, TooManyWaiting> {
+        self.wait_at_most(tx_id, WAITING_CALLS_MAX)
+    }
+
+    fn wait_at_most(
+        &self,
+        tx_id: &str,
+        limit: usize,
+    ) -> Result<oneshot::Receiver<CommitStatusResponse>, TooManyWaiting> {
         let (answer, answered) = oneshot::channel();
         let mut waiting = self.waiting.lock();
-        if waiting.answers.len() > waiting.sweep_above.max(SWEEP_WAITING_ABOVE) {
+        if waiting.answers.len() > waiting.sweep_above.max(SWEEP_WAITING_ABOVE)
+            || waiting.calls >= limit
+        {
             waiting.answers.retain(|_, answers| {
                 answers.retain(|answer| !answer.is_closed());
                 !answers.is_empty()
             });
+            waiting.calls = waiting.answers.values().map(Vec::len).sum();
             waiting.sweep_above = waiting.answers.len() * 2;
         }
+        if waiting.calls >= limit {
+            return Err(TooManyWaiting {
+                waiting: waiting.calls,
+            });
+        }
+        waiting.calls += 1;
         waiting
             .answers
             .entry(tx_id.to_owned())
             .or_default()
             .push(answer);
-        answered
+        Ok(answered)
     }
 
     /// Drops the answers owed for `tx_id` whose calls have gone (a call
@@ -81,10 +115,13 @@ impl CommitWaiters {
     pub fn forget_gone(&self, tx_id: &str) {
         let mut waiting = self.waiting.lock();
         if let Some(answers) = waiting.answers.get_mut(tx_id) {
+            let before = answers.len();
             answers.retain(|answer| !answer.is_closed());
+            let gone = before - answers.len();
             if answers.is_empty() {
                 waiting.answers.remove(tx_id);
             }
+            waiting.calls -= gone;
         }
     }
 
@@ -107,6 +144,7 @@ impl CommitWaiters {
             let Some(answers) = waiting.answers.remove(&tx_id) else {
                 continue;
             };
+            waiting.calls -= answers.len();
             let result = codes.get(index).map_or(NO_CODE, |code| i32::from(*code));
             for answer in answers {
                 // The client may have gone.
@@ -153,12 +191,40 @@ async fn follow(
             next += 1;
         }
     }
-    waiters.waiting.lock().answers.clear();
+    let mut waiting = waiters.waiting.lock();
+    waiting.answers.clear();
+    waiting.calls = 0;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calls_beyond_the_limit_are_refused_until_some_end() {
+        // Goal: a flood of CommitStatus calls is held at the limit: the
+        // next call is refused with a reason to retry, and once callers
+        // go (or are answered) new calls wait again.
+        let waiters = CommitWaiters::default();
+        let mut held: Vec<_> = (0..3)
+            .map(|n| waiters.wait_at_most(&format!("tx{n}"), 3).unwrap())
+            .collect();
+        let refused = waiters.wait_at_most("tx3", 3).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "3 CommitStatus calls are waiting on this channel, the most it holds; retry"
+        );
+        // A caller that hung up frees its place at the next call.
+        drop(held.pop());
+        let again = waiters.wait_at_most("tx3", 3);
+        assert!(again.is_ok());
+        // A caller that found its transaction by its own lookup is dropped
+        // from the count too.
+        drop(held.pop());
+        waiters.forget_gone("tx1");
+        assert!(waiters.wait_at_most("tx4", 3).is_ok());
+        assert_eq!(waiters.waiting.lock().calls, 3);
+    }
 
     #[test]
     fn an_envelope_that_does_not_decode_has_no_tx_id() {

@@ -396,7 +396,9 @@ impl Gateway for GatewayService {
         // Waiting first, then looking up, leaves no gap for a block to
         // commit the transaction unseen.
         let waiters = self.commit_waiters(&request.channel_id, channel.as_ref());
-        let answer = waiters.wait(&request.transaction_id);
+        let answer = waiters
+            .wait(&request.transaction_id)
+            .map_err(|e| Status::resource_exhausted(e.to_string()))?;
         let committed = *channel.committed_height().borrow();
         let store = channel.blocks().clone();
         let tx_id = request.transaction_id.clone();
