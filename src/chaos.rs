@@ -321,14 +321,14 @@ impl Run {
         self.timeline.fault_active = true;
         let what = match fault.kind {
             FaultKind::Kill => {
-                self.network.signal(&node.name, "KILL");
+                self.signal(node, "KILL")?;
                 record.kills += 1;
                 "killed"
             }
             FaultKind::Pause(pause) => {
-                self.network.signal(&node.name, "STOP");
+                self.signal(node, "STOP")?;
                 self.pass(pause);
-                self.network.signal(&node.name, "CONT");
+                self.signal(node, "CONT")?;
                 record.stalls += 1;
                 "stalled"
             }
@@ -356,6 +356,21 @@ impl Run {
             record.leader_recoveries.push(recovered);
         }
         Ok(())
+    }
+}
+
+impl Run {
+    /// Sends `signal` to `node`'s process; an error if it has none (every
+    /// round starts with all nodes running, so that is a bug of the run).
+    fn signal(&self, node: &Node, signal: &str) -> Result<()> {
+        if self.network.signal(&node.name, signal) {
+            Ok(())
+        } else {
+            bail!(
+                "SIG{signal} could not be sent to {}: it is not running",
+                node.name
+            )
+        }
     }
 }
 

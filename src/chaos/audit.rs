@@ -42,7 +42,8 @@ pub struct Placement {
 
 /// Reads a peer's copy of `channel` from its data directory (its
 /// `fileSystemPath`), bringing its world state up to its chain first as
-/// the peer would on start.
+/// the peer would on start. The state is the in-memory engine's, which
+/// `weft network up` configures.
 pub fn read_peer(node: &str, data_dir: &Path, channel: &str) -> Result<Chain> {
     let dir = data_dir.join("ledgers").join(channel);
     let store = Arc::new(
