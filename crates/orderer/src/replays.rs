@@ -30,17 +30,17 @@ use weft_protos::hash::sha256;
 
 /// A TxID as the window keeps it: the 32 bytes a hex SHA-256 TxID spells,
 /// or the SHA-256 of any other string.
-type Key = [u8; 32];
+pub(crate) type TxKey = [u8; 32];
 
 /// The TxIDs of the latest blocks of a channel.
 #[derive(Debug)]
 pub(crate) struct ReplayWindow {
     capacity: usize,
     /// The blocks in the window, oldest first, with their TxIDs.
-    blocks: VecDeque<(u64, Vec<Key>)>,
+    blocks: VecDeque<(u64, Vec<TxKey>)>,
     held: usize,
     /// Each TxID in the window and the latest block that ordered it.
-    ordered_in: HashMap<Key, u64>,
+    ordered_in: HashMap<TxKey, u64>,
 }
 
 impl ReplayWindow {
@@ -80,13 +80,13 @@ impl ReplayWindow {
     }
 
     /// Whether the window holds the TxID whose key is `key`.
-    pub fn holds(&self, key: &Key) -> bool {
+    pub fn holds(&self, key: &TxKey) -> bool {
         self.ordered_in.contains_key(key)
     }
 
     /// Adds block `number` (the chain's next) with the TxIDs it ordered,
     /// then lets go of the oldest blocks the window no longer needs.
-    pub fn record(&mut self, number: u64, keys: Vec<Key>) {
+    pub fn record(&mut self, number: u64, keys: Vec<TxKey>) {
         for key in &keys {
             self.ordered_in.insert(*key, number);
         }
@@ -108,7 +108,7 @@ impl ReplayWindow {
 }
 
 /// The window's key of `tx_id`.
-pub(crate) fn key_of(tx_id: &str) -> Key {
+pub(crate) fn key_of(tx_id: &str) -> TxKey {
     let mut key = [0u8; 32];
     match hex::decode_to_slice(tx_id, &mut key) {
         Ok(()) => key,
@@ -117,13 +117,13 @@ pub(crate) fn key_of(tx_id: &str) -> Key {
 }
 
 /// The key of the TxID of an envelope, if it names one.
-pub(crate) fn envelope_key(envelope: &bytes::Bytes) -> Option<Key> {
+pub(crate) fn envelope_key(envelope: &bytes::Bytes) -> Option<TxKey> {
     let header = channel_header_of(envelope.clone())?;
     (!header.tx_id.is_empty()).then(|| key_of(&header.tx_id))
 }
 
 /// The keys of the TxIDs a block's envelopes name.
-pub(crate) fn tx_keys(block: &Block) -> Vec<Key> {
+pub(crate) fn tx_keys(block: &Block) -> Vec<TxKey> {
     block
         .data
         .as_ref()
@@ -135,7 +135,7 @@ pub(crate) fn tx_keys(block: &Block) -> Vec<Key> {
 mod tests {
     use super::*;
 
-    fn keys(ids: &[&str]) -> Vec<Key> {
+    fn keys(ids: &[&str]) -> Vec<TxKey> {
         ids.iter().map(|id| key_of(id)).collect()
     }
 

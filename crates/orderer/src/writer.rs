@@ -35,7 +35,7 @@ use weft_protos::tx::Sign;
 use crate::checkpoint::Seal;
 use crate::cutter::Batch;
 use crate::error::{Error, Result};
-use crate::replays::{ReplayWindow, envelope_key, tx_keys};
+use crate::replays::{ReplayWindow, TxKey, envelope_key, tx_keys};
 
 /// Fabric's orderers sign blocks with a fresh 24-byte nonce.
 const NONCE_BYTES: usize = 24;
@@ -185,22 +185,40 @@ impl BlockWriter {
     /// far and `content` only. Envelopes whose TxID was ordered lately, or
     /// repeats one earlier in the batch, are left out.
     pub fn assemble(&self, content: &BlockContent) -> Block {
-        let envelopes = match content {
+        self.assemble_keyed(content).0
+    }
+
+    /// [`BlockWriter::assemble`], with the TxID keys the block orders.
+    fn assemble_keyed(&self, content: &BlockContent) -> (Block, Vec<TxKey>) {
+        let (envelopes, keys) = match content {
             BlockContent::Transactions(batch) => self.first_orderings(batch),
-            BlockContent::Config(envelope) => vec![envelope.clone()],
+            BlockContent::Config(envelope) => (
+                vec![envelope.clone()],
+                envelope_key(envelope).into_iter().collect(),
+            ),
         };
-        new_block(self.next_number, &self.previous_hash, envelopes)
+        (
+            new_block(self.next_number, &self.previous_hash, envelopes),
+            keys,
+        )
     }
 
     /// The envelopes of `batch` whose TxIDs neither the window nor an
-    /// earlier envelope of the batch holds. An envelope naming no TxID is
-    /// kept: the peers judge it.
-    fn first_orderings(&self, batch: &Batch) -> Vec<Bytes> {
+    /// earlier envelope of the batch holds, and their TxID keys. An
+    /// envelope naming no TxID is kept: the peers judge it.
+    fn first_orderings(&self, batch: &Batch) -> (Vec<Bytes>, Vec<TxKey>) {
+        let mut keys = Vec::with_capacity(batch.len());
         let mut in_batch = std::collections::HashSet::new();
         let kept: Vec<Bytes> = batch
             .iter()
             .filter(|envelope| match envelope_key(envelope) {
-                Some(key) => !self.ordered.holds(&key) && in_batch.insert(key),
+                Some(key) => {
+                    let first = !self.ordered.holds(&key) && in_batch.insert(key);
+                    if first {
+                        keys.push(key);
+                    }
+                    first
+                }
                 None => true,
             })
             .cloned()
@@ -213,7 +231,7 @@ impl BlockWriter {
                 "envelopes whose TxID was already ordered are left out of the block"
             );
         }
-        kept
+        (kept, keys)
     }
 
     /// Assembles, seals (signs, unless `seal` says otherwise) and appends
@@ -233,7 +251,7 @@ impl BlockWriter {
         consenter_metadata: Bytes,
         seal: Seal,
     ) -> Result<Block> {
-        let mut block = self.assemble(content);
+        let (mut block, keys) = self.assemble_keyed(content);
         let number = self.next_number;
         let (last_config, seal) = match content {
             BlockContent::Config(_) => (number, Seal::Signed),
@@ -264,7 +282,7 @@ impl BlockWriter {
         self.next_number = number + 1;
         self.last_config = last_config;
         self.tip_signed = seal == Seal::Signed;
-        self.ordered.record(number, tx_keys(&block));
+        self.ordered.record(number, keys);
         debug_assert_eq!(self.store.height(), self.next_number);
         Ok(block)
     }
