@@ -273,6 +273,60 @@ async fn orders_broadcasts_into_signed_blocks_and_survives_a_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_has_at_most_1024_requests_under_way_and_more_wait() {
+    // Goal: the limit every node's gRPC server holds each connection to:
+    // with 1,024 Broadcast streams open on one connection, the next waits
+    // (HTTP/2 flow control, not an error) until one of them ends, so a
+    // flood on one connection slows its sender instead of growing the
+    // node; the node serves other connections meanwhile.
+    let network = Network::new();
+    let data = tempfile::tempdir().unwrap();
+    let orderer = start(&network, data.path(), vec![network.genesis.clone()]).await;
+    let client = connect(&orderer).await;
+    let limit = weft_protos::dial::STREAMS_PER_CONNECTION_MAX as usize;
+    let idle_stream = || {
+        let (keep_open, requests) = tokio::sync::mpsc::channel::<Envelope>(1);
+        (
+            keep_open,
+            tokio_stream::wrappers::ReceiverStream::new(requests),
+        )
+    };
+    let mut open = Vec::with_capacity(limit);
+    for _ in 0..limit {
+        let (keep_open, requests) = idle_stream();
+        let responses = client.clone().broadcast(requests).await.unwrap();
+        open.push((keep_open, responses));
+    }
+    let (_keep_open, requests) = idle_stream();
+    let mut waiting = client.clone();
+    let beyond = tokio::spawn(async move { waiting.broadcast(requests).await.map(drop) });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !beyond.is_finished(),
+        "a request beyond the limit was taken at once"
+    );
+
+    // Another connection is served meanwhile.
+    let (tx_id, envelope) = network.transaction(CHANNEL, &network.client1, "meanwhile", 0);
+    let answers = broadcast(
+        &mut connect(&orderer).await,
+        &[(envelope, Expected::ordered(tx_id, false))],
+    )
+    .await;
+    assert_eq!(answers[0].0, Status::Success, "{answers:?}");
+
+    // One stream ends: the waiting request goes through.
+    drop(open.pop());
+    tokio::time::timeout(Duration::from_secs(30), beyond)
+        .await
+        .expect("the waiting request went through once a stream ended")
+        .unwrap()
+        .unwrap();
+    drop(open);
+    orderer.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_shutdown_orders_the_pending_batch() {
     // Goal: transactions a client was told SUCCESS for, still waiting for
     // the batch timeout when the orderer stops, are in a block after the
