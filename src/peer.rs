@@ -35,7 +35,6 @@ use weft_peer_endorser::{
     Chaincode, ChannelView, Endorser, EndorserMetrics, EndorserService, ExternalChaincode,
     ExternalConfig, GatewayConfig, GatewayService, JoinedChannel, Lifecycle, builtin,
 };
-use weft_policy::PeerOf;
 use weft_protos::common::Block;
 use weft_protos::gateway::gateway_server::GatewayServer;
 use weft_protos::protos::deliver_server::DeliverServer;
@@ -296,10 +295,7 @@ impl ChannelView for CommittedChannel {
 
     fn is_admin(&self, creator: &Bytes, msp_id: &str) -> bool {
         let context = self.handle.context.read().clone();
-        context
-            .msps
-            .deserialize(creator, weft_msp::now())
-            .is_ok_and(|identity| identity.msp_id() == msp_id && identity.is_admin())
+        context.is_admin(creator, msp_id, weft_msp::now())
     }
 }
 
@@ -313,23 +309,12 @@ impl JoinedChannel for CommittedChannel {
         now: UnixTime,
     ) -> std::result::Result<(), String> {
         let context = self.handle.context.read().clone();
-        let identity = context
-            .msps
-            .deserialize(creator, now)
-            .map_err(|e| format!("the creator is not a valid member: {e}"))?;
-        identity
-            .verify(data, signature)
-            .map_err(|e| format!("the creator's signature does not verify: {e}"))?;
-        context
-            .policies
-            .is_satisfied_by(policy, &[identity])
-            .map_err(|e| e.to_string())
+        context.check_signer(policy, creator, data, signature, now)
     }
 
     fn satisfies_endorsement(&self, chaincode: &str, organisations: &[String]) -> bool {
         let context = self.handle.context.read().clone();
-        let peers: Vec<PeerOf> = organisations.iter().cloned().map(PeerOf).collect();
-        context.satisfies(&context.endorsement_rule(chaincode), &peers)
+        context.satisfied_by_organisations(chaincode, organisations)
     }
 
     fn state(&self) -> &dyn VersionedState {

@@ -4,22 +4,14 @@
 //! and parsed as the channel's new config.
 #![no_main]
 
-use std::sync::OnceLock;
-
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use weft_fuzz::{NOW, config_update_envelope, genesis};
-use weft_orderer::fuzzing::FuzzedChannel;
-
-fn channel() -> &'static FuzzedChannel {
-    static CHANNEL: OnceLock<FuzzedChannel> = OnceLock::new();
-    CHANNEL.get_or_init(|| FuzzedChannel::from_genesis(genesis()).unwrap())
-}
+use weft_fuzz::{NOW, config_update_envelope, orderer_channel};
 
 fuzz_target!(
     init: weft_fuzz::write_seeds_if_asked("config_update"),
     |data: &[u8]| {
         let envelope = config_update_envelope(data).encode_to_vec().into();
-        let _ = channel().admit(envelope, weft_fuzz::peer0().as_ref(), NOW);
+        let _ = orderer_channel().admit(envelope, weft_fuzz::peer0().as_ref(), NOW);
     }
 );

@@ -11,30 +11,23 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use weft_fuzz::{NOW, context, scratch, signed_envelope, user1};
+use weft_fuzz::{NOW, context, kv_state, signed_envelope, user1};
 use weft_peer_committer::TxValidationCode;
 use weft_peer_committer::checks::check_block;
 use weft_peer_committer::mvcc::{mark_duplicate_tx_ids, update_batch, validate_block};
 use weft_protos::block::new_block;
 use weft_protos::view::{DecodedBlock, Limits};
-use weft_statedb::memory::{MemoryOptions, MemoryState};
-use weft_statedb::{Height, UpdateBatch, VersionedState};
+use weft_statedb::Height;
+use weft_statedb::memory::MemoryState;
 
 fn state() -> &'static MemoryState {
     static STATE: OnceLock<MemoryState> = OnceLock::new();
     STATE.get_or_init(|| {
-        let state = MemoryState::open(&scratch().join("state"), MemoryOptions::default()).unwrap();
-        let mut batch = UpdateBatch::new();
-        for n in 0..16 {
-            batch.put(
-                "kv",
-                &format!("k{n}"),
-                Bytes::from(format!("v{n}")),
-                Height::new(1, n),
-            );
-        }
-        state.apply(&batch, Height::new(1, 16)).unwrap();
-        state
+        let entries = (0..16).map(|n| {
+            let value = Bytes::from(format!("v{n}"));
+            (format!("k{n}"), value, Height::new(1, n))
+        });
+        kv_state(entries, Height::new(1, 16))
     })
 }
 

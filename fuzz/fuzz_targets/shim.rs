@@ -9,41 +9,31 @@ use std::sync::OnceLock;
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use weft_fuzz::{kv_proposal, length_delimited, scratch};
+use weft_fuzz::{kv_proposal, kv_state, length_delimited};
 use weft_peer_endorser::Stub;
 use weft_peer_endorser::external::serve_for_fuzzing;
 use weft_protos::protos::ChaincodeMessage;
 use weft_protos::protos::chaincode_message::Type as MessageType;
 use weft_protos::tx::ReceivedProposal;
-use weft_statedb::memory::{MemoryOptions, MemoryState};
-use weft_statedb::{Height, UpdateBatch, VersionedState};
+use weft_statedb::memory::MemoryState;
+use weft_statedb::{Height, VersionedState};
 
 fn state() -> &'static MemoryState {
     static STATE: OnceLock<MemoryState> = OnceLock::new();
     STATE.get_or_init(|| {
-        let state = MemoryState::open(&scratch().join("state"), MemoryOptions::default()).unwrap();
-        let mut batch = UpdateBatch::new();
-        for n in 0..8u64 {
+        let entries = (0..8u64).flat_map(|n| {
             let value = if n % 2 == 0 {
                 format!("{{\"size\":{n},\"owner\":\"o{}\"}}", n % 3)
             } else {
                 format!("v{n}")
             };
-            batch.put(
-                "kv",
-                &format!("k{n:03}"),
-                Bytes::from(value),
-                Height::new(1, n),
-            );
-            batch.put(
-                "kv",
-                &format!("\u{0}asset\u{0}k{n}\u{0}"),
-                Bytes::new(),
-                Height::new(1, n),
-            );
-        }
-        state.apply(&batch, Height::new(1, 8)).unwrap();
-        state
+            let version = Height::new(1, n);
+            [
+                (format!("k{n:03}"), Bytes::from(value), version),
+                (format!("\u{0}asset\u{0}k{n}\u{0}"), Bytes::new(), version),
+            ]
+        });
+        kv_state(entries, Height::new(1, 8))
     })
 }
 

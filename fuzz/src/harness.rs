@@ -1,5 +1,6 @@
 //! A joined channel for the endorser targets: [`crate::CHANNEL`] with its
-//! real MSPs and policies, a world state and a block store on disk.
+//! real MSPs and policies, checked through the same `ChannelContext`
+//! methods the peer uses, and a world state and a block store on disk.
 
 use std::sync::{Arc, OnceLock};
 
@@ -7,7 +8,6 @@ use bytes::Bytes;
 use weft_ledger::{BlockStore, StoreConfig};
 use weft_msp::UnixTime;
 use weft_peer_endorser::{ChannelView, Endorser, JoinedChannel};
-use weft_policy::PeerOf;
 use weft_statedb::VersionedState;
 use weft_statedb::memory::{MemoryOptions, MemoryState};
 
@@ -27,10 +27,7 @@ impl ChannelView for FuzzChannel {
     }
 
     fn is_admin(&self, creator: &Bytes, msp_id: &str) -> bool {
-        context()
-            .msps
-            .deserialize(creator, crate::NOW)
-            .is_ok_and(|identity| identity.msp_id() == msp_id && identity.is_admin())
+        context().is_admin(creator, msp_id, crate::NOW)
     }
 }
 
@@ -43,22 +40,11 @@ impl JoinedChannel for FuzzChannel {
         signature: &Bytes,
         now: UnixTime,
     ) -> Result<(), String> {
-        let identity = context()
-            .msps
-            .deserialize(creator, now)
-            .map_err(|e| e.to_string())?;
-        identity
-            .verify(data, signature)
-            .map_err(|e| e.to_string())?;
-        context()
-            .policies
-            .is_satisfied_by(policy, &[identity])
-            .map_err(|e| e.to_string())
+        context().check_signer(policy, creator, data, signature, now)
     }
 
     fn satisfies_endorsement(&self, chaincode: &str, organisations: &[String]) -> bool {
-        let peers: Vec<PeerOf> = organisations.iter().cloned().map(PeerOf).collect();
-        context().satisfies(&context().endorsement_rule(chaincode), &peers)
+        context().satisfied_by_organisations(chaincode, organisations)
     }
 
     fn state(&self) -> &dyn VersionedState {

@@ -22,6 +22,8 @@ use weft_protos::block::config_of_block;
 use weft_protos::common::{Block, Envelope, HeaderType, Payload};
 use weft_protos::protos::{ProposalResponse, SignedProposal};
 use weft_protos::tx::{Invocation, Proposal, ReadWriteSetBuilder, SimulationResult, endorse};
+use weft_statedb::memory::{MemoryOptions, MemoryState};
+use weft_statedb::{Height, UpdateBatch, VersionedState};
 
 pub mod harness;
 pub mod seeds;
@@ -184,6 +186,28 @@ pub fn is_header_type(payload: &Bytes, kind: HeaderType) -> bool {
         .and_then(|payload| payload.header)
         .and_then(|header| weft_protos::common::ChannelHeader::decode(header.channel_header).ok())
         .is_some_and(|header| header.r#type == kind as i32)
+}
+
+/// A world state in the scratch directory holding `entries` (key, value,
+/// version) of the `kv` namespace, applied at `height`.
+pub fn kv_state(
+    entries: impl IntoIterator<Item = (String, Bytes, Height)>,
+    height: Height,
+) -> MemoryState {
+    let state = MemoryState::open(&scratch().join("state"), MemoryOptions::default()).unwrap();
+    let mut batch = UpdateBatch::new();
+    for (key, value, version) in entries {
+        batch.put("kv", &key, value, version);
+    }
+    state.apply(&batch, height).unwrap();
+    state
+}
+
+/// The fixture channel as the orderer's Broadcast admits envelopes into
+/// it.
+pub fn orderer_channel() -> &'static weft_orderer::fuzzing::FuzzedChannel {
+    static CHANNEL: OnceLock<weft_orderer::fuzzing::FuzzedChannel> = OnceLock::new();
+    CHANNEL.get_or_init(|| weft_orderer::fuzzing::FuzzedChannel::from_genesis(genesis()).unwrap())
 }
 
 /// A scratch directory that lives as long as the process.

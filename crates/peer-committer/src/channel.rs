@@ -3,9 +3,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use prost::Message;
-use weft_msp::{Identity, MspManager, OwnSignatures};
-use weft_policy::{ChannelAuthority, PolicyTree, Signatory, SignaturePolicy};
+use weft_msp::{Identity, MspManager, OwnSignatures, UnixTime};
+use weft_policy::{ChannelAuthority, PeerOf, PolicyTree, Signatory, SignaturePolicy};
 use weft_protos::common::Config;
 
 use crate::lifecycle::{
@@ -173,5 +174,44 @@ impl ChannelContext {
             EndorsementRule::Signature(policy) => policy.is_satisfied_by(signers),
             EndorsementRule::Unreadable(_) => false,
         }
+    }
+
+    /// Whether endorsements by one peer of each of `organisations` (MSP
+    /// IDs) would satisfy the endorsement rule of `chaincode`.
+    pub fn satisfied_by_organisations(&self, chaincode: &str, organisations: &[String]) -> bool {
+        let peers: Vec<PeerOf> = organisations.iter().cloned().map(PeerOf).collect();
+        self.satisfies(&self.endorsement_rule(chaincode), &peers)
+    }
+
+    /// Checks that `creator` is a valid member of the channel at `now`,
+    /// that its signature over `data` verifies and that it satisfies the
+    /// channel policy at `policy` (the signature is verified once); the
+    /// error says why not.
+    pub fn check_signer(
+        &self,
+        policy: &str,
+        creator: &Bytes,
+        data: &[u8],
+        signature: &[u8],
+        now: UnixTime,
+    ) -> std::result::Result<(), String> {
+        let identity = self
+            .msps
+            .deserialize(creator, now)
+            .map_err(|e| format!("the creator is not a valid member: {e}"))?;
+        identity
+            .verify(data, signature)
+            .map_err(|e| format!("the creator's signature does not verify: {e}"))?;
+        self.policies
+            .is_satisfied_by(policy, &[identity])
+            .map_err(|e| e.to_string())
+    }
+
+    /// Whether `creator` is a valid admin of the organisation `msp_id` at
+    /// `now`.
+    pub fn is_admin(&self, creator: &Bytes, msp_id: &str, now: UnixTime) -> bool {
+        self.msps
+            .deserialize(creator, now)
+            .is_ok_and(|identity| identity.msp_id() == msp_id && identity.is_admin())
     }
 }
