@@ -304,6 +304,19 @@ impl Run {
         Ok(())
     }
 
+    /// Sends `signal` to `node`'s process; an error if it has none (every
+    /// round starts with all nodes running, so that is a bug of the run).
+    fn signal(&self, node: &Node, signal: &str) -> Result<()> {
+        if self.network.signal(&node.name, signal) {
+            Ok(())
+        } else {
+            bail!(
+                "SIG{signal} could not be sent to {}: it is not running",
+                node.name
+            )
+        }
+    }
+
     /// Round `index`: `fault` to `node`, then the wait for the network to
     /// commit again with the node back.
     fn inject(
@@ -356,21 +369,6 @@ impl Run {
             record.leader_recoveries.push(recovered);
         }
         Ok(())
-    }
-}
-
-impl Run {
-    /// Sends `signal` to `node`'s process; an error if it has none (every
-    /// round starts with all nodes running, so that is a bug of the run).
-    fn signal(&self, node: &Node, signal: &str) -> Result<()> {
-        if self.network.signal(&node.name, signal) {
-            Ok(())
-        } else {
-            bail!(
-                "SIG{signal} could not be sent to {}: it is not running",
-                node.name
-            )
-        }
     }
 }
 

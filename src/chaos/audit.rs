@@ -50,7 +50,8 @@ pub fn read_peer(node: &str, data_dir: &Path, channel: &str) -> Result<Chain> {
         BlockStore::open(&StoreConfig::new(dir.join("blocks")).with_history(true))
             .with_context(|| format!("opening {node}'s block store of {channel}"))?,
     );
-    let mut chain = read_blocks(node, &store, true)?;
+    let mut namespaces = BTreeSet::new();
+    let mut chain = read_blocks(node, &store, Some(&mut namespaces))?;
     let state = Arc::new(
         MemoryState::open(&dir.join("state"), MemoryOptions::default())
             .with_context(|| format!("opening {node}'s world state of {channel}"))?,
@@ -58,7 +59,7 @@ pub fn read_peer(node: &str, data_dir: &Path, channel: &str) -> Result<Chain> {
     // Replays what the state's last checkpoint lacks.
     ChannelCommitter::open(channel, state.clone(), store.clone())
         .with_context(|| format!("reopening {node}'s channel {channel}"))?;
-    chain.state_hash = Some(state_hash(state.as_ref(), &namespaces(&store)?)?);
+    chain.state_hash = Some(state_hash(state.as_ref(), &namespaces)?);
     Ok(chain)
 }
 
@@ -67,10 +68,18 @@ pub fn read_orderer(node: &str, data_dir: &Path, channel: &str) -> Result<Chain>
     let path = data_dir.join("ledgers").join(channel);
     let store = BlockStore::open(&StoreConfig::new(path).without_tx_index())
         .with_context(|| format!("opening {node}'s block store of {channel}"))?;
-    read_blocks(node, &store, false)
+    read_blocks(node, &store, None)
 }
 
-fn read_blocks(node: &str, store: &BlockStore, with_codes: bool) -> Result<Chain> {
+/// The chain in `store`. A peer's (`namespaces` given) records the codes of
+/// its TRANSACTIONS_FILTER, and the namespaces its valid transactions wrote
+/// go into `namespaces`.
+fn read_blocks(
+    node: &str,
+    store: &BlockStore,
+    mut namespaces: Option<&mut BTreeSet<String>>,
+) -> Result<Chain> {
+    let with_codes = namespaces.is_some();
     let mut chain = Chain {
         node: node.to_owned(),
         ..Chain::default()
@@ -84,6 +93,9 @@ fn read_blocks(node: &str, store: &BlockStore, with_codes: bool) -> Result<Chain
         let codes = metadata_slot(&block, BlockMetadataIndex::TransactionsFilter)
             .cloned()
             .unwrap_or_default();
+        if let Some(namespaces) = namespaces.as_deref_mut() {
+            written_namespaces(&block, &codes, namespaces)?;
+        }
         let envelopes = block.data.map(|data| data.data).unwrap_or_default();
         for (index, envelope) in envelopes.into_iter().enumerate() {
             let Some(header) = channel_header_of(envelope) else {
@@ -106,29 +118,25 @@ fn read_blocks(node: &str, store: &BlockStore, with_codes: bool) -> Result<Chain
     Ok(chain)
 }
 
-/// The namespaces any valid transaction of the chain wrote.
-fn namespaces(store: &BlockStore) -> Result<BTreeSet<String>> {
-    let mut namespaces = BTreeSet::new();
-    for number in 0..store.height() {
-        let Some(block) = store.block(number)? else {
-            continue;
-        };
-        let codes = metadata_slot(&block, BlockMetadataIndex::TransactionsFilter)
-            .cloned()
-            .unwrap_or_default();
-        let decoded = DecodedBlock::from_block(block, Limits::default())?;
-        for (index, transaction) in decoded.transactions.iter().enumerate() {
-            let valid = codes.get(index) == Some(&(TxValidationCode::Valid as u8));
-            if let (true, Ok(transaction)) = (valid, transaction)
-                && let TxBody::Endorser(endorser) = &transaction.body
-            {
-                for action in &endorser.actions {
-                    namespaces.extend(action.namespaces.iter().map(|ns| ns.namespace.clone()));
-                }
+/// Adds the namespaces the valid transactions of `block` (their codes
+/// `codes`) wrote to `namespaces`.
+fn written_namespaces(
+    block: &weft_protos::common::Block,
+    codes: &[u8],
+    namespaces: &mut BTreeSet<String>,
+) -> Result<()> {
+    let decoded = DecodedBlock::from_block(block.clone(), Limits::default())?;
+    for (index, transaction) in decoded.transactions.iter().enumerate() {
+        let valid = codes.get(index) == Some(&(TxValidationCode::Valid as u8));
+        if let (true, Ok(transaction)) = (valid, transaction)
+            && let TxBody::Endorser(endorser) = &transaction.body
+        {
+            for action in &endorser.actions {
+                namespaces.extend(action.namespaces.iter().map(|ns| ns.namespace.clone()));
             }
         }
     }
-    Ok(namespaces)
+    Ok(())
 }
 
 /// A hash over every live key of `namespaces`: namespace, key, value and

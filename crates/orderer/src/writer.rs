@@ -361,6 +361,9 @@ impl BlockWriter {
 
 #[cfg(test)]
 mod tests {
+    // An envelope naming a TxID (its channel header is all the writer
+    // reads); the padding tells copies apart.
+    use weft_ledger::testing::envelope;
     use weft_ledger::{Durability, StoreConfig};
     use weft_msp::NodeRole;
     use weft_msp::testing::TestOrg;
@@ -380,29 +383,6 @@ mod tests {
         Arc::new(store)
     }
 
-    /// An envelope naming `tx_id` (its channel header is all the writer
-    /// reads), `tag` telling copies apart.
-    fn envelope(tx_id: &str, tag: &str) -> Bytes {
-        use weft_protos::common::{ChannelHeader, Envelope, Header, Payload};
-        let channel_header = ChannelHeader {
-            tx_id: tx_id.to_owned(),
-            ..ChannelHeader::default()
-        };
-        let payload = Payload {
-            header: Some(Header {
-                channel_header: channel_header.encode_to_vec().into(),
-                signature_header: Bytes::new(),
-            }),
-            data: Bytes::copy_from_slice(tag.as_bytes()),
-        };
-        Envelope {
-            payload: payload.encode_to_vec().into(),
-            signature: Bytes::new(),
-        }
-        .encode_to_vec()
-        .into()
-    }
-
     fn envelopes_of(block: &Block) -> Vec<Bytes> {
         block.data.as_ref().unwrap().data.clone()
     }
@@ -418,16 +398,16 @@ mod tests {
         let signer: Arc<dyn Sign + Send + Sync> =
             Arc::new(TestOrg::new("OrdererMSP").signer(NodeRole::Orderer));
         let mut writer = BlockWriter::new("ch", store.clone(), signer.clone(), 0).unwrap();
-        let (a, b, c) = (envelope("a", "1"), envelope("b", "1"), envelope("c", "1"));
+        let (a, b, c) = (envelope("a", 1), envelope("b", 1), envelope("c", 1));
         let batch = |envelopes: &[&Bytes]| {
             BlockContent::Transactions(envelopes.iter().map(|e| (*e).clone()).collect())
         };
         let first = writer.write(&batch(&[&a, &b]), Seal::Signed).unwrap();
         assert_eq!(envelopes_of(&first), [a.clone(), b.clone()]);
         // A resent copy of a (other bytes, same TxID), and c twice.
-        let again = envelope("a", "2");
+        let again = envelope("a", 2);
         let second = writer
-            .write(&batch(&[&again, &c, &envelope("c", "2")]), Seal::Signed)
+            .write(&batch(&[&again, &c, &envelope("c", 2)]), Seal::Signed)
             .unwrap();
         assert_eq!(envelopes_of(&second), std::slice::from_ref(&c));
         // A block whose every envelope was ordered already is empty.
@@ -435,8 +415,8 @@ mod tests {
         assert!(envelopes_of(&third).is_empty());
 
         let reopened = BlockWriter::new("ch", store, signer, 0).unwrap();
-        let replayed = reopened.assemble(&batch(&[&a, &envelope("d", "1")]));
-        assert_eq!(envelopes_of(&replayed), [envelope("d", "1")]);
+        let replayed = reopened.assemble(&batch(&[&a, &envelope("d", 1)]));
+        assert_eq!(envelopes_of(&replayed), [envelope("d", 1)]);
     }
 
     #[test]

@@ -106,15 +106,18 @@ impl PinnedDialer {
     }
 
     /// A connection to the consenter at `endpoint` (`host:port`), made
-    /// when first used.
+    /// when first used (and again after it fails).
     pub fn channel(&self, endpoint: &str, connect_timeout: Duration) -> Result<Channel, String> {
-        let dialer = self.clone();
+        let (connector, server_name) = self.connector(endpoint)?;
         let address = endpoint.to_owned();
-        // Checks the endpoint now, so that a bad one is reported at once.
-        self.connector(endpoint)?;
         let connect = tower::service_fn(move |_: http::Uri| {
-            let (dialer, address) = (dialer.clone(), address.clone());
-            async move { dialer.connect(&address).await.map(TokioIo::new) }
+            let (connector, server_name, address) =
+                (connector.clone(), server_name.clone(), address.clone());
+            async move {
+                handshake(&connector, server_name, &address)
+                    .await
+                    .map(TokioIo::new)
+            }
         });
         // TLS is done by the connector: the endpoint itself is plain.
         Ok(Endpoint::from_shared(format!("http://{endpoint}"))
@@ -125,14 +128,13 @@ impl PinnedDialer {
 
     /// A TLS connection to the consenter at `endpoint`, its certificate
     /// checked and pinned.
-    pub async fn connect(
+    #[cfg(test)]
+    async fn connect(
         &self,
         endpoint: &str,
     ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
         let (connector, server_name) = self.connector(endpoint).map_err(std::io::Error::other)?;
-        let tcp = tokio::net::TcpStream::connect(endpoint).await?;
-        tcp.set_nodelay(true)?;
-        connector.connect(server_name, tcp).await
+        handshake(&connector, server_name, endpoint).await
     }
 
     /// The TLS client of `endpoint`, and the name its certificate must
@@ -167,6 +169,18 @@ impl PinnedDialer {
             server_name,
         ))
     }
+}
+
+/// Connects to `address` and makes the TLS handshake as `connector`
+/// checks it (the pin is looked up now, not when the connector was made).
+async fn handshake(
+    connector: &tokio_rustls::TlsConnector,
+    server_name: ServerName<'static>,
+    address: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let tcp = tokio::net::TcpStream::connect(address).await?;
+    tcp.set_nodelay(true)?;
+    connector.connect(server_name, tcp).await
 }
 
 /// The web PKI's checks, then the pin of the endpoint.
