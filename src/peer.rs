@@ -197,6 +197,9 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
     }
     let grpc = tokio::spawn(
         grpc_server
+            .layer(tower::util::MapResponseLayer::new(
+                weft_protos::dial::oversized_request_status,
+            ))
             .add_service(
                 DeliverServer::new(deliver)
                     .max_decoding_message_size(MESSAGE_BYTES_MAX)

@@ -52,6 +52,8 @@ use weft_statedb::memory::{MemoryOptions, MemoryState};
 mod kafka;
 #[path = "support/kafka.rs"]
 mod kafka_broker;
+#[path = "support/raw.rs"]
+mod raw;
 
 const CHANNEL: &str = "orders";
 const CHAINCODE: &str = "kv";
@@ -2103,79 +2105,13 @@ const BROADCAST: &str = "/orderer.AtomicBroadcast/Broadcast";
 const DELIVER: &str = "/orderer.AtomicBroadcast/Deliver";
 
 /// Sends `requests` as they are, bytes on the wire, on one call of the
-/// streaming `method`; returns the answers and the status the stream ended
-/// with, if it ended with an error.
+/// streaming `method` of `orderer`.
 async fn raw_call(
     orderer: &Orderer,
     method: &'static str,
     requests: Vec<Bytes>,
 ) -> (Vec<Bytes>, Option<tonic::Status>) {
-    let mut grpc =
-        tonic::client::Grpc::new(channel_to(orderer).await).max_encoding_message_size(128 << 20);
-    grpc.ready().await.unwrap();
-    let path = tonic::codegen::http::uri::PathAndQuery::from_static(method);
-    let request = tonic::Request::new(tokio_stream::iter(requests));
-    let mut answers = Vec::new();
-    let mut stream = match grpc.streaming(request, path, RawCodec).await {
-        Ok(response) => response.into_inner(),
-        Err(status) => return (answers, Some(status)),
-    };
-    loop {
-        match stream.message().await {
-            Ok(Some(bytes)) => answers.push(bytes),
-            Ok(None) => return (answers, None),
-            Err(status) => return (answers, Some(status)),
-        }
-    }
-}
-
-/// A gRPC codec of raw bytes, to send what a Fabric client's codec never
-/// would.
-#[derive(Debug, Clone, Copy, Default)]
-struct RawCodec;
-
-impl tonic::codec::Codec for RawCodec {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = RawCodec;
-    type Decoder = RawCodec;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        RawCodec
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        RawCodec
-    }
-}
-
-impl tonic::codec::Encoder for RawCodec {
-    type Item = Bytes;
-    type Error = tonic::Status;
-
-    fn encode(
-        &mut self,
-        item: Bytes,
-        dst: &mut tonic::codec::EncodeBuf<'_>,
-    ) -> Result<(), tonic::Status> {
-        bytes::BufMut::put(dst, item);
-        Ok(())
-    }
-}
-
-impl tonic::codec::Decoder for RawCodec {
-    type Item = Bytes;
-    type Error = tonic::Status;
-
-    fn decode(
-        &mut self,
-        src: &mut tonic::codec::DecodeBuf<'_>,
-    ) -> Result<Option<Bytes>, tonic::Status> {
-        Ok(Some(bytes::Buf::copy_to_bytes(
-            src,
-            bytes::Buf::remaining(src),
-        )))
-    }
+    raw::streaming(channel_to(orderer).await, method, requests).await
 }
 
 /// Sends the envelopes on one stream; returns each response's status and

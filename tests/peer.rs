@@ -11,8 +11,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "peer/hostile.rs"]
+mod hostile;
 #[path = "support/node.rs"]
 mod node;
+#[path = "support/raw.rs"]
+mod raw;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
@@ -1088,6 +1092,12 @@ struct Network {
 
 impl Network {
     fn create(dir: &Path) -> Self {
+        Self::create_with(dir, |_| {})
+    }
+
+    /// A network whose crypto material `before_genesis` may change (given
+    /// the `crypto` folder) before the channels' genesis blocks take it in.
+    fn create_with(dir: &Path, before_genesis: impl FnOnce(&Path)) -> Self {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         std::fs::copy(root.join("config/crypto.yaml"), dir.join("crypto.yaml")).unwrap();
         let channel_config = std::fs::read_to_string(root.join("config/channel.yaml")).unwrap();
@@ -1118,6 +1128,7 @@ impl Network {
                 "crypto",
             ],
         );
+        before_genesis(&dir.join("crypto"));
         genesis_from(dir, "channel.yaml", CHANNEL, "ledger.block");
         genesis_from(dir, "stream-channel.yaml", SECOND_CHANNEL, "second.block");
         let users = dir.join("crypto/peerOrganizations/org1.example.com/users");
@@ -1290,6 +1301,18 @@ impl Network {
         read: Option<Option<(u64, u64)>>,
         endorsers: &[&Signer],
     ) -> Envelope {
+        self.put_as(&self.client, channel, key, read, endorsers)
+    }
+
+    /// [`Network::put_on`] proposed and signed by `creator`.
+    fn put_as(
+        &self,
+        creator: &Signer,
+        channel: &str,
+        key: &str,
+        read: Option<Option<(u64, u64)>>,
+        endorsers: &[&Signer],
+    ) -> Envelope {
         let mut rwset = ReadWriteSetBuilder::new();
         if let Some(version) = read {
             rwset.read(CHAINCODE, key, version);
@@ -1299,10 +1322,10 @@ impl Network {
             channel_id: channel,
             chaincode: CHAINCODE,
             args: vec![Bytes::from_static(b"put"), Bytes::from(key.to_owned())],
-            nonce: self.client.new_nonce().unwrap(),
+            nonce: creator.new_nonce().unwrap(),
             timestamp_seconds: weft_msp::now(),
         };
-        let proposal = Proposal::new(&invocation, self.client.serialized_identity().clone());
+        let proposal = Proposal::new(&invocation, creator.serialized_identity().clone());
         let simulation = SimulationResult {
             results: rwset.encode(),
             events: Bytes::new(),
@@ -1321,7 +1344,7 @@ impl Network {
             .iter()
             .map(|endorser| endorse(&proposal, &simulation, *endorser).unwrap())
             .collect();
-        proposal.transaction(&endorsements, &self.client).unwrap()
+        proposal.transaction(&endorsements, creator).unwrap()
     }
 }
 

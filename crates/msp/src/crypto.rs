@@ -51,6 +51,16 @@ pub fn normalize_low_s(signature: &[u8]) -> Result<Vec<u8>, SignatureError> {
     Ok(encode_der_signature(r, &s_low))
 }
 
+/// The other signature of the pair (r, s) and (r, n − s): for a signature
+/// a signer made (low-S), its high-S twin, which verifies mathematically
+/// but which Fabric refuses. For tests of that refusal.
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn mirrored_s(signature: &[u8]) -> Result<Vec<u8>, SignatureError> {
+    let (r, s) = parse_der_signature(signature).ok_or(SignatureError::Malformed)?;
+    let mirrored = sub_from_order(s).ok_or(SignatureError::Malformed)?;
+    Ok(encode_der_signature(r, &mirrored))
+}
+
 /// Whether the S value of a DER signature is in low-S form.
 pub fn has_low_s(signature: &[u8]) -> Result<bool, SignatureError> {
     let (_, s) = parse_der_signature(signature).ok_or(SignatureError::Malformed)?;

@@ -21,8 +21,7 @@ use crate::{Msp, NodeRole, Signer};
 /// A test certificate authority for one MSP.
 pub struct TestOrg {
     msp_id: String,
-    ca_params: CertificateParams,
-    ca_key: KeyPair,
+    issuer: Issuer<'static, KeyPair>,
     ca_pem: String,
     node_ous: bool,
     next_serial: std::cell::Cell<u64>,
@@ -79,6 +78,30 @@ impl TestOrg {
         Self::build(msp_id, false)
     }
 
+    /// The organisation whose CA is the certificate and PKCS#8 key in
+    /// `ca_certificate_pem` and `ca_key_pem` (such as `weft crypto
+    /// generate` writes in `ca/`), with NodeOUs enabled: to issue
+    /// identities a real network's MSP accepts, or an expired, a
+    /// not-yet-valid or a revoked one. Serial numbers start at
+    /// `first_serial`, apart from those the CA issued before.
+    pub fn from_ca(
+        msp_id: &str,
+        ca_certificate_pem: &str,
+        ca_key_pem: &str,
+        first_serial: u64,
+    ) -> Self {
+        let ca_key = KeyPair::from_pem(ca_key_pem).expect("a PKCS#8 CA key");
+        let issuer =
+            Issuer::from_ca_cert_pem(ca_certificate_pem, ca_key).expect("a CA certificate");
+        Self {
+            msp_id: msp_id.to_owned(),
+            issuer,
+            ca_pem: ca_certificate_pem.to_owned(),
+            node_ous: true,
+            next_serial: std::cell::Cell::new(first_serial),
+        }
+    }
+
     fn build(msp_id: &str, node_ous: bool) -> Self {
         let ca_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).expect("P-256 key generation");
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("no SANs");
@@ -104,8 +127,7 @@ impl TestOrg {
             .pem();
         Self {
             msp_id: msp_id.to_owned(),
-            ca_params,
-            ca_key,
+            issuer: Issuer::new(ca_params, ca_key),
             ca_pem,
             node_ous,
             next_serial: std::cell::Cell::new(2),
@@ -196,9 +218,8 @@ impl TestOrg {
         let serial = self.next_serial.get();
         self.next_serial.set(serial + 1);
         params.serial_number = Some(SerialNumber::from(serial));
-        let issuer = Issuer::from_params(&self.ca_params, &self.ca_key);
         let certificate = params
-            .signed_by(&key, &issuer)
+            .signed_by(&key, &self.issuer)
             .expect("CA signs the certificate");
         TestIdentity {
             msp_id: self.msp_id.clone(),
@@ -226,11 +247,18 @@ impl TestOrg {
                 .collect(),
             key_identifier_method: KeyIdMethod::Sha256,
         };
-        let issuer = Issuer::from_params(&self.ca_params, &self.ca_key);
         params
-            .signed_by(&issuer)
+            .signed_by(&self.issuer)
             .expect("CA signs the CRL")
             .pem()
             .expect("CRL PEM")
     }
+}
+
+/// The high-S twin of a DER ECDSA P-256 signature made by a [`Signer`]:
+/// (r, n − s), which verifies mathematically but which Fabric (and weft)
+/// refuse, since accepting both forms would let anyone alter a signed
+/// transaction's bytes.
+pub fn high_s_twin(signature: &[u8]) -> Vec<u8> {
+    crate::crypto::mirrored_s(signature).expect("a DER ECDSA signature")
 }

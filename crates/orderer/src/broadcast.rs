@@ -68,6 +68,10 @@ const RESPONSES_BUFFERED_MAX: usize = 64;
 pub(crate) struct Accepted {
     pub channel: Arc<Channel>,
     pub input: Admitted,
+    /// The block that already ordered the envelope's TxID: it is answered
+    /// SUCCESS without being ordered again (a client or Gateway resending
+    /// it after an orderer fell silent).
+    pub ordered_in: Option<u64>,
 }
 
 /// Checks one envelope as received.
@@ -88,7 +92,15 @@ pub(crate) fn check(envelope: &Envelope, context: &RequestContext) -> Result<Acc
         context.signer.as_ref(),
         (context.now)(),
     )?;
-    Ok(Accepted { channel, input })
+    let ordered_in = match &input {
+        Admitted::Normal { .. } => channel.ordered_in(view.tx_id()),
+        Admitted::Config { .. } => None,
+    };
+    Ok(Accepted {
+        channel,
+        input,
+        ordered_in,
+    })
 }
 
 /// The response stream of one Broadcast call.
@@ -224,7 +236,13 @@ async fn answer_in_order(
     failure: oneshot::Receiver<GrpcStatus>,
 ) {
     let (acks, acks_out) = mpsc::channel(SUBMITTED_IN_FLIGHT_MAX);
-    let answering = tokio::spawn(answer(acks_out, responses, remote, metrics, failure));
+    let answering = tokio::spawn(answer(
+        acks_out,
+        responses,
+        remote.clone(),
+        metrics,
+        failure,
+    ));
     while let Some((read_at, outcome)) = checks.recv().await {
         let outcome = outcome.await.unwrap_or_else(|_| {
             Err(Refusal::new(
@@ -233,6 +251,19 @@ async fn answer_in_order(
             ))
         });
         let submitted = match outcome {
+            Ok(Accepted {
+                channel,
+                ordered_in: Some(block),
+                ..
+            }) => {
+                tracing::info!(
+                    client = %remote,
+                    channel = %channel.id,
+                    block,
+                    "broadcast: an envelope already ordered is answered without ordering it again"
+                );
+                (read_at, Some(channel.id.clone()), Ok(Ack::Now))
+            }
             Ok(accepted) => (
                 read_at,
                 Some(accepted.channel.id.clone()),

@@ -27,6 +27,7 @@ use crate::channel_config::ChannelConfig;
 use crate::consensus::pinned::ServerPins;
 use crate::error::{Error, Result};
 use crate::metrics::OrdererMetrics;
+use crate::replays::OrderedTxIds;
 
 /// A channel being served.
 #[derive(Debug)]
@@ -45,6 +46,8 @@ pub(crate) struct Channel {
     /// Where the consenters' server certificates of each configuration
     /// go, for the node's cluster client to pin (TLS only).
     server_pins: Option<Arc<ServerPins>>,
+    /// The TxIDs the channel's block writer ordered lately.
+    ordered: Option<OrderedTxIds>,
 }
 
 impl Channel {
@@ -65,7 +68,20 @@ impl Channel {
             failure: Mutex::new(None),
             unavailable: Mutex::new(None),
             server_pins: None,
+            ordered: None,
         }
+    }
+
+    /// This channel, answering envelopes whose TxID `ordered` holds as
+    /// ordered, without ordering them again.
+    pub fn answering_replays_from(mut self, ordered: OrderedTxIds) -> Self {
+        self.ordered = Some(ordered);
+        self
+    }
+
+    /// The block that ordered `tx_id`, if it was ordered lately.
+    pub fn ordered_in(&self, tx_id: &str) -> Option<u64> {
+        self.ordered.as_ref()?.block_of(tx_id)
     }
 
     /// This channel, publishing its consenters' server certificates to

@@ -7,7 +7,9 @@
 //! orders both and the peers mark the second DUPLICATE_TXID, which keeps
 //! the state right but fills blocks with dead copies. weft's block writer
 //! leaves out of each block the envelopes whose TxID the window holds, or
-//! that an earlier envelope of the same block carries.
+//! that an earlier envelope of the same block carries; and Broadcast
+//! answers an envelope whose TxID the receiving orderer's window already
+//! holds at once, ordering nothing ([`OrderedTxIds`]).
 //!
 //! The window is a function of the chain alone: the shortest run of latest
 //! blocks that holds at least [`ReplayWindow::CAPACITY`] TxIDs (or the
@@ -22,6 +24,9 @@
 //! without its signing key.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 
 use weft_ledger::BlockStore;
 use weft_protos::block::channel_header_of;
@@ -84,6 +89,11 @@ impl ReplayWindow {
         self.ordered_in.contains_key(key)
     }
 
+    /// The latest block in the window that ordered the TxID of `key`.
+    pub fn block_of(&self, key: &TxKey) -> Option<u64> {
+        self.ordered_in.get(key).copied()
+    }
+
     /// Adds block `number` (the chain's next) with the TxIDs it ordered,
     /// then lets go of the oldest blocks the window no longer needs.
     pub fn record(&mut self, number: u64, keys: Vec<TxKey>) {
@@ -104,6 +114,18 @@ impl ReplayWindow {
             self.held -= keys.len();
             self.blocks.pop_front();
         }
+    }
+}
+
+/// A channel's window as its block writer keeps it, for Broadcast to
+/// answer an envelope already ordered without ordering it again.
+#[derive(Debug, Clone)]
+pub(crate) struct OrderedTxIds(pub(crate) Arc<RwLock<ReplayWindow>>);
+
+impl OrderedTxIds {
+    /// The block that ordered `tx_id`, if the window holds it.
+    pub fn block_of(&self, tx_id: &str) -> Option<u64> {
+        self.0.read().block_of(&key_of(tx_id))
     }
 }
 

@@ -307,7 +307,8 @@ impl Orderer {
                     Arc::new(handle),
                     metrics.clone(),
                 )
-                .pinning_servers_in(server_pins.clone()),
+                .pinning_servers_in(server_pins.clone())
+                .answering_replays_from(writer.ordered_tx_ids()),
             );
             by_id.insert(channel_id.clone(), channel.clone());
             stores.push((channel_id.clone(), store));

@@ -35,7 +35,7 @@ use weft_protos::tx::Sign;
 use crate::checkpoint::Seal;
 use crate::cutter::Batch;
 use crate::error::{Error, Result};
-use crate::replays::{ReplayWindow, TxKey, envelope_key, tx_keys};
+use crate::replays::{OrderedTxIds, ReplayWindow, TxKey, envelope_key, tx_keys};
 
 /// Fabric's orderers sign blocks with a fresh 24-byte nonce.
 const NONCE_BYTES: usize = 24;
@@ -94,7 +94,7 @@ pub struct BlockWriter {
     sync_rule: SyncRule,
     rng: ring::rand::SystemRandom,
     /// The TxIDs the latest blocks ordered.
-    ordered: ReplayWindow,
+    ordered: Arc<parking_lot::RwLock<ReplayWindow>>,
 }
 
 impl std::fmt::Debug for BlockWriter {
@@ -153,8 +153,13 @@ impl BlockWriter {
             tip_signed,
             sync_rule: SyncRule::SyncSigned,
             rng: ring::rand::SystemRandom::new(),
-            ordered,
+            ordered: Arc::new(parking_lot::RwLock::new(ordered)),
         })
+    }
+
+    /// The TxIDs this writer ordered lately, as it records them.
+    pub(crate) fn ordered_tx_ids(&self) -> OrderedTxIds {
+        OrderedTxIds(self.ordered.clone())
     }
 
     /// The writer of a consenter with a synced log of its own: appends are
@@ -209,11 +214,12 @@ impl BlockWriter {
     fn first_orderings(&self, batch: &Batch) -> (Vec<Bytes>, Vec<TxKey>) {
         let mut keys = Vec::with_capacity(batch.len());
         let mut in_batch = std::collections::HashSet::new();
+        let ordered = self.ordered.read();
         let kept: Vec<Bytes> = batch
             .iter()
             .filter(|envelope| match envelope_key(envelope) {
                 Some(key) => {
-                    let first = !self.ordered.holds(&key) && in_batch.insert(key);
+                    let first = !ordered.holds(&key) && in_batch.insert(key);
                     if first {
                         keys.push(key);
                     }
@@ -282,7 +288,7 @@ impl BlockWriter {
         self.next_number = number + 1;
         self.last_config = last_config;
         self.tip_signed = seal == Seal::Signed;
-        self.ordered.record(number, keys);
+        self.ordered.write().record(number, keys);
         debug_assert_eq!(self.store.height(), self.next_number);
         Ok(block)
     }
@@ -354,7 +360,7 @@ impl BlockWriter {
         self.next_number = number + 1;
         self.last_config = last_config;
         self.tip_signed = signature_count(block) > 0;
-        self.ordered.record(number, tx_keys(block));
+        self.ordered.write().record(number, tx_keys(block));
         Ok(())
     }
 }

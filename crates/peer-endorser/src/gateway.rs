@@ -40,7 +40,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, ClientTlsConfig};
 use tonic::{Code, Request, Response, Status};
 use weft_ledger::BlockStore;
-use weft_protos::common::{BlockMetadataIndex, Envelope};
+use weft_protos::common::{BlockMetadataIndex, ChannelHeader, Envelope, Payload};
 use weft_protos::gateway::gateway_server::Gateway;
 use weft_protos::gateway::{
     ChaincodeEventsRequest, ChaincodeEventsResponse, CommitStatusRequest, CommitStatusResponse,
@@ -333,6 +333,21 @@ impl Gateway for GatewayService {
             return Err(Status::invalid_argument(
                 "the prepared transaction is not signed",
             ));
+        }
+        // The orderers order it on the channel its header names: a request
+        // naming another would have the client wait on the wrong channel.
+        let header = Payload::decode(envelope.payload.clone())
+            .ok()
+            .and_then(|payload| payload.header)
+            .and_then(|header| ChannelHeader::decode(header.channel_header).ok())
+            .ok_or_else(|| {
+                Status::invalid_argument("the prepared transaction has no readable channel header")
+            })?;
+        if header.channel_id != request.channel_id {
+            return Err(Status::invalid_argument(format!(
+                "the prepared transaction is for channel {:?}, not the requested {:?}",
+                header.channel_id, request.channel_id
+            )));
         }
         let mut failures = Vec::new();
         for orderer in &self.config.orderers {

@@ -4,9 +4,10 @@
 //! Fabric's clients check a node's TLS certificate).
 //!
 //! Building an [`Endpoint`] does no I/O; connecting to it does.
-//! [`server`], [`client_certificate`] and [`unreadable_request`] are the
-//! server's side: the limits a node serves with, which certificate the
-//! caller presented, and what to answer a request that could not be read.
+//! [`server`], [`client_certificate`], [`unreadable_request`] and
+//! [`oversized_request_status`] are the server's side: the limits a node
+//! serves with, which certificate the caller presented, and what to answer
+//! a request that could not be read.
 
 use tonic::transport::{ClientTlsConfig, Endpoint};
 
@@ -71,6 +72,37 @@ pub fn unreadable_request(error: &tonic::Status, expected: &str) -> tonic::Statu
     }
 }
 
+/// Rewrites the status tonic answers a unary request over the message
+/// size limit with (OUT_OF_RANGE, before any handler runs) into the one
+/// [`unreadable_request`] gives streaming calls and Fabric's gRPC server
+/// gives every call: RESOURCE_EXHAUSTED, "the request is too large: …".
+/// For a server's response map (`tower::util::MapResponseLayer`); every
+/// other response passes unchanged.
+pub fn oversized_request_status<B>(
+    mut response: tonic::codegen::http::Response<B>,
+) -> tonic::codegen::http::Response<B> {
+    use tonic::codegen::http::HeaderValue;
+    let headers = response.headers_mut();
+    // tonic's grpc-message is percent-encoded: a space is %20.
+    let oversized = headers.get("grpc-status").is_some_and(|code| code == "11")
+        && headers
+            .get("grpc-message")
+            .and_then(|message| message.to_str().ok())
+            .is_some_and(|message| message.contains("length%20too%20large"));
+    if oversized {
+        let reason = headers
+            .get("grpc-message")
+            .and_then(|message| message.to_str().ok())
+            .unwrap_or_default();
+        let message = format!("the%20request%20is%20too%20large:%20{reason}");
+        if let Ok(message) = HeaderValue::from_str(&message) {
+            headers.insert("grpc-status", HeaderValue::from_static("8"));
+            headers.insert("grpc-message", message);
+        }
+    }
+    response
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,6 +114,28 @@ mod tests {
         let tls = endpoint("127.0.0.1:7051", Some(&ClientTlsConfig::new())).unwrap();
         assert_eq!(tls.uri().scheme_str(), Some("https"));
         assert_eq!(tls.uri().authority().unwrap().as_str(), "127.0.0.1:7051");
+    }
+
+    #[test]
+    fn an_oversized_unary_request_is_answered_resource_exhausted() {
+        let oversized = tonic::Status::out_of_range(
+            "Error, decoded message length too large: found 105 bytes, the limit is: 100 bytes",
+        )
+        .into_http::<()>();
+        let answer =
+            tonic::Status::from_header_map(oversized_request_status(oversized).headers()).unwrap();
+        assert_eq!(answer.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(
+            answer.message(),
+            "the request is too large: Error, decoded message length too large: found 105 bytes, \
+             the limit is: 100 bytes"
+        );
+        // Any other status passes as it is.
+        let other = tonic::Status::out_of_range("past the end").into_http::<()>();
+        let answer =
+            tonic::Status::from_header_map(oversized_request_status(other).headers()).unwrap();
+        assert_eq!(answer.code(), tonic::Code::OutOfRange);
+        assert_eq!(answer.message(), "past the end");
     }
 
     #[test]
