@@ -482,27 +482,53 @@ const SUPERVISE_EVERY: Duration = Duration::from_millis(500);
 
 /// A base port from which every port of a new network with `args` is
 /// free on this machine (for networks that need not be found at Fabric's
-/// usual ports, such as the one `weft bench` starts).
+/// usual ports, such as the one `weft bench` starts), and outside the
+/// ports the kernel gives outgoing connections: a port in that range that
+/// is free when probed may be taken by any client's connection before the
+/// node binds it.
 pub fn free_base_port(args: &UpArgs) -> Result<u16> {
+    let ephemeral = ephemeral_ports();
     // Where the search starts depends on the process, so that benches
     // started at the same moment (tests run them side by side) do not all
     // pick the first free range before any of them binds it.
-    let ranges: Vec<u16> = (17_050..=47_050).step_by(3_000).collect();
+    let ranges: Vec<u16> = (10_050..=64_050).step_by(1_000).collect();
     let first = std::process::id() as usize % ranges.len();
     for base in ranges[first..].iter().chain(&ranges[..first]).copied() {
         let plan = Plan {
             base_port: base,
             ..args.new_plan()?
         };
-        if plan
-            .ports()?
-            .into_iter()
-            .all(|address| std::net::TcpListener::bind(address).is_ok())
+        let Ok(ports) = plan.ports() else {
+            continue;
+        };
+        if ports
+            .iter()
+            .all(|address| !ephemeral.contains(&address.port()))
+            && ports
+                .iter()
+                .all(|address| std::net::TcpListener::bind(address).is_ok())
         {
             return Ok(base);
         }
     }
-    bail!("no range of free ports found between 17050 and 62050")
+    bail!(
+        "no range of free ports found between 10050 and 65535 outside the ephemeral ports {}-{}",
+        ephemeral.start(),
+        ephemeral.end()
+    )
+}
+
+/// The ports the kernel gives outgoing connections
+/// (`net.ipv4.ip_local_port_range`; Linux's default where it cannot be
+/// read).
+fn ephemeral_ports() -> std::ops::RangeInclusive<u16> {
+    let configured = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| {
+            let mut bounds = text.split_whitespace().map(str::parse::<u16>);
+            Some(bounds.next()?.ok()?..=bounds.next()?.ok()?)
+        });
+    configured.unwrap_or(32_768..=60_999)
 }
 
 /// A local network, running.
