@@ -207,10 +207,10 @@ fn stages(c: &mut Criterion) {
         b.iter(|| {
             let mut codes = valid.clone();
             validate_block(&decoded, &mut codes, &memory).unwrap();
-            update_batch(&decoded, &codes)
+            update_batch(&decoded, &codes, &memory).unwrap()
         })
     });
-    let batch = update_batch(&decoded, &valid);
+    let batch = update_batch(&decoded, &valid, &memory).unwrap();
     let rocks = RocksState::open(&dir.path().join("rocks"), RocksOptions::default()).unwrap();
     for (name, state) in [
         ("apply/memory", &memory as &dyn VersionedState),

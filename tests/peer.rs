@@ -485,8 +485,8 @@ async fn a_fabric_contract_uses_keys_pages_history_json_queries_and_calls_throug
     // partial-composite-key queries, split keys, simple-key ranges that
     // never see the index, pages with bookmarks as Fabric answers them,
     // a key's history newest first, CouchDB JSON queries whole and paged,
-    // Fabric's refusal of a write after a paged query, and a call from one
-    // chaincode to another.
+    // Fabric's refusal of a write after a paged query, key-level
+    // endorsement policies, and a call from one chaincode to another.
     let dir = tempfile::tempdir().unwrap();
     let mut network = Network::create(dir.path());
     let chaincode = ShimChaincode::contract(&network.dir, "assets");
@@ -649,6 +649,21 @@ async fn a_fabric_contract_uses_keys_pages_history_json_queries_and_calls_throug
     organisations.sort();
     assert_eq!(organisations, ["Org1MSP", "Org2MSP"]);
     assert_eq!(seen["a1"]["size"], 30, "{seen}");
+    // A key-level endorsement policy (setStateValidationParameter) reads
+    // back as set; a change endorsed by Org1 alone, which the chaincode's
+    // policy would not accept either, commits as ENDORSEMENT_POLICY_FAILURE
+    // (10); one endorsed by Org2 alone satisfies the key's policy, which
+    // replaces the chaincode's, and commits.
+    assert_eq!(seen["guards"], json(r#"["Org2MSP"]"#), "{seen}");
+    assert_eq!(
+        seen["guarded"],
+        json(
+            r#"[{"orgs":["Org1MSP"],"code":10,"valid":false},
+                {"orgs":["Org2MSP"],"code":0,"valid":true}]"#
+        ),
+        "{seen}"
+    );
+    assert_eq!(seen["a1Guarded"]["size"], 60, "{seen}");
     // A chaincode-to-chaincode call writes in the callee's namespace, in
     // the caller's transaction; the caller gets the callee's answer.
     assert_eq!(seen["called"]["owner"], "bob", "{seen}");

@@ -14,6 +14,7 @@ use prost::Message;
 use weft_fuzz::{NOW, context, kv_state, signed_envelope, user1};
 use weft_peer_committer::TxValidationCode;
 use weft_peer_committer::checks::check_block;
+use weft_peer_committer::key_policies::check_key_level_policies;
 use weft_peer_committer::mvcc::{mark_duplicate_tx_ids, update_batch, validate_block};
 use weft_protos::block::new_block;
 use weft_protos::view::{DecodedBlock, Limits};
@@ -41,8 +42,9 @@ fuzz_target!(
         };
         let mut codes = check_block(&decoded, context(), NOW);
         mark_duplicate_tx_ids(&decoded, &mut codes, |_| false, &mut HashSet::new());
+        check_key_level_policies(&decoded, &mut codes, state(), context(), NOW).unwrap();
         validate_block(&decoded, &mut codes, state()).unwrap();
-        let batch = update_batch(&decoded, &codes);
+        let batch = update_batch(&decoded, &codes, state()).unwrap();
         if codes[0] != TxValidationCode::Valid {
             assert!(batch.is_empty(), "an invalid transaction's writes reached the batch");
         }

@@ -1,7 +1,8 @@
 // Drives the `assets` contract (tests/js/assets, written with Fabric's
 // contract API) through Fabric's own Gateway client, as an application
 // would: assets indexed under composite keys, queried by partial
-// composite key and by range, whole and a page at a time.
+// composite key and by range, whole and a page at a time, and guarded
+// by key-level endorsement policies.
 //
 //   node assets.js <peer host:port> <mspId> <cert.pem> <key.pem> <channel>
 //
@@ -80,6 +81,18 @@ runGatewayClient(async (gateway, channelName) => {
         };
     }
     seen.a1 = JSON.parse(text(await contract.evaluateTransaction('readAsset', 'a1')));
+
+    // Key-level endorsement: a1 guarded by Org2's peers alone, then
+    // resized with the endorsement of Org1 only, then of Org2 only.
+    await contract.submitTransaction('guardAsset', 'a1', 'Org2MSP');
+    seen.guards = await evaluate('assetGuards', 'a1');
+    seen.guarded = [];
+    for (const [orgs, size] of [[['Org1MSP'], '50'], [['Org2MSP'], '60']]) {
+        const submitted = await contract.submitAsync('resizeAsset', { arguments: ['a1', size], endorsingOrganizations: orgs });
+        const status = await submitted.getStatus();
+        seen.guarded.push({ orgs, code: status.code, valid: status.successful });
+    }
+    seen.a1Guarded = JSON.parse(text(await contract.evaluateTransaction('readAsset', 'a1')));
 
     // One transaction writes through a call to the `mirror` chaincode:
     // the asset is in both namespaces; a call to a chaincode that does

@@ -8,7 +8,8 @@
 //! proposal hash matches the action's header and proposal payload, and the
 //! endorsements satisfy the endorsement policy of the invoked chaincode and
 //! of every namespace the transaction writes. Each endorsement signature is
-//! verified once, however many policies are consulted.
+//! verified once, however many policies are consulted. Key-level policies
+//! need the state, so they are checked later (`key_policies.rs`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -111,13 +112,15 @@ fn check_endorser_transaction(
     if proposal_hash(tx, action) != action.proposal_hash.as_ref() {
         return TxValidationCode::InvalidEndorserTransaction;
     }
-    if sets_key_metadata(action) {
-        // Key metadata carries key-level endorsement policies, which later
-        // writes of the key must satisfy. weft does not enforce them yet, so
-        // it refuses to record them rather than let later writes skip them.
+    if sets_private_key_metadata(action) {
+        // The metadata of private keys carries key-level endorsement
+        // policies that later writes of the hashed keys must satisfy. weft
+        // enforces those of public keys only (`key_policies.rs`), so it
+        // refuses to record private ones rather than let later writes skip
+        // them.
         tracing::warn!(
             tx_id = tx.tx_id(),
-            "key metadata writes (key-level endorsement) are not supported; transaction marked INVALID_OTHER_REASON"
+            "private key metadata writes are not supported; transaction marked INVALID_OTHER_REASON"
         );
         return TxValidationCode::InvalidOtherReason;
     }
@@ -173,20 +176,18 @@ fn check_endorser_transaction(
     TxValidationCode::Valid
 }
 
-/// Whether the action writes key metadata, public or private.
-fn sets_key_metadata(action: &EndorsedAction) -> bool {
+/// Whether the action writes metadata of private (hashed) keys.
+fn sets_private_key_metadata(action: &EndorsedAction) -> bool {
     action.namespaces.iter().any(|ns| {
-        !ns.kv.metadata_writes.is_empty()
-            || ns
-                .collection_hashed
-                .iter()
-                .any(|collection| !collection.rwset.metadata_writes.is_empty())
+        ns.collection_hashed
+            .iter()
+            .any(|collection| !collection.rwset.metadata_writes.is_empty())
     })
 }
 
 /// The endorsers whose identity validates and whose signature over the
 /// proposal response payload (followed by their identity) verifies.
-fn verified_endorsers(
+pub(crate) fn verified_endorsers(
     action: &EndorsedAction,
     context: &ChannelContext,
     now: UnixTime,

@@ -38,6 +38,7 @@ use weft_protos::view::{DecodedBlock, Limits, TxBody, TxEnvelope};
 use weft_statedb::{Height, VersionedState};
 
 use crate::checks::{PARALLEL_MIN_TRANSACTIONS, check_block};
+use crate::key_policies::check_key_level_policies;
 use crate::lifecycle::{ChaincodeDefinitions, LIFECYCLE_NAMESPACE};
 use crate::mvcc::{mark_duplicate_tx_ids, update_batch, validate_block};
 use crate::{ChannelContext, Error, Result, TxValidationCode};
@@ -208,7 +209,7 @@ impl ChannelCommitter {
                     "TRANSACTIONS_FILTER does not match the transactions".to_owned(),
                 ));
             }
-            let batch = update_batch(&decoded, &codes);
+            let batch = update_batch(&decoded, &codes, state.as_ref())?;
             state.apply(&batch, last_height(number, codes.len()))?;
         }
         let definitions = ChaincodeDefinitions::load(state.as_ref())?;
@@ -434,6 +435,13 @@ impl ChannelCommitter {
             |tx_id| committed.contains(tx_id),
             &mut HashSet::new(),
         );
+        check_key_level_policies(
+            &decoded,
+            &mut codes,
+            self.state.as_ref(),
+            &self.context,
+            now,
+        )?;
         validate_block(&decoded, &mut codes, self.state.as_ref())?;
         let mvcc = mvcc_started.elapsed();
         set_filter(&mut block, &codes);
@@ -547,7 +555,7 @@ impl ChannelCommitter {
         signed: bool,
     ) -> Result<Written> {
         let number = decoded.header.number;
-        let batch = update_batch(decoded, codes);
+        let batch = update_batch(decoded, codes, self.state.as_ref())?;
         let append_started = Instant::now();
         // The block's history writes come from this decoded copy, not from
         // the store decoding the block again.

@@ -9,10 +9,13 @@
 //! 2. **Checks, in parallel** ([`checks`]): per transaction, independent of
 //!    the others: structure, channel header, TxID, creator identity (cached)
 //!    and signature, proposal hash, endorsement signatures and policy.
-//! 3. **MVCC, serially** ([`mvcc`]): reads against committed state (bulk
+//! 3. **Key-level policies, serially** ([`key_policies`]): the
+//!    transactions that write keys with a key-level endorsement policy
+//!    (Fabric's state-based endorsement) judged again against the state.
+//! 4. **MVCC, serially** ([`mvcc`]): reads against committed state (bulk
 //!    read) and against earlier valid transactions of the block; range-query
 //!    phantom checks; builds the block's update batch.
-//! 4. **Apply**: the batch to world state, the block (with its
+//! 5. **Apply**: the batch to world state, the block (with its
 //!    TRANSACTIONS_FILTER) to the block store.
 //!
 //! [`Intake`] feeds a channel's committer from the orderers' Deliver, with
@@ -20,7 +23,7 @@
 //! [`CommitterMetrics`] exposes the stages to Prometheus.
 //!
 //! Outcomes are Fabric's validation codes; a bad transaction is a value,
-//! not an error. Stages 2 and 3 are pure functions of their inputs plus a
+//! not an error. Stages 2 to 4 are pure functions of their inputs plus a
 //! read-only view ([`ChannelContext`], a [`weft_statedb::StateReader`]), so
 //! tests drive them without sockets or disks.
 
@@ -30,6 +33,7 @@ mod commit;
 pub mod deliver;
 mod error;
 pub mod intake;
+pub mod key_policies;
 pub mod lifecycle;
 pub mod metrics;
 pub mod mvcc;

@@ -18,11 +18,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use bytes::Bytes;
 
+use prost::Message;
 use weft_protos::kvrwset::range_query_info::ReadsInfo;
-use weft_protos::kvrwset::{KvRead, RangeQueryInfo, Version};
+use weft_protos::kvrwset::{KvMetadataWrite, KvRead, RangeQueryInfo, Version};
 use weft_protos::range_summary::{RangeReads, RangeSummarizer};
-use weft_protos::view::{DecodedBlock, TxBody, TxEnvelope};
-use weft_statedb::{Height, StateReader, UpdateBatch, VersionedValue};
+use weft_protos::view::{DecodedBlock, NamespaceRwSet, TxBody, TxEnvelope};
+use weft_statedb::{Height, StateReader, UpdateBatch, VersionedValue, key_metadata_namespace};
 
 use crate::TxValidationCode;
 
@@ -99,14 +100,45 @@ pub fn validate_block(
                 put.then_some(height),
             );
         }
+        // Metadata written alone moves an existing key to this height.
+        for namespace in namespaces_of(transaction) {
+            for metadata in &namespace.kv.metadata_writes {
+                let key = (namespace.namespace.clone(), metadata.key.clone());
+                if namespace
+                    .kv
+                    .writes
+                    .iter()
+                    .any(|write| write.key == metadata.key)
+                {
+                    continue;
+                }
+                let exists = match writes.get(&key) {
+                    Some(written) => written.is_some(),
+                    None => state.get(&key.0, &key.1)?.is_some(),
+                };
+                if exists {
+                    writes.insert(key, Some(height));
+                }
+            }
+        }
     }
     Ok(())
 }
 
 /// The update batch of a block: the writes of its valid transactions, in
-/// block order, each at height (block, transaction index). Used after MVCC,
-/// and to replay a committed block from its stored validation codes.
-pub fn update_batch(block: &DecodedBlock, codes: &[TxValidationCode]) -> UpdateBatch {
+/// block order, each at height (block, transaction index), with their key
+/// metadata applied as Fabric applies it (`tx_ops.go`): a delete removes
+/// the key's metadata too; a value written alone keeps the key's metadata;
+/// metadata written alone keeps the key's value, now at the writer's
+/// height; metadata of a key that does not exist is dropped. `state` is
+/// the state the block commits on, read only for keys with metadata
+/// written or deleted. Used after MVCC, and to replay a committed block
+/// from its stored validation codes.
+pub fn update_batch(
+    block: &DecodedBlock,
+    codes: &[TxValidationCode],
+    state: &dyn StateReader,
+) -> weft_statedb::Result<UpdateBatch> {
     let mut batch = UpdateBatch::new();
     for (index, (transaction, code)) in block.transactions.iter().zip(codes).enumerate() {
         let Ok(transaction) = transaction else {
@@ -122,8 +154,72 @@ pub fn update_batch(block: &DecodedBlock, codes: &[TxValidationCode]) -> UpdateB
                 None => batch.delete(&write.namespace, &write.key, height),
             }
         }
+        for namespace in namespaces_of(transaction) {
+            apply_key_metadata(&mut batch, namespace, height, state)?;
+        }
     }
-    batch
+    Ok(batch)
+}
+
+/// Adds to `batch` what one transaction's writes in `namespace` (already
+/// in `batch`) do to its keys' metadata.
+fn apply_key_metadata(
+    batch: &mut UpdateBatch,
+    namespace: &NamespaceRwSet,
+    height: Height,
+    state: &dyn StateReader,
+) -> weft_statedb::Result<()> {
+    let kv = &namespace.kv;
+    if kv.metadata_writes.is_empty() && !kv.writes.iter().any(|write| write.is_delete) {
+        return Ok(());
+    }
+    let name = namespace.namespace.as_str();
+    let metadata_namespace = key_metadata_namespace(name);
+    let latest = |batch: &UpdateBatch, namespace: &str, key: &str| match batch.get(namespace, key) {
+        Some(write) => Ok(write.value.clone()),
+        None => state
+            .get(namespace, key)
+            .map(|found| found.map(|v| v.value)),
+    };
+    for write in kv.writes.iter().filter(|write| write.is_delete) {
+        if latest(batch, &metadata_namespace, &write.key)?.is_some() {
+            batch.delete(&metadata_namespace, &write.key, height);
+        }
+    }
+    for metadata in &kv.metadata_writes {
+        let key = metadata.key.as_str();
+        let value_write = kv.writes.iter().find(|write| write.key == key);
+        match value_write {
+            // A delete removes the key, metadata and all.
+            Some(write) if write.is_delete => continue,
+            Some(_) => {}
+            None => {
+                // Metadata alone: the value stays, at the new height.
+                let Some(value) = latest(batch, name, key)? else {
+                    continue;
+                };
+                batch.put(name, key, value, height);
+            }
+        }
+        if metadata.entries.is_empty() {
+            if latest(batch, &metadata_namespace, key)?.is_some() {
+                batch.delete(&metadata_namespace, key, height);
+            }
+        } else {
+            // Stored as Fabric stores it: the entries alone.
+            let stored = KvMetadataWrite {
+                key: String::new(),
+                entries: metadata.entries.clone(),
+            };
+            batch.put(
+                &metadata_namespace,
+                key,
+                stored.encode_to_vec().into(),
+                height,
+            );
+        }
+    }
+    Ok(())
 }
 
 /// A key of the world state a transaction read: a public key, or the
@@ -197,9 +293,7 @@ fn writes_of(transaction: &TxEnvelope) -> impl Iterator<Item = StateWrite<'_>> {
     })
 }
 
-fn namespaces_of(
-    transaction: &TxEnvelope,
-) -> impl Iterator<Item = &weft_protos::view::NamespaceRwSet> {
+fn namespaces_of(transaction: &TxEnvelope) -> impl Iterator<Item = &NamespaceRwSet> {
     let actions = match &transaction.body {
         TxBody::Endorser(endorser) => endorser.actions.as_slice(),
         _ => &[],
@@ -547,7 +641,7 @@ mod tests {
         );
         let codes = run(&block, &state);
         assert_eq!(codes, [Valid, MvccReadConflict, MvccReadConflict, Valid]);
-        let batch = update_batch(&block, &codes);
+        let batch = update_batch(&block, &codes, &state).unwrap();
         let writes: Vec<_> = batch
             .iter()
             .map(|(ns, key, write)| (ns, key, write.version))
@@ -776,7 +870,10 @@ mod tests {
         validate_block(&first, &mut codes, &state).unwrap();
         assert_eq!(codes, [Valid, MvccReadConflict, Valid]);
         state
-            .apply(&update_batch(&first, &codes), Height::new(3, 2))
+            .apply(
+                &update_batch(&first, &codes, &state).unwrap(),
+                Height::new(3, 2),
+            )
             .unwrap();
         let hashed_key = hex::encode(weft_protos::hash::sha256(b"k"));
         let stored = state.get("cc$$hsecrets", &hashed_key).unwrap().unwrap();
@@ -802,7 +899,10 @@ mod tests {
         validate_block(&second, &mut codes, &state).unwrap();
         assert_eq!(codes, [Valid, MvccReadConflict, Valid, MvccReadConflict]);
         state
-            .apply(&update_batch(&second, &codes), Height::new(4, 3))
+            .apply(
+                &update_batch(&second, &codes, &state).unwrap(),
+                Height::new(4, 3),
+            )
             .unwrap();
         assert!(state.get("cc$$hsecrets", &hashed_key).unwrap().is_none());
     }

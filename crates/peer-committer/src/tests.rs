@@ -173,8 +173,9 @@ fn tampered_transactions_get_fabrics_codes() {
         payload.data = transaction.encode_to_vec().into();
     });
 
-    let sets_key_policy = resigned(&original, |payload| {
-        // A key-level endorsement policy (state-based endorsement).
+    let sets_private_key_policy = resigned(&original, |payload| {
+        // A key-level endorsement policy of a private key, which weft does
+        // not enforce, so does not record.
         let mut transaction =
             weft_protos::protos::Transaction::decode(payload.data.clone()).unwrap();
         let action = &mut transaction.actions[0];
@@ -189,17 +190,23 @@ fn tampered_transactions_get_fabrics_codes() {
             weft_protos::protos::ChaincodeAction::decode(response.extension.clone()).unwrap();
         let mut rwset =
             weft_protos::rwset::TxReadWriteSet::decode(chaincode_action.results.clone()).unwrap();
-        let mut kv =
-            weft_protos::kvrwset::KvrwSet::decode(rwset.ns_rwset[0].rwset.clone()).unwrap();
-        kv.metadata_writes
-            .push(weft_protos::kvrwset::KvMetadataWrite {
-                key: "key".to_owned(),
+        let hashed = weft_protos::kvrwset::HashedRwSet {
+            metadata_writes: vec![weft_protos::kvrwset::KvMetadataWriteHash {
+                key_hash: Bytes::from_static(&[7; 32]),
                 entries: vec![weft_protos::kvrwset::KvMetadataEntry {
                     name: "VALIDATION_PARAMETER".to_owned(),
                     value: Bytes::from_static(b"policy"),
                 }],
-            });
-        rwset.ns_rwset[0].rwset = kv.encode_to_vec().into();
+            }],
+            ..Default::default()
+        };
+        rwset.ns_rwset[0].collection_hashed_rwset.push(
+            weft_protos::rwset::CollectionHashedReadWriteSet {
+                collection_name: "secrets".to_owned(),
+                hashed_rwset: hashed.encode_to_vec().into(),
+                pvt_rwset_hash: Bytes::new(),
+            },
+        );
         chaincode_action.results = rwset.encode_to_vec().into();
         response.extension = chaincode_action.encode_to_vec().into();
         endorsed.proposal_response_payload = response.encode_to_vec().into();
@@ -209,7 +216,10 @@ fn tampered_transactions_get_fabrics_codes() {
 
     let cases: Vec<(Bytes, TxValidationCode)> = vec![
         (original.clone(), TxValidationCode::Valid),
-        (sets_key_policy, TxValidationCode::InvalidOtherReason),
+        (
+            sets_private_key_policy,
+            TxValidationCode::InvalidOtherReason,
+        ),
         (
             bad_signature.encode_to_vec().into(),
             TxValidationCode::BadCreatorSignature,
@@ -384,6 +394,276 @@ fn a_broken_copy_claims_its_tx_id_only_across_blocks() {
             TxValidationCode::DuplicateTxid
         ]
     );
+}
+
+/// Key-level endorsement policies (Fabric's state-based endorsement) on
+/// the fixture's channel ch10, whose chaincode rule is
+/// `OR('Org1MSP.peer')`: keys guarded by `OR('Org1MSP.admin')`, endorsed
+/// by the fixture's peer and admin.
+mod key_level_policies {
+    use std::collections::BTreeMap;
+
+    use weft_protos::protos::{ChaincodeId, Response};
+    use weft_protos::tx::{
+        Invocation, Proposal, ReadWriteSetBuilder, SimulationResult, VALIDATION_PARAMETER, endorse,
+    };
+    use weft_statedb::memory::{MemoryOptions, MemoryState};
+    use weft_statedb::{Height, StateReader, UpdateBatch, VersionedState, key_metadata_namespace};
+
+    use super::*;
+    use crate::key_policies::check_key_level_policies;
+    use crate::mvcc::{update_batch, validate_block};
+
+    use TxValidationCode::{EndorsementPolicyFailure, Valid};
+
+    fn signer(path: &str) -> Signer {
+        let dir = fixtures()
+            .join("crypto/peerOrganizations/org1.example.com")
+            .join(path);
+        weft_msp::folder::load(&dir, "Org1MSP")
+            .unwrap()
+            .signer
+            .unwrap()
+    }
+
+    fn peer() -> Signer {
+        signer("peers/peer0.org1.example.com/msp")
+    }
+
+    fn admin() -> Signer {
+        signer("users/Admin@org1.example.com/msp")
+    }
+
+    fn admins_only() -> Bytes {
+        weft_policy::dsl::parse("OR('Org1MSP.admin')")
+            .unwrap()
+            .encode_to_vec()
+            .into()
+    }
+
+    /// A `kv` transaction by User1 that writes `writes` (`None` deletes)
+    /// and sets the key-level policy of `policies` (`None` removes it),
+    /// endorsed by `endorsers`.
+    fn transaction(
+        writes: &[(&str, Option<&str>)],
+        policies: &[(&str, Option<Bytes>)],
+        endorsers: &[&Signer],
+    ) -> Bytes {
+        let user = user1();
+        let mut rwset = ReadWriteSetBuilder::new();
+        for (key, value) in writes {
+            match value {
+                Some(value) => rwset.write("kv", key, Bytes::copy_from_slice(value.as_bytes())),
+                None => rwset.delete("kv", key),
+            };
+        }
+        for (key, policy) in policies {
+            let entries = policy
+                .iter()
+                .map(|policy| (VALIDATION_PARAMETER.to_owned(), policy.clone()))
+                .collect::<BTreeMap<_, _>>();
+            rwset.write_metadata("kv", key, entries);
+        }
+        let invocation = Invocation {
+            channel_id: "ch10",
+            chaincode: "kv",
+            args: vec![Bytes::from_static(b"put")],
+            nonce: user.new_nonce().unwrap(),
+            timestamp_seconds: now(),
+        };
+        let proposal = Proposal::new(&invocation, user.serialized_identity().clone());
+        let simulation = SimulationResult {
+            results: rwset.encode(),
+            events: Bytes::new(),
+            response: Response {
+                status: 200,
+                ..Response::default()
+            },
+            chaincode_id: ChaincodeId {
+                name: "kv".to_owned(),
+                ..ChaincodeId::default()
+            },
+        };
+        let responses: Vec<_> = endorsers
+            .iter()
+            .map(|endorser| endorse(&proposal, &simulation, *endorser).unwrap())
+            .collect();
+        proposal
+            .transaction(&responses, &user)
+            .unwrap()
+            .encode_to_vec()
+            .into()
+    }
+
+    /// Validates `envelopes` as block `number` against `state` and commits
+    /// the valid ones' writes; their codes.
+    fn commit(
+        state: &MemoryState,
+        context: &ChannelContext,
+        number: u64,
+        envelopes: Vec<Bytes>,
+    ) -> Vec<TxValidationCode> {
+        let mut template = block("ch10-block-3.block");
+        template.header.as_mut().unwrap().number = number;
+        let block = with_envelopes(&template, envelopes);
+        let mut codes = check_block(&block, context, now());
+        check_key_level_policies(&block, &mut codes, state, context, now()).unwrap();
+        validate_block(&block, &mut codes, state).unwrap();
+        let batch = update_batch(&block, &codes, state).unwrap();
+        let last = block.transactions.len() as u64 - 1;
+        state.apply(&batch, Height::new(number, last)).unwrap();
+        codes
+    }
+
+    /// The key-level policy stored for `key`, if any.
+    fn policy_of(state: &MemoryState, key: &str) -> Option<Bytes> {
+        let stored = state.get(&key_metadata_namespace("kv"), key).unwrap()?;
+        let metadata = weft_protos::kvrwset::KvMetadataWrite::decode(stored.value).unwrap();
+        metadata
+            .entries
+            .into_iter()
+            .find(|entry| entry.name == VALIDATION_PARAMETER)
+            .map(|entry| entry.value)
+    }
+
+    #[test]
+    fn a_key_with_a_policy_is_written_only_as_its_policy_says() {
+        // Goal: a key guarded by a key-level policy needs that policy
+        // instead of the chaincode's; other keys of the same transaction
+        // still need the chaincode's rule; a key whose policy an earlier
+        // transaction of the block changed cannot be written after it; and
+        // the metadata is kept, moved and removed as Fabric keeps it.
+        let dir = tempfile::tempdir().unwrap();
+        let state = MemoryState::open(dir.path(), MemoryOptions::default()).unwrap();
+        let mut seed = UpdateBatch::new();
+        for key in ["guarded", "plain", "other"] {
+            seed.put("kv", key, Bytes::from_static(b"v0"), Height::new(2, 0));
+        }
+        let metadata = weft_protos::tx::metadata_write(
+            "",
+            &BTreeMap::from([(VALIDATION_PARAMETER.to_owned(), admins_only())]),
+        );
+        seed.put(
+            &key_metadata_namespace("kv"),
+            "guarded",
+            metadata.encode_to_vec().into(),
+            Height::new(2, 0),
+        );
+        state.apply(&seed, Height::new(2, 0)).unwrap();
+        let context = context("ch10");
+        let (peer, admin) = (peer(), admin());
+
+        let codes = commit(
+            &state,
+            &context,
+            3,
+            vec![
+                // The key's policy alone: the chaincode's rule is not needed.
+                transaction(&[("guarded", Some("by admin"))], &[], &[&admin]),
+                // The chaincode's rule does not satisfy the key's policy.
+                transaction(&[("guarded", Some("by peer"))], &[], &[&peer]),
+                // A key without a policy still needs the chaincode's rule.
+                transaction(
+                    &[("guarded", Some("x")), ("plain", Some("x"))],
+                    &[],
+                    &[&admin],
+                ),
+                transaction(
+                    &[("guarded", Some("both")), ("plain", Some("both"))],
+                    &[],
+                    &[&admin, &peer],
+                ),
+                // Setting a policy needs the key's current rule: the
+                // chaincode's here.
+                transaction(&[], &[("other", Some(admins_only()))], &[&peer]),
+                // Its policy changed earlier in the block: refused whatever
+                // the endorsements.
+                transaction(&[("other", Some("too soon"))], &[], &[&admin, &peer]),
+            ],
+        );
+        assert_eq!(
+            codes,
+            [
+                Valid,
+                EndorsementPolicyFailure,
+                EndorsementPolicyFailure,
+                Valid,
+                Valid,
+                EndorsementPolicyFailure
+            ]
+        );
+        assert_eq!(
+            &state.get("kv", "guarded").unwrap().unwrap().value[..],
+            b"both"
+        );
+        assert_eq!(
+            &state.get("kv", "plain").unwrap().unwrap().value[..],
+            b"both"
+        );
+        // The policy set alone keeps the value and moves it to the height
+        // of the transaction that set it.
+        let other = state.get("kv", "other").unwrap().unwrap();
+        assert_eq!(
+            (&other.value[..], other.version),
+            (&b"v0"[..], Height::new(3, 4))
+        );
+        assert_eq!(policy_of(&state, "other"), Some(admins_only()));
+        // A value written alone keeps the key's policy.
+        assert_eq!(policy_of(&state, "guarded"), Some(admins_only()));
+
+        let codes = commit(
+            &state,
+            &context,
+            4,
+            vec![
+                transaction(&[("other", Some("by admin"))], &[], &[&admin]),
+                transaction(&[("other", Some("by peer"))], &[], &[&peer]),
+                // Removing the policy needs the policy.
+                transaction(&[], &[("guarded", None)], &[&admin]),
+            ],
+        );
+        assert_eq!(codes, [Valid, EndorsementPolicyFailure, Valid]);
+        assert_eq!(
+            &state.get("kv", "other").unwrap().unwrap().value[..],
+            b"by admin"
+        );
+        assert_eq!(policy_of(&state, "guarded"), None);
+
+        // With its policy gone, the chaincode's rule is back; a delete
+        // takes the key's metadata with it.
+        let codes = commit(
+            &state,
+            &context,
+            5,
+            vec![
+                transaction(&[("guarded", Some("by peer"))], &[], &[&peer]),
+                transaction(&[("other", None)], &[], &[&admin]),
+            ],
+        );
+        assert_eq!(codes, [Valid, Valid]);
+        assert!(state.get("kv", "other").unwrap().is_none());
+        assert_eq!(policy_of(&state, "other"), None);
+        // A policy that does not decode is satisfied by nothing.
+        let garbage = weft_protos::tx::metadata_write(
+            "",
+            &BTreeMap::from([(VALIDATION_PARAMETER.to_owned(), Bytes::from_static(b"\xff"))]),
+        );
+        let mut batch = UpdateBatch::new();
+        batch.put(
+            &key_metadata_namespace("kv"),
+            "plain",
+            garbage.encode_to_vec().into(),
+            Height::new(6, 0),
+        );
+        state.apply(&batch, Height::new(6, 0)).unwrap();
+        let codes = commit(
+            &state,
+            &context,
+            7,
+            vec![transaction(&[("plain", Some("x"))], &[], &[&admin, &peer])],
+        );
+        assert_eq!(codes, [EndorsementPolicyFailure]);
+    }
 }
 
 mod commit {

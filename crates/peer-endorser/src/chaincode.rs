@@ -32,12 +32,12 @@ use prost::Message;
 use weft_ledger::BlockStore;
 use weft_protos::kvrwset::RangeQueryInfo;
 use weft_protos::kvrwset::range_query_info::ReadsInfo;
-use weft_protos::kvrwset::{KvRead, QueryReads, Version};
+use weft_protos::kvrwset::{KvMetadataWrite, KvRead, QueryReads, Version};
 use weft_protos::protos::{ChaincodeEvent, Response};
 use weft_protos::queryresult::KeyModification;
 use weft_protos::range_summary::{MAX_DEGREE_DEFAULT, RangeReads, RangeSummarizer};
 use weft_protos::tx::{ReadWriteSetBuilder, ReceivedProposal};
-use weft_statedb::StateReader;
+use weft_statedb::{StateReader, key_metadata_namespace};
 
 use crate::mango::Query;
 
@@ -400,6 +400,42 @@ impl<'a> Stub<'a> {
             .map(|value| (value.version.block_num, value.version.tx_num));
         self.rwset.read(self.namespace, key, version);
         Ok(current.map(|value| value.value))
+    }
+
+    /// The metadata of `key` (name → value: `VALIDATION_PARAMETER` holds
+    /// its key-level endorsement policy), the key recorded as read at its
+    /// version, as Fabric's simulator records it.
+    pub fn get_state_metadata(&mut self, key: &str) -> Result<BTreeMap<String, Bytes>, StateError> {
+        self.get_state(key)?;
+        let stored = self
+            .state
+            .get(&key_metadata_namespace(self.namespace), key)
+            .map_err(|e| StateError::Storage(e.to_string()))?;
+        let Some(stored) = stored else {
+            return Ok(BTreeMap::new());
+        };
+        let metadata = KvMetadataWrite::decode(stored.value)
+            .map_err(|e| StateError::Storage(format!("the metadata of key {key:?}: {e}")))?;
+        Ok(metadata
+            .entries
+            .into_iter()
+            .map(|entry| (entry.name, entry.value))
+            .collect())
+    }
+
+    /// Sets the metadata entry `name` of `key` to `value` when the
+    /// transaction commits: the key's whole metadata becomes that one
+    /// entry, as Fabric's `PUT_STATE_METADATA` makes it.
+    pub fn put_state_metadata(
+        &mut self,
+        key: &str,
+        name: &str,
+        value: impl Into<Bytes>,
+    ) -> Result<(), StateError> {
+        self.check_write(key)?;
+        let entries = BTreeMap::from([(name.to_owned(), value.into())]);
+        self.rwset.write_metadata(self.namespace, key, entries);
+        Ok(())
     }
 
     /// The hash of private `key` of `collection` (what every peer holds of

@@ -37,9 +37,10 @@
 //! under its own namespace, and its COMPLETED message is handed back.
 //! JSON queries (GET_QUERY_RESULT, CouchDB's Mango) are answered from the
 //! world state ([`crate::mango`]), whole or a page at a time.
-//! What weft does not serve (private data, key metadata) is
-//! answered with an ERROR naming it, which the shim raises in the
-//! chaincode.
+//! Key metadata (GET_STATE_METADATA, PUT_STATE_METADATA: key-level
+//! endorsement policies) is served for public keys. What weft does not
+//! serve (private data) is answered with an ERROR naming it, which the
+//! shim raises in the chaincode.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -58,9 +59,10 @@ use weft_protos::protos::chaincode_message::Type as MessageType;
 use weft_protos::protos::write_record::Type as WriteType;
 use weft_protos::protos::{
     ChaincodeAdditionalParams, ChaincodeId, ChaincodeInput, ChaincodeMessage, ChaincodeSpec,
-    DelState, GetHistoryForKey, GetQueryResult, GetState, GetStateByRange, GetStateMultiple,
-    GetStateMultipleResult, PutState, QueryMetadata, QueryResponse, QueryResponseMetadata,
-    QueryResultBytes, QueryStateClose, QueryStateNext, Response, SignedProposal, WriteBatchState,
+    DelState, GetHistoryForKey, GetQueryResult, GetState, GetStateByRange, GetStateMetadata,
+    GetStateMultiple, GetStateMultipleResult, PutState, PutStateMetadata, QueryMetadata,
+    QueryResponse, QueryResponseMetadata, QueryResultBytes, QueryStateClose, QueryStateNext,
+    Response, SignedProposal, StateMetadata, StateMetadataResult, WriteBatchState,
 };
 use weft_protos::queryresult::Kv;
 
@@ -516,7 +518,8 @@ impl Session {
                         Ok(WriteType::PutState) => stub.put_state(&record.key, record.value),
                         Ok(WriteType::DelState) => stub.del_state(&record.key),
                         Ok(WriteType::PutStateMetadata) => {
-                            return Err(KEY_METADATA_UNSUPPORTED.to_owned());
+                            let metadata = record.metadata.unwrap_or_default();
+                            stub.put_state_metadata(&record.key, &metadata.metakey, metadata.value)
                         }
                         _ => return Err(format!("unknown write type {}", record.r#type)),
                     }
@@ -601,8 +604,30 @@ impl Session {
                 .encode_to_vec()
                 .into())
             }
-            MessageType::GetStateMetadata | MessageType::PutStateMetadata => {
-                Err(KEY_METADATA_UNSUPPORTED.to_owned())
+            MessageType::GetStateMetadata => {
+                let request = GetStateMetadata::decode(payload).map_err(malformed)?;
+                public_only(&request.collection)?;
+                let entries = stub
+                    .get_state_metadata(&request.key)
+                    .map_err(|e| e.to_string())?;
+                Ok(StateMetadataResult {
+                    entries: entries
+                        .into_iter()
+                        .map(|(metakey, value)| StateMetadata { metakey, value })
+                        .collect(),
+                }
+                .encode_to_vec()
+                .into())
+            }
+            MessageType::PutStateMetadata => {
+                let request = PutStateMetadata::decode(payload).map_err(malformed)?;
+                public_only(&request.collection)?;
+                let metadata = request
+                    .metadata
+                    .ok_or_else(|| "PUT_STATE_METADATA carries no metadata".to_owned())?;
+                stub.put_state_metadata(&request.key, &metadata.metakey, metadata.value)
+                    .map_err(|e| e.to_string())?;
+                Ok(Bytes::new())
             }
             MessageType::GetPrivateDataHash | MessageType::PurgePrivateData => {
                 Err("private data is not supported by weft".to_owned())
@@ -667,9 +692,6 @@ impl Session {
         .into()
     }
 }
-
-/// The answer to a request for key metadata (key-level endorsement).
-const KEY_METADATA_UNSUPPORTED: &str = "key-level endorsement metadata is not supported by weft";
 
 /// The page a range query's `QueryMetadata` asks for; `None` when it asks
 /// for none (no metadata, or page size 0 and no bookmark, as Fabric's
@@ -1000,6 +1022,120 @@ mod tests {
                 .map(|w| (w.key.as_str(), w.is_delete))
                 .collect::<Vec<_>>(),
             [("k001", false), ("k002", true), ("new", false)]
+        );
+    }
+
+    #[test]
+    fn key_metadata_is_read_as_stored_and_written_into_the_rwset() {
+        // Goal: GET_STATE_METADATA answers the entries the state holds for
+        // a key (recording a read of the key, as Fabric's simulator does);
+        // PUT_STATE_METADATA, alone or in a write batch, becomes the key's
+        // whole metadata in the transaction's metadata writes.
+        let (_dir, state) = state(2);
+        let stored = weft_protos::tx::metadata_write(
+            "",
+            &std::collections::BTreeMap::from([(
+                weft_protos::tx::VALIDATION_PARAMETER.to_owned(),
+                Bytes::from_static(b"policy"),
+            )]),
+        );
+        let mut batch = weft_statedb::UpdateBatch::new();
+        batch.put(
+            &weft_statedb::key_metadata_namespace("cc"),
+            "k001",
+            stored.encode_to_vec().into(),
+            weft_statedb::Height::new(2, 0),
+        );
+        weft_statedb::VersionedState::apply(&state, &batch, weft_statedb::Height::new(2, 0))
+            .unwrap();
+        let proposal = proposal();
+        let snapshot = state.snapshot();
+        let mut stub = Stub::new(&proposal, "cc", snapshot.as_ref());
+        let mut session = Session::default();
+        let get = |key: &str| {
+            request(
+                MessageType::GetStateMetadata,
+                GetStateMetadata {
+                    key: key.to_owned(),
+                    collection: String::new(),
+                },
+            )
+        };
+        let (kind, payload) = answer(&mut session, &mut stub, &get("k001"));
+        assert_eq!(kind, MessageType::Response);
+        let entries = StateMetadataResult::decode(payload).unwrap().entries;
+        assert_eq!(
+            entries,
+            [StateMetadata {
+                metakey: "VALIDATION_PARAMETER".to_owned(),
+                value: Bytes::from_static(b"policy"),
+            }]
+        );
+        let (_, payload) = answer(&mut session, &mut stub, &get("k000"));
+        assert!(
+            StateMetadataResult::decode(payload)
+                .unwrap()
+                .entries
+                .is_empty()
+        );
+
+        let metadata = |value: &'static [u8]| StateMetadata {
+            metakey: "VALIDATION_PARAMETER".to_owned(),
+            value: Bytes::from_static(value),
+        };
+        let put = request(
+            MessageType::PutStateMetadata,
+            PutStateMetadata {
+                key: "k000".to_owned(),
+                collection: String::new(),
+                metadata: Some(metadata(b"first")),
+            },
+        );
+        assert_eq!(
+            answer(&mut session, &mut stub, &put).0,
+            MessageType::Response
+        );
+        let batch = request(
+            MessageType::WriteBatchState,
+            WriteBatchState {
+                rec: vec![weft_protos::protos::WriteRecord {
+                    key: "k000".to_owned(),
+                    metadata: Some(metadata(b"second")),
+                    r#type: WriteType::PutStateMetadata as i32,
+                    ..weft_protos::protos::WriteRecord::default()
+                }],
+            },
+        );
+        assert_eq!(
+            answer(&mut session, &mut stub, &batch).0,
+            MessageType::Response
+        );
+        let private = request(
+            MessageType::PutStateMetadata,
+            PutStateMetadata {
+                key: "k000".to_owned(),
+                collection: "secrets".to_owned(),
+                metadata: Some(metadata(b"private")),
+            },
+        );
+        assert_eq!(
+            answer(&mut session, &mut stub, &private).0,
+            MessageType::Error
+        );
+
+        let kv = kv_of(&stub);
+        assert_eq!(
+            kv.reads.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(),
+            ["k000", "k001"]
+        );
+        assert_eq!(kv.metadata_writes.len(), 1);
+        assert_eq!(kv.metadata_writes[0].key, "k000");
+        assert_eq!(
+            kv.metadata_writes[0].entries,
+            [weft_protos::kvrwset::KvMetadataEntry {
+                name: "VALIDATION_PARAMETER".to_owned(),
+                value: Bytes::from_static(b"second"),
+            }]
         );
     }
 

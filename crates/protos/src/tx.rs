@@ -23,7 +23,8 @@ use prost::Message;
 use crate::common::{ChannelHeader, Envelope, Header, HeaderType, Payload, SignatureHeader};
 use crate::hash::{compute_tx_id, sha256};
 use crate::kvrwset::{
-    HashedRwSet, KvRead, KvReadHash, KvWrite, KvWriteHash, KvrwSet, RangeQueryInfo, Version,
+    HashedRwSet, KvMetadataEntry, KvMetadataWrite, KvRead, KvReadHash, KvWrite, KvWriteHash,
+    KvrwSet, RangeQueryInfo, Version,
 };
 use crate::orderer::{SeekInfo, SeekPosition, SeekSpecified, seek_info, seek_position};
 use crate::protos::{
@@ -437,6 +438,9 @@ struct NamespaceSets {
     reads: BTreeMap<String, Option<Version>>,
     range_queries: Vec<RangeQueryInfo>,
     writes: BTreeMap<String, Option<Bytes>>,
+    /// Each key's new metadata, entries by name (empty: the key's
+    /// metadata is removed).
+    metadata_writes: BTreeMap<String, BTreeMap<String, Bytes>>,
     /// Private data collections, by name.
     collections: BTreeMap<String, CollectionSets>,
 }
@@ -484,6 +488,22 @@ impl ReadWriteSetBuilder {
         self.namespace(namespace)
             .writes
             .insert(key.to_owned(), None);
+        self
+    }
+
+    /// Records `entries` (name → value; `VALIDATION_PARAMETER` holds a
+    /// key-level endorsement policy) as the whole new metadata of `key`,
+    /// replacing what an earlier call of the transaction recorded for it,
+    /// as Fabric's simulator does. No entries removes the key's metadata.
+    pub fn write_metadata(
+        &mut self,
+        namespace: &str,
+        key: &str,
+        entries: BTreeMap<String, Bytes>,
+    ) -> &mut Self {
+        self.namespace(namespace)
+            .metadata_writes
+            .insert(key.to_owned(), entries);
         self
     }
 
@@ -536,7 +556,11 @@ impl ReadWriteSetBuilder {
                         .collect(),
                     range_queries_info: sets.range_queries.clone(),
                     writes: kv_writes(&sets.writes),
-                    metadata_writes: Vec::new(),
+                    metadata_writes: sets
+                        .metadata_writes
+                        .iter()
+                        .map(|(key, entries)| metadata_write(key, entries))
+                        .collect(),
                 };
                 NsReadWriteSet {
                     namespace: namespace.clone(),
@@ -566,6 +590,26 @@ impl ReadWriteSetBuilder {
             .collections
             .entry(collection.to_owned())
             .or_default()
+    }
+}
+
+/// The name of the key metadata entry that holds a key-level endorsement
+/// policy (a serialized `common.SignaturePolicyEnvelope`): Fabric's
+/// `MetaDataKeys.VALIDATION_PARAMETER`.
+pub const VALIDATION_PARAMETER: &str = "VALIDATION_PARAMETER";
+
+/// A key's metadata as a `KVRWSet` and Fabric's state hold it: entries
+/// in name order.
+pub fn metadata_write(key: &str, entries: &BTreeMap<String, Bytes>) -> KvMetadataWrite {
+    KvMetadataWrite {
+        key: key.to_owned(),
+        entries: entries
+            .iter()
+            .map(|(name, value)| KvMetadataEntry {
+                name: name.clone(),
+                value: value.clone(),
+            })
+            .collect(),
     }
 }
 

@@ -97,6 +97,11 @@ impl UpdateBatch {
         );
     }
 
+    /// The write of `key` in `namespace` this batch holds, if any.
+    pub fn get(&self, namespace: &str, key: &str) -> Option<&Write> {
+        self.writes.get(&(namespace.to_owned(), key.to_owned()))
+    }
+
     /// The writes in (namespace, key) order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str, &Write)> {
         self.writes
@@ -111,6 +116,18 @@ impl UpdateBatch {
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty()
     }
+}
+
+/// Where the metadata of the keys of `namespace` is kept: Fabric's
+/// key-level endorsement policies (`VALIDATION_PARAMETER`), as a serialized
+/// `kvrwset.KVMetadataWrite` under the same key. Fabric keeps metadata
+/// beside each value; weft keeps it in this companion namespace of the
+/// same state, so that snapshots, checkpoints and rollbacks cover it, and
+/// states without metadata pay nothing for it. Chaincode names cannot
+/// hold `$`, so no chaincode's namespace is ever one of these (Fabric's
+/// private-data hashes live in `<namespace>$$h<collection>` likewise).
+pub fn key_metadata_namespace(namespace: &str) -> String {
+    format!("{namespace}$$m")
 }
 
 /// A consistent, read-only view of the state.

@@ -13,6 +13,7 @@
 'use strict';
 
 const { Contract } = require('fabric-contract-api');
+const { KeyEndorsementPolicy } = require('fabric-shim');
 
 const COLOR_INDEX = 'color~name';
 
@@ -136,6 +137,23 @@ class Assets extends Contract {
     async assetsByQueryPaged(ctx, query, pageSize, bookmark) {
         const paged = await ctx.stub.getQueryResultWithPagination(query, Number(pageSize), bookmark);
         return page(paged, 'keys', ({ key }) => key);
+    }
+
+    // Key-level endorsement (state-based): from now on the asset changes
+    // only with the endorsement of a peer of each of `mspIds`
+    // (comma-separated), whatever the chaincode's policy.
+    async guardAsset(ctx, id, mspIds) {
+        await this.readAsset(ctx, id);
+        const policy = new KeyEndorsementPolicy();
+        policy.addOrgs('PEER', ...mspIds.split(','));
+        await ctx.stub.setStateValidationParameter(id, policy.getPolicy());
+    }
+
+    // The organisations whose peers must endorse a change of the asset.
+    async assetGuards(ctx, id) {
+        const policy = await ctx.stub.getStateValidationParameter(id);
+        const orgs = policy && policy.length > 0 ? new KeyEndorsementPolicy(policy).listOrgs() : [];
+        return JSON.stringify(orgs);
     }
 
     // Pages are for read-only transactions: the write after one fails.
