@@ -15,7 +15,9 @@
 //! lifecycle chaincode package` builds one) is installed on each listed
 //! peer first, as Fabric's `peer lifecycle chaincode install`, and each
 //! organisation approves the definition with its package ID; once the
-//! definition is committed, the peers dial the address. No peer restarts.
+//! definition is committed, the peers dial the address (over TLS with
+//! `--chaincode-tls-ca`, presenting `--chaincode-tls-cert` if the server
+//! asks). No peer restarts.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -25,6 +27,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use bytes::Bytes;
 use prost::Message;
 use weft_msp::Signer;
+use weft_peer_endorser::ChaincodeTls;
 use weft_peer_endorser::package::Package;
 use weft_protos::common::{Envelope, Status};
 use weft_protos::lifecycle::{
@@ -79,6 +82,19 @@ pub struct DeployArgs {
     /// With --address: the package's label [default: <name>_<version>].
     #[arg(long, requires = "address")]
     label: Option<String>,
+    /// With --address: the peers reach the chaincode server over TLS,
+    /// its certificate chaining to this CA certificate (PEM), which the
+    /// package's connection.json carries as `root_cert`.
+    #[arg(long, requires = "address")]
+    chaincode_tls_ca: Option<PathBuf>,
+    /// With --chaincode-tls-ca: the client certificate (PEM) the peers
+    /// present to a chaincode server that requires one, with
+    /// --chaincode-tls-key. The package carries both, as Fabric's does.
+    #[arg(long, requires_all = ["chaincode_tls_ca", "chaincode_tls_key"])]
+    chaincode_tls_cert: Option<PathBuf>,
+    /// The private key (PKCS#8 PEM) of --chaincode-tls-cert.
+    #[arg(long, requires = "chaincode_tls_cert")]
+    chaincode_tls_key: Option<PathBuf>,
     /// The network's crypto folder (the output of `weft crypto generate`):
     /// each organisation's Admin signs its approval.
     #[arg(long)]
@@ -97,6 +113,29 @@ pub struct DeployArgs {
 }
 
 impl DeployArgs {
+    /// How the peers reach the chaincode server: over TLS with
+    /// --chaincode-tls-ca, presenting --chaincode-tls-cert if given.
+    fn chaincode_tls(&self) -> Result<Option<ChaincodeTls>> {
+        let Some(root) = &self.chaincode_tls_ca else {
+            return Ok(None);
+        };
+        let text = |flag: &str, path: &PathBuf| -> Result<String> {
+            String::from_utf8(read_file(flag, path)?)
+                .map_err(|_| anyhow!("{flag}: {} is not PEM text", path.display()))
+        };
+        let client = match (&self.chaincode_tls_cert, &self.chaincode_tls_key) {
+            (Some(certificate), Some(key)) => Some((
+                text("--chaincode-tls-cert", certificate)?,
+                text("--chaincode-tls-key", key)?,
+            )),
+            _ => None,
+        };
+        Ok(Some(ChaincodeTls {
+            root_cert: text("--chaincode-tls-ca", root)?,
+            client,
+        }))
+    }
+
     /// How to reach the peers and the orderer: in plaintext without
     /// --tls-ca; over TLS trusting those CAs, presenting --tls-cert if given.
     fn dialer(&self) -> Result<Dialer> {
@@ -210,7 +249,8 @@ pub fn deploy(args: &DeployArgs) -> Result<()> {
                     .label
                     .clone()
                     .unwrap_or_else(|| format!("{}_{}", args.name, args.version));
-                Some(Package::ccaas(&label, address).context("--address")?)
+                let tls = args.chaincode_tls()?;
+                Some(Package::ccaas(&label, address, tls.as_ref()).context("--address")?)
             }
             None => None,
         },

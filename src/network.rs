@@ -518,6 +518,30 @@ pub fn free_base_port(args: &UpArgs) -> Result<u16> {
     )
 }
 
+/// A port free on loopback now, outside the ports the kernel gives
+/// outgoing connections (see [`free_base_port`]), for a listener whose
+/// address must be written down before it binds.
+pub fn free_port() -> Result<u16> {
+    let ephemeral = ephemeral_ports();
+    let candidates: Vec<u16> = (10_000..=u16::MAX)
+        .filter(|port| !ephemeral.contains(port))
+        .collect();
+    // Start where this process's other probes will not, as above.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let offset =
+        std::process::id() as usize * 97 + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    (0..candidates.len())
+        .map(|step| candidates[(offset + step) % candidates.len()])
+        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "no free port on 127.0.0.1 outside the ephemeral ports {}-{}",
+                ephemeral.start(),
+                ephemeral.end()
+            )
+        })
+}
+
 /// The ports the kernel gives outgoing connections
 /// (`net.ipv4.ip_local_port_range`; Linux's default where it cannot be
 /// read).

@@ -896,7 +896,8 @@ async fn a_chaincode_service_installed_through_lifecycle_runs_without_a_restart(
     // knowing nothing of `notes`; `weft chaincode deploy --address`
     // installs a ccaas package (connection.json) on each organisation's
     // peer as its admin, approves the definition with the package ID and
-    // commits it; the peers then dial the chaincode, with no restart.
+    // commits it; the peers then dial the chaincode, with no restart; a
+    // package may require mutual TLS to its server.
     let dir = tempfile::tempdir().unwrap();
     let network = Network::create(dir.path());
     let chaincode = ShimChaincode::start(&network.dir);
@@ -988,6 +989,60 @@ async fn a_chaincode_service_installed_through_lifecycle_runs_without_a_restart(
         })
         .collect();
     assert_eq!(used_by, [(CHANNEL, "notes", "1.0")]);
+
+    // A chaincode server that serves TLS only, and only to clients with a
+    // certificate from org1's TLS CA: its package carries the CA to trust
+    // and the client certificate and key to present (connection.json's
+    // root_cert, client_cert, client_key), and both peers reach it.
+    let crypto = network.dir.join("crypto/peerOrganizations");
+    let server_tls = crypto.join("org2.example.com/peers/peer0.org2.example.com/tls");
+    let client_tls = crypto.join("org1.example.com/peers/peer0.org1.example.com/tls");
+    let secured = ShimChaincode::start_tls(
+        &network.dir,
+        &[
+            &server_tls.join("server.crt"),
+            &server_tls.join("server.key"),
+            &client_tls.join("ca.crt"),
+        ],
+    );
+    let stdout = node::stdout_of(
+        chaincode_deploy(&network, orderer.grpc, peers)
+            .args(["--name", "vault", "--address", &secured.address.to_string()])
+            .arg("--chaincode-tls-ca")
+            .arg(server_tls.join("ca.crt"))
+            .arg("--chaincode-tls-cert")
+            .arg(client_tls.join("server.crt"))
+            .arg("--chaincode-tls-key")
+            .arg(client_tls.join("server.key")),
+    );
+    assert!(stdout.contains("committed on channel ledger"), "{stdout}");
+    let proposal = network.proposal(CHANNEL, &["vault", "put", "v1", "over TLS"]);
+    let responses = endorse_all(&peers, &proposal.signed(&network.client).unwrap()).await;
+    for response in &responses {
+        let answer = response.response.as_ref().unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.message);
+    }
+    // The same server named without TLS: the peers cannot talk to it, and
+    // say so.
+    let stdout = node::stdout_of(chaincode_deploy(&network, orderer.grpc, peers).args([
+        "--name",
+        "plainvault",
+        "--address",
+        &secured.address.to_string(),
+    ]));
+    assert!(stdout.contains("committed on channel ledger"), "{stdout}");
+    let proposal = network.proposal(CHANNEL, &["plainvault", "get", "v1"]);
+    let refused = endorse_all(&[org1.grpc], &proposal.signed(&network.client).unwrap())
+        .await
+        .remove(0)
+        .response
+        .unwrap();
+    assert_eq!(refused.status, 500);
+    assert!(
+        refused.message.contains("unreachable"),
+        "{}",
+        refused.message
+    );
     let refused = endorse_all(&[org1.grpc], &query(&network.client))
         .await
         .remove(0)
@@ -1614,11 +1669,27 @@ impl ShimChaincode {
 
     /// Starts the chaincode on `address` and waits until it listens.
     fn start_at(dir: &Path, address: SocketAddr) -> Self {
+        Self::start_with(dir, address, &[])
+    }
+
+    /// The chaincode at a free port, serving TLS with the certificate and
+    /// key `tls` names (PEM files), and requiring client certificates
+    /// from the CA it names third, if it does.
+    fn start_tls(dir: &Path, tls: &[&Path]) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        Self::start_with(dir, port, tls)
+    }
+
+    fn start_with(dir: &Path, address: SocketAddr, tls: &[&Path]) -> Self {
         let log = dir.join(format!("chaincode-{}.log", address.port()));
         let mut child = node::node()
             .arg("chaincode.js")
             .arg(address.to_string())
             .arg("notes_1.0:0123abcd")
+            .args(tls)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()

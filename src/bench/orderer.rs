@@ -617,11 +617,11 @@ fn wait_until_healthy(orderer: &NodeProcess) -> Result<()> {
 }
 
 /// A port free on loopback now (for a Raft node's cluster listener, which
-/// the channel config must name before the node starts).
+/// the channel config must name before the node starts), outside the
+/// ephemeral ports that outgoing connections could take before the node
+/// binds it.
 fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    crate::network::free_port()
 }
 
 /// The index of the Raft leader among `orderers`, once every node knows

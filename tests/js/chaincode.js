@@ -2,7 +2,7 @@
 // chaincode-as-a-service: it serves protos.Chaincode/Connect and the peer
 // dials it. weft's tests invoke it end to end.
 //
-//   node chaincode.js <listen host:port> <package id>
+//   node chaincode.js <listen host:port> <package id> [<cert.pem> <key.pem> [<client-ca.pem>]]
 //
 // Functions: put <key> <value> (sets event "put" with the key as payload),
 // get <key>, del <key>, range <start> <end> (JSON list of {key, value}),
@@ -72,8 +72,16 @@ class Notes {
     }
 }
 
-const [address, ccid] = process.argv.slice(2);
-shim.server(new Notes(), {ccid, address})
+// With a certificate and key (PEM files) it serves TLS; with a client CA
+// certificate too it requires clients to present a certificate it issued.
+const [address, ccid, certFile, keyFile, clientCaFile] = process.argv.slice(2);
+const fs = require('fs');
+const tlsProps = certFile ? {
+    cert: fs.readFileSync(certFile),
+    key: fs.readFileSync(keyFile),
+    clientCACerts: clientCaFile ? fs.readFileSync(clientCaFile) : undefined,
+} : undefined;
+shim.server(new Notes(), {ccid, address, tlsProps})
     .start()
     .then(() => console.log(`chaincode listening on ${address}`))
     .catch((err) => {

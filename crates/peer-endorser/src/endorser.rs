@@ -178,6 +178,7 @@ impl Endorser {
         }
         let config = ExternalConfig {
             dial_timeout: package.dial_timeout,
+            tls: package.tls.clone(),
             ..ExternalConfig::new(name, &package.address)
         };
         tracing::info!(channel = channel_id, chaincode = name, sequence, package_id = %package.id, address = %package.address, "running an installed chaincode");

@@ -90,6 +90,45 @@ pub struct ExternalConfig {
     /// How long one invocation may take (Fabric's
     /// `chaincode.executetimeout`, default 30 s).
     pub execute_timeout: Duration,
+    /// TLS to the chaincode server; `None`: plaintext.
+    pub tls: Option<ChaincodeTls>,
+}
+
+/// How the peer secures its connection to a chaincode server: Fabric's
+/// `connection.json` fields `root_cert` (with `tls_required`) and
+/// `client_cert`, `client_key` (with `client_auth_required`), in PEM.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ChaincodeTls {
+    /// The CA certificates the server's certificate must chain to; the
+    /// server must be named in it as it is in the address (a host name or
+    /// an IP address).
+    pub root_cert: String,
+    /// The certificate and key the peer presents, for a server that
+    /// requires clients to authenticate.
+    pub client: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for ChaincodeTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The client key stays out of logs.
+        f.debug_struct("ChaincodeTls")
+            .field("client_auth", &self.client.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChaincodeTls {
+    /// The client TLS settings of a connection to the server.
+    fn client_config(&self) -> tonic::transport::ClientTlsConfig {
+        let config = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(&self.root_cert));
+        match &self.client {
+            Some((certificate, key)) => {
+                config.identity(tonic::transport::Identity::from_pem(certificate, key))
+            }
+            None => config,
+        }
+    }
 }
 
 impl ExternalConfig {
@@ -100,6 +139,7 @@ impl ExternalConfig {
             address: address.into(),
             dial_timeout: Duration::from_secs(10),
             execute_timeout: Duration::from_secs(30),
+            tls: None,
         }
     }
 }
@@ -298,10 +338,10 @@ impl Connection {
             address: config.address.clone(),
             reason,
         };
-        let endpoint =
-            tonic::transport::Endpoint::from_shared(format!("http://{}", config.address))
-                .map_err(|e| unreachable(format!("bad address: {e}")))?
-                .connect_timeout(config.dial_timeout);
+        let tls = config.tls.as_ref().map(ChaincodeTls::client_config);
+        let endpoint = weft_protos::dial::endpoint(&config.address, tls.as_ref())
+            .map_err(|e| unreachable(format!("bad address or TLS settings: {e}")))?
+            .connect_timeout(config.dial_timeout);
         let channel = tokio::time::timeout(config.dial_timeout, endpoint.connect())
             .await
             .map_err(|_| unreachable("timed out connecting".to_owned()))?

@@ -31,7 +31,7 @@ mod service;
 
 pub use chaincode::{Chaincode, ChannelView, StateError, Stub};
 pub use endorser::{Endorser, JoinedChannel};
-pub use external::{ExternalChaincode, ExternalConfig};
+pub use external::{ChaincodeTls, ExternalChaincode, ExternalConfig};
 pub use gateway::{GatewayConfig, GatewayService};
 pub use lifecycle::Lifecycle;
 pub use metrics::EndorserMetrics;

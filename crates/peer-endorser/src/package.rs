@@ -4,9 +4,12 @@
 //! A package is a gzipped tar holding `metadata.json` (`{"type", "label"}`)
 //! and `code.tar.gz`. weft runs chaincode as a service only, so it installs
 //! packages of type `ccaas`, whose `code.tar.gz` holds `connection.json`:
-//! the chaincode server's `address` and `dial_timeout` (Fabric's external
-//! builder reads the same file). The package ID is Fabric's: the label, a
-//! colon, and the hex SHA-256 of the package bytes.
+//! the chaincode server's `address` and `dial_timeout`, and with
+//! `tls_required` the PEM `root_cert` its certificate must chain to, with
+//! `client_auth_required` the `client_cert` and `client_key` the peer
+//! presents (Fabric's external builder reads the same file; the key
+//! travels in the package, as in Fabric). The package ID is Fabric's: the
+//! label, a colon, and the hex SHA-256 of the package bytes.
 //!
 //! Installed packages live in `<dir>/<label>.<hash>.tar.gz`, Fabric's file
 //! name, written to a temporary file and renamed, so a crash leaves either
@@ -20,6 +23,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::RwLock;
 use serde::Deserialize;
+
+use crate::external::ChaincodeTls;
 
 /// The largest package weft installs (a ccaas package is a few hundred
 /// bytes; Fabric's default gRPC limit is 100 MiB).
@@ -57,6 +62,8 @@ pub struct Package {
     pub address: String,
     /// How long dialling it may take (`dial_timeout`, default 10 s).
     pub dial_timeout: Duration,
+    /// TLS to the server, when `connection.json` requires it.
+    pub tls: Option<ChaincodeTls>,
     /// The package as installed.
     pub bytes: Bytes,
 }
@@ -73,6 +80,50 @@ struct Connection {
     address: String,
     #[serde(default)]
     dial_timeout: Option<String>,
+    #[serde(default)]
+    tls_required: bool,
+    #[serde(default)]
+    client_auth_required: bool,
+    #[serde(default)]
+    root_cert: String,
+    #[serde(default)]
+    client_cert: String,
+    #[serde(default)]
+    client_key: String,
+}
+
+impl Connection {
+    /// The TLS settings `connection.json` asks for, checked for what they
+    /// need.
+    fn tls(&self) -> Result<Option<ChaincodeTls>, PackageError> {
+        let malformed =
+            |what: &str| PackageError::Malformed(format!("a connection.json whose {what}"));
+        if !self.tls_required {
+            if self.client_auth_required {
+                return Err(malformed("client_auth_required comes with tls_required"));
+            }
+            return Ok(None);
+        }
+        if !self.root_cert.contains("-----BEGIN CERTIFICATE-----") {
+            return Err(malformed("tls_required comes with a PEM root_cert"));
+        }
+        let client = if self.client_auth_required {
+            if !self.client_cert.contains("-----BEGIN CERTIFICATE-----")
+                || !self.client_key.contains("PRIVATE KEY-----")
+            {
+                return Err(malformed(
+                    "client_auth_required comes with a PEM client_cert and client_key",
+                ));
+            }
+            Some((self.client_cert.clone(), self.client_key.clone()))
+        } else {
+            None
+        };
+        Ok(Some(ChaincodeTls {
+            root_cert: self.root_cert.clone(),
+            client,
+        }))
+    }
 }
 
 impl Package {
@@ -109,23 +160,35 @@ impl Package {
                 PackageError::Malformed(format!("a dial_timeout such as 10s ({e})"))
             })?,
         };
+        let tls = connection.tls()?;
         let hash = hex::encode(weft_protos::hash::sha256(&bytes));
         Ok(Self {
             id: format!("{}:{hash}", metadata.label),
             label: metadata.label,
             address: connection.address,
             dial_timeout,
+            tls,
             bytes,
         })
     }
 
-    /// A ccaas package of the chaincode server at `address`, as `peer
-    /// lifecycle chaincode package` builds one from a `connection.json`.
-    pub fn ccaas(label: &str, address: &str) -> Result<Bytes, PackageError> {
+    /// A ccaas package of the chaincode server at `address`, reached over
+    /// `tls` if given, as `peer lifecycle chaincode package` builds one
+    /// from a `connection.json`.
+    pub fn ccaas(
+        label: &str,
+        address: &str,
+        tls: Option<&ChaincodeTls>,
+    ) -> Result<Bytes, PackageError> {
+        let (client_cert, client_key) = tls.and_then(|tls| tls.client.clone()).unwrap_or_default();
         let connection = serde_json::json!({
             "address": address,
             "dial_timeout": "10s",
-            "tls_required": false,
+            "tls_required": tls.is_some(),
+            "client_auth_required": tls.is_some_and(|tls| tls.client.is_some()),
+            "root_cert": tls.map(|tls| tls.root_cert.as_str()).unwrap_or_default(),
+            "client_cert": client_cert,
+            "client_key": client_key,
         });
         let code = tar_gz(&[("connection.json", connection.to_string().into_bytes())])?;
         let metadata = serde_json::json!({"type": "ccaas", "label": label});
@@ -268,10 +331,11 @@ mod tests {
 
     #[test]
     fn a_ccaas_package_round_trips_and_installs_once() {
-        let bytes = Package::ccaas("notes_1.0", "127.0.0.1:9999").unwrap();
+        let bytes = Package::ccaas("notes_1.0", "127.0.0.1:9999", None).unwrap();
         let package = Package::parse(bytes.clone()).unwrap();
         assert_eq!(package.label, "notes_1.0");
         assert_eq!(package.address, "127.0.0.1:9999");
+        assert_eq!(package.tls, None);
         assert_eq!(
             package.id,
             format!(
@@ -288,6 +352,48 @@ mod tests {
         // Found again after a restart.
         let reopened = InstalledPackages::open(dir.path()).unwrap();
         assert_eq!(reopened.get(&package.id).unwrap().address, "127.0.0.1:9999");
+    }
+
+    #[test]
+    fn a_package_names_the_tls_its_server_requires() {
+        let certificate = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        let key = "-----BEGIN PRIVATE KEY-----\nMIGH\n-----END PRIVATE KEY-----\n";
+        for client in [None, Some((certificate.to_owned(), key.to_owned()))] {
+            let tls = ChaincodeTls {
+                root_cert: certificate.to_owned(),
+                client,
+            };
+            let bytes = Package::ccaas("notes_1.0", "127.0.0.1:9999", Some(&tls)).unwrap();
+            assert_eq!(Package::parse(bytes).unwrap().tls, Some(tls));
+        }
+        let package = |connection: &str| {
+            let code = tar_gz(&[("connection.json", connection.as_bytes().to_vec())]).unwrap();
+            let bytes = tar_gz(&[
+                ("metadata.json", br#"{"type":"ccaas","label":"x"}"#.to_vec()),
+                ("code.tar.gz", code),
+            ])
+            .unwrap();
+            Package::parse(Bytes::from(bytes))
+        };
+        for (connection, reason) in [
+            (
+                r#"{"address":"a:1","tls_required":true}"#,
+                "tls_required comes with a PEM root_cert",
+            ),
+            (
+                r#"{"address":"a:1","client_auth_required":true}"#,
+                "client_auth_required comes with tls_required",
+            ),
+        ] {
+            let refused = package(connection).unwrap_err().to_string();
+            assert!(refused.contains(reason), "{refused}");
+        }
+        let missing_key = format!(
+            r#"{{"address":"a:1","tls_required":true,"root_cert":{c:?},"client_auth_required":true,"client_cert":{c:?}}}"#,
+            c = certificate
+        );
+        let refused = package(&missing_key).unwrap_err().to_string();
+        assert!(refused.contains("client_cert and client_key"), "{refused}");
     }
 
     #[test]
