@@ -488,34 +488,40 @@ const SUPERVISE_EVERY: Duration = Duration::from_millis(500);
 /// node binds it.
 pub fn free_base_port(args: &UpArgs) -> Result<u16> {
     let ephemeral = ephemeral_ports();
-    // Where the search starts depends on the process, so that benches
-    // started at the same moment (tests run them side by side) do not all
-    // pick the first free range before any of them binds it.
-    let ranges: Vec<u16> = (10_050..=64_050).step_by(1_000).collect();
-    let first = std::process::id() as usize % ranges.len();
-    for base in ranges[first..].iter().chain(&ranges[..first]).copied() {
+    let mut candidates = Vec::new();
+    for base in (10_050..=64_050).step_by(1_000) {
         let plan = Plan {
             base_port: base,
             ..args.new_plan()?
         };
-        let Ok(ports) = plan.ports() else {
-            continue;
-        };
-        if ports
-            .iter()
-            .all(|address| !ephemeral.contains(&address.port()))
+        if let Ok(ports) = plan.ports()
             && ports
                 .iter()
-                .all(|address| std::net::TcpListener::bind(address).is_ok())
+                .all(|address| !ephemeral.contains(&address.port()))
         {
-            return Ok(base);
+            candidates.push((base, ports));
         }
     }
-    bail!(
-        "no range of free ports found between 10050 and 65535 outside the ephemeral ports {}-{}",
-        ephemeral.start(),
-        ephemeral.end()
-    )
+    // Where the search starts depends on the process, so that benches
+    // started at the same moment (tests run them side by side) do not all
+    // pick the first free range before any of them binds it.
+    let first = std::process::id() as usize % candidates.len().max(1);
+    let chosen = candidates[first..]
+        .iter()
+        .chain(&candidates[..first])
+        .find(|(_, ports)| {
+            ports
+                .iter()
+                .all(|address| std::net::TcpListener::bind(address).is_ok())
+        });
+    match chosen {
+        Some((base, _)) => Ok(*base),
+        None => bail!(
+            "no range of free ports found between 10050 and 65535 outside the ephemeral ports {}-{}",
+            ephemeral.start(),
+            ephemeral.end()
+        ),
+    }
 }
 
 /// A port free on loopback now, outside the ports the kernel gives
