@@ -86,6 +86,7 @@ fn chaincodes(config: &PeerConfig) -> Vec<(String, Arc<dyn Chaincode>)> {
     for external in &config.chaincode.external {
         let external_config = ExternalConfig {
             execute_timeout: config.chaincode.execute_timeout.0,
+            tls: external.tls.clone(),
             ..ExternalConfig::new(&external.name, &external.address)
         };
         let chaincode = ExternalChaincode::new(external_config, tokio::runtime::Handle::current());

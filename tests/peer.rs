@@ -354,11 +354,41 @@ async fn a_chaincode_written_with_fabric_shim_serves_proposals_as_a_service() {
     let dir = tempfile::tempdir().unwrap();
     let mut network = Network::create(dir.path());
     let mut chaincode = ShimChaincode::start(&network.dir);
-    network.external_chaincodes = vec![("notes".to_owned(), chaincode.address)];
+    // The same chaincode served over mutual TLS too, named in peer.yaml's
+    // chaincode.external list with its CA and the peers' client
+    // certificate (peer0.org1's TLS pair, from org1's TLS CA).
+    let crypto = network.dir.join("crypto/peerOrganizations");
+    let server_tls = crypto.join("org2.example.com/peers/peer0.org2.example.com/tls");
+    let client_tls = crypto.join("org1.example.com/peers/peer0.org1.example.com/tls");
+    let secured = ShimChaincode::start_tls(
+        &network.dir,
+        &[
+            &server_tls.join("server.crt"),
+            &server_tls.join("server.key"),
+            &client_tls.join("ca.crt"),
+        ],
+    );
+    network.external_chaincodes = vec![
+        ("notes".to_owned(), chaincode.address),
+        ("vault".to_owned(), secured.address),
+    ];
+    network.external_tls = vec![(
+        "vault".to_owned(),
+        [
+            server_tls.join("ca.crt"),
+            client_tls.join("server.crt"),
+            client_tls.join("server.key"),
+        ],
+    )];
     let orderer = network.start_solo_orderer();
     let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
     let org1 = network.start_org_peer("org1", &dir.path().join("org1"), &[orderer.grpc], &[]);
     let peers = [org1.grpc, org2.grpc];
+    let over_tls = network.proposal(CHANNEL, &["vault", "put", "v1", "over TLS"]);
+    for response in endorse_all(&peers, &over_tls.signed(&network.client).unwrap()).await {
+        let answer = response.response.unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.message);
+    }
 
     let mut height = 0;
     let mut tx_ids = Vec::new();
@@ -1093,6 +1123,20 @@ fn a_bad_peer_config_names_the_file_and_key() {
              chaincode:\n  external:\n    - name: notes\n      address: nowhere\n",
             "chaincode.external[0].address",
         ),
+        (
+            "peer:\n  id: p\n  listenAddress: 127.0.0.1:0\n  localMspId: Org1MSP\n  \
+             mspConfigPath: msp\n  fileSystemPath: data\norderers: [\"127.0.0.1:1\"]\n\
+             chaincode:\n  external:\n    - name: notes\n      address: 127.0.0.1:9999\n      \
+             tlsRootCert: missing-ca.pem\n",
+            "chaincode.external[0].tlsRootCert: reading",
+        ),
+        (
+            "peer:\n  id: p\n  listenAddress: 127.0.0.1:0\n  localMspId: Org1MSP\n  \
+             mspConfigPath: msp\n  fileSystemPath: data\norderers: [\"127.0.0.1:1\"]\n\
+             chaincode:\n  external:\n    - name: notes\n      address: 127.0.0.1:9999\n      \
+             tlsClientCert: client.pem\n",
+            "chaincode.external[0].tlsRootCert: a client certificate needs TLS",
+        ),
     ] {
         std::fs::write(&config, text).unwrap();
         let output = Command::new(env!("CARGO_BIN_EXE_weft"))
@@ -1155,6 +1199,9 @@ struct Network {
     /// External chaincodes (name, address) the peers started from now on
     /// dial.
     external_chaincodes: Vec<(String, SocketAddr)>,
+    /// The TLS files (CA, client certificate, client key) of those of them
+    /// that serve TLS, by name.
+    external_tls: Vec<(String, [PathBuf; 3])>,
     /// The validating peer that peers started from now on replicate, as
     /// endorser replicas; `None`: they validate blocks from the orderers.
     replica_of: Option<SocketAddr>,
@@ -1209,6 +1256,7 @@ impl Network {
             org1_peer: signer(&dir.join(peer_msp_path("org1")), "Org1MSP"),
             org2_peer: signer(&dir.join(peer_msp_path("org2")), "Org2MSP"),
             external_chaincodes: Vec::new(),
+            external_tls: Vec::new(),
             replica_of: None,
         }
     }
@@ -1283,7 +1331,21 @@ impl Network {
         let external: String = self
             .external_chaincodes
             .iter()
-            .map(|(name, address)| format!("    - name: {name}\n      address: \"{address}\"\n"))
+            .map(|(name, address)| {
+                let tls = self
+                    .external_tls
+                    .iter()
+                    .find(|(secured, _)| secured == name)
+                    .map_or_else(String::new, |(_, [ca, cert, key])| {
+                        format!(
+                            "      tlsRootCert: {}\n      tlsClientCert: {}\n      tlsClientKey: {}\n",
+                            ca.display(),
+                            cert.display(),
+                            key.display()
+                        )
+                    });
+                format!("    - name: {name}\n      address: \"{address}\"\n{tls}")
+            })
             .collect();
         let chaincode = if external.is_empty() {
             String::new()

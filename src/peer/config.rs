@@ -5,13 +5,14 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow, bail};
 use serde::Deserialize;
 use weft_ledger::Durability;
 
 use crate::settings::{GoDuration, load_yaml, resolve};
 use crate::tls::TlsSection;
 use weft_orderer::NodeTls;
+use weft_peer_endorser::ChaincodeTls;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -193,6 +194,49 @@ impl Default for ChaincodeSection {
 pub struct ExternalChaincodeEntry {
     pub name: String,
     pub address: String,
+    /// With it, the peer dials over TLS: the CA certificate (PEM file) the
+    /// server's certificate must chain to.
+    #[serde(default)]
+    pub tls_root_cert: Option<PathBuf>,
+    /// The client certificate and key (PEM files) the peer presents to a
+    /// server that requires one.
+    #[serde(default)]
+    pub tls_client_cert: Option<PathBuf>,
+    #[serde(default)]
+    pub tls_client_key: Option<PathBuf>,
+    /// The TLS settings those files make, read when the config is loaded.
+    #[serde(skip)]
+    pub tls: Option<ChaincodeTls>,
+}
+
+impl ExternalChaincodeEntry {
+    /// The TLS the entry asks for, its files read; `key` names the entry
+    /// in errors.
+    fn read_tls(&self, key: &str) -> Result<Option<ChaincodeTls>> {
+        let read = |field: &str, path: &Path| -> Result<String> {
+            let bytes = crate::settings::read_file(&format!("{key}.{field}"), path)?;
+            String::from_utf8(bytes)
+                .map_err(|_| anyhow!("{key}.{field}: {} is not PEM text", path.display()))
+        };
+        let Some(root) = &self.tls_root_cert else {
+            if self.tls_client_cert.is_some() || self.tls_client_key.is_some() {
+                bail!("{key}.tlsRootCert: a client certificate needs TLS, so a root certificate");
+            }
+            return Ok(None);
+        };
+        let client = match (&self.tls_client_cert, &self.tls_client_key) {
+            (Some(certificate), Some(private_key)) => Some((
+                read("tlsClientCert", certificate)?,
+                read("tlsClientKey", private_key)?,
+            )),
+            (None, None) => None,
+            _ => bail!("{key}.tlsClientCert: name the client certificate and its key together"),
+        };
+        Ok(Some(ChaincodeTls {
+            root_cert: read("tlsRootCert", root)?,
+            client,
+        }))
+    }
 }
 
 /// The peers of other organisations the Gateway asks for endorsements,
@@ -251,6 +295,18 @@ impl PeerConfig {
         for channel in &mut config.channels {
             channel.genesis_block = resolve(dir, &channel.genesis_block);
         }
+        for external in &mut config.chaincode.external {
+            for path in [
+                &mut external.tls_root_cert,
+                &mut external.tls_client_cert,
+                &mut external.tls_client_key,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                *path = resolve(dir, path);
+            }
+        }
         let file = path.display();
         if config.orderers.is_empty() {
             bail!("{file}: orderers: name at least one orderer endpoint");
@@ -270,6 +326,7 @@ impl PeerConfig {
             bail!("{file}: committer.queueBlocks: must be at least 1");
         }
         let mut names = std::collections::BTreeSet::new();
+        let mut tls_of = Vec::new();
         for (index, external) in config.chaincode.external.iter().enumerate() {
             let name = &external.name;
             if name.is_empty() {
@@ -295,6 +352,13 @@ impl PeerConfig {
                     external.address
                 );
             }
+            let tls = external
+                .read_tls(&format!("chaincode.external[{index}]"))
+                .map_err(|e| anyhow!("{file}: {e:#}"))?;
+            tls_of.push(tls);
+        }
+        for (external, tls) in config.chaincode.external.iter_mut().zip(tls_of) {
+            external.tls = tls;
         }
         if config.chaincode.execute_timeout.0.is_zero() {
             bail!("{file}: chaincode.executeTimeout: must be more than zero");
