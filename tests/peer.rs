@@ -356,30 +356,13 @@ async fn a_chaincode_written_with_fabric_shim_serves_proposals_as_a_service() {
     let mut chaincode = ShimChaincode::start(&network.dir);
     // The same chaincode served over mutual TLS too, named in peer.yaml's
     // chaincode.external list with its CA and the peers' client
-    // certificate (peer0.org1's TLS pair, from org1's TLS CA).
-    let crypto = network.dir.join("crypto/peerOrganizations");
-    let server_tls = crypto.join("org2.example.com/peers/peer0.org2.example.com/tls");
-    let client_tls = crypto.join("org1.example.com/peers/peer0.org1.example.com/tls");
-    let secured = ShimChaincode::start_tls(
-        &network.dir,
-        &[
-            &server_tls.join("server.crt"),
-            &server_tls.join("server.key"),
-            &client_tls.join("ca.crt"),
-        ],
-    );
+    // certificate.
+    let (secured, client_tls) = ShimChaincode::mutual_tls(&network);
     network.external_chaincodes = vec![
         ("notes".to_owned(), chaincode.address),
         ("vault".to_owned(), secured.address),
     ];
-    network.external_tls = vec![(
-        "vault".to_owned(),
-        [
-            server_tls.join("ca.crt"),
-            client_tls.join("server.crt"),
-            client_tls.join("server.key"),
-        ],
-    )];
+    network.external_tls = vec![("vault".to_owned(), client_tls)];
     let orderer = network.start_solo_orderer();
     let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
     let org1 = network.start_org_peer("org1", &dir.path().join("org1"), &[orderer.grpc], &[]);
@@ -1024,26 +1007,16 @@ async fn a_chaincode_service_installed_through_lifecycle_runs_without_a_restart(
     // certificate from org1's TLS CA: its package carries the CA to trust
     // and the client certificate and key to present (connection.json's
     // root_cert, client_cert, client_key), and both peers reach it.
-    let crypto = network.dir.join("crypto/peerOrganizations");
-    let server_tls = crypto.join("org2.example.com/peers/peer0.org2.example.com/tls");
-    let client_tls = crypto.join("org1.example.com/peers/peer0.org1.example.com/tls");
-    let secured = ShimChaincode::start_tls(
-        &network.dir,
-        &[
-            &server_tls.join("server.crt"),
-            &server_tls.join("server.key"),
-            &client_tls.join("ca.crt"),
-        ],
-    );
+    let (secured, [ca, cert, key]) = ShimChaincode::mutual_tls(&network);
     let stdout = node::stdout_of(
         chaincode_deploy(&network, orderer.grpc, peers)
             .args(["--name", "vault", "--address", &secured.address.to_string()])
             .arg("--chaincode-tls-ca")
-            .arg(server_tls.join("ca.crt"))
+            .arg(ca)
             .arg("--chaincode-tls-cert")
-            .arg(client_tls.join("server.crt"))
+            .arg(cert)
             .arg("--chaincode-tls-key")
-            .arg(client_tls.join("server.key")),
+            .arg(key),
     );
     assert!(stdout.contains("committed on channel ledger"), "{stdout}");
     let proposal = network.proposal(CHANNEL, &["vault", "put", "v1", "over TLS"]);
@@ -1734,15 +1707,34 @@ impl ShimChaincode {
         Self::start_with(dir, address, &[])
     }
 
-    /// The chaincode at a free port, serving TLS with the certificate and
-    /// key `tls` names (PEM files), and requiring client certificates
-    /// from the CA it names third, if it does.
-    fn start_tls(dir: &Path, tls: &[&Path]) -> Self {
+    /// The chaincode at a free port, serving TLS only (peer0.org2's TLS
+    /// certificate and key) and only to clients with a certificate from
+    /// org1's TLS CA; with the files a client needs, in PEM: the CA the
+    /// server's certificate chains to, and a client certificate and key
+    /// (peer0.org1's TLS pair).
+    fn mutual_tls(network: &Network) -> (Self, [PathBuf; 3]) {
+        let crypto = network.dir.join("crypto/peerOrganizations");
+        let server = crypto.join("org2.example.com/peers/peer0.org2.example.com/tls");
+        let client = crypto.join("org1.example.com/peers/peer0.org1.example.com/tls");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap();
-        Self::start_with(dir, port, tls)
+        let chaincode = Self::start_with(
+            &network.dir,
+            port,
+            &[
+                &server.join("server.crt"),
+                &server.join("server.key"),
+                &client.join("ca.crt"),
+            ],
+        );
+        let client_files = [
+            server.join("ca.crt"),
+            client.join("server.crt"),
+            client.join("server.key"),
+        ];
+        (chaincode, client_files)
     }
 
     fn start_with(dir: &Path, address: SocketAddr, tls: &[&Path]) -> Self {

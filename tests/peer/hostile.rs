@@ -956,14 +956,9 @@ fn seek_with(
     stop: u64,
     behavior: SeekBehavior,
 ) -> Envelope {
-    let position = |number| SeekPosition {
-        r#type: Some(Position::Specified(SeekSpecified { number })),
-    };
     let info = SeekInfo {
-        start: Some(position(start)),
-        stop: Some(position(stop)),
         behavior: behavior as i32,
-        ..SeekInfo::default()
+        ..seek_range(start, stop)
     };
     signed_envelope(
         HeaderType::DeliverSeekInfo,
@@ -986,17 +981,9 @@ fn commit_status_request(
         transaction_id: tx_id.to_owned(),
         channel_id: channel.to_owned(),
         identity: signer.serialized_identity().clone(),
-    }
-    .encode_to_vec();
-    let signed = if sign_other_bytes {
-        &b"other bytes"[..]
-    } else {
-        &request
     };
-    SignedCommitStatusRequest {
-        signature: signer.sign(signed).unwrap().into(),
-        request: request.into(),
-    }
+    let (request, signature) = signed(signer, &request, sign_other_bytes);
+    SignedCommitStatusRequest { request, signature }
 }
 
 fn events_request(
@@ -1013,17 +1000,22 @@ fn events_request(
             r#type: Some(Position::Specified(SeekSpecified { number: start })),
         }),
         after_transaction_id: String::new(),
-    }
-    .encode_to_vec();
-    let signed = if sign_other_bytes {
+    };
+    let (request, signature) = signed(signer, &request, sign_other_bytes);
+    SignedChaincodeEventsRequest { request, signature }
+}
+
+/// A Gateway request's bytes and `signer`'s signature over them, or over
+/// other bytes.
+fn signed(signer: &Signer, request: &impl Message, sign_other_bytes: bool) -> (Bytes, Bytes) {
+    let request = request.encode_to_vec();
+    let over = if sign_other_bytes {
         &b"other bytes"[..]
     } else {
         &request
     };
-    SignedChaincodeEventsRequest {
-        signature: signer.sign(signed).unwrap().into(),
-        request: request.into(),
-    }
+    let signature = signer.sign(over).unwrap().into();
+    (request.into(), signature)
 }
 
 async fn endorser(peer: SocketAddr, signed: SignedProposal) -> Answer {
@@ -1096,20 +1088,39 @@ async fn gateway_events(peer: SocketAddr, request: SignedChaincodeEventsRequest)
     let result = GatewayClient::new(connect(peer).await)
         .chaincode_events(request)
         .await;
-    let mut stream = match result {
-        Ok(response) => response.into_inner(),
-        Err(status) => return Answer::grpc(&status),
-    };
-    match tokio::time::timeout(QUIET, stream.message()).await {
-        Err(_) => Answer::new("WAITING", ""),
-        Ok(Ok(Some(events))) => Answer::new("EVENTS", events.block_number.to_string()),
-        Ok(Ok(None)) => Answer::new("ENDED", ""),
-        Ok(Err(status)) => Answer::grpc(&status),
-    }
+    first_answer(result, Some(QUIET), |events| {
+        Answer::new("EVENTS", events.block_number.to_string())
+    })
+    .await
 }
 
 /// How long a stream that should wait is watched for an answer.
 const QUIET: Duration = Duration::from_millis(500);
+
+/// The first message of a server stream as `answer` reads it; ENDED if
+/// the stream ends without one, WAITING if none comes within `wait`.
+async fn first_answer<T>(
+    call: Result<tonic::Response<tonic::Streaming<T>>, tonic::Status>,
+    wait: Option<Duration>,
+    answer: impl FnOnce(T) -> Answer,
+) -> Answer {
+    let mut stream = match call {
+        Ok(response) => response.into_inner(),
+        Err(status) => return Answer::grpc(&status),
+    };
+    let first = match wait {
+        Some(wait) => match tokio::time::timeout(wait, stream.message()).await {
+            Ok(first) => first,
+            Err(_) => return Answer::new("WAITING", ""),
+        },
+        None => stream.message().await,
+    };
+    match first {
+        Ok(Some(message)) => answer(message),
+        Ok(None) => Answer::new("ENDED", ""),
+        Err(status) => Answer::grpc(&status),
+    }
+}
 
 /// The first answer of a peer's Deliver (or DeliverFiltered) stream:
 /// BLOCK with its number, a status, or WAITING while none comes.
@@ -1121,50 +1132,30 @@ async fn peer_deliver(peer: SocketAddr, request: Envelope, filtered: bool) -> An
     } else {
         client.deliver(requests).await
     };
-    let mut stream = match result {
-        Ok(response) => response.into_inner(),
-        Err(status) => return Answer::grpc(&status),
-    };
-    match tokio::time::timeout(QUIET, stream.message()).await {
-        Err(_) => Answer::new("WAITING", ""),
-        Ok(Ok(Some(response))) => match response.r#type {
-            Some(PeerResponse::Block(block)) => {
-                Answer::new("BLOCK", header_of(&block).number.to_string())
-            }
-            Some(PeerResponse::FilteredBlock(block)) => {
-                Answer::new("BLOCK", block.number.to_string())
-            }
-            Some(PeerResponse::Status(status)) => Answer::fabric(status, ""),
-            other => Answer::new(format!("{other:?}"), ""),
-        },
-        Ok(Ok(None)) => Answer::new("ENDED", ""),
-        Ok(Err(status)) => Answer::grpc(&status),
-    }
+    first_answer(result, Some(QUIET), |response| match response.r#type {
+        Some(PeerResponse::Block(block)) => {
+            Answer::new("BLOCK", header_of(&block).number.to_string())
+        }
+        Some(PeerResponse::FilteredBlock(block)) => Answer::new("BLOCK", block.number.to_string()),
+        Some(PeerResponse::Status(status)) => Answer::fabric(status, ""),
+        other => Answer::new(format!("{other:?}"), ""),
+    })
+    .await
 }
 
 /// The first answer of an orderer's Deliver stream.
 async fn orderer_deliver(orderer: SocketAddr, request: Envelope) -> Answer {
-    {
-        let result = AtomicBroadcastClient::new(connect(orderer).await)
-            .deliver(tokio_stream::iter([request]))
-            .await;
-        let mut stream = match result {
-            Ok(response) => response.into_inner(),
-            Err(status) => return Answer::grpc(&status),
-        };
-        match tokio::time::timeout(QUIET, stream.message()).await {
-            Err(_) => Answer::new("WAITING", ""),
-            Ok(Ok(Some(response))) => match response.r#type {
-                Some(OrdererResponse::Block(block)) => {
-                    Answer::new("BLOCK", header_of(&block).number.to_string())
-                }
-                Some(OrdererResponse::Status(status)) => Answer::fabric(status, ""),
-                None => Answer::new("EMPTY", ""),
-            },
-            Ok(Ok(None)) => Answer::new("ENDED", ""),
-            Ok(Err(status)) => Answer::grpc(&status),
+    let result = AtomicBroadcastClient::new(connect(orderer).await)
+        .deliver(tokio_stream::iter([request]))
+        .await;
+    first_answer(result, Some(QUIET), |response| match response.r#type {
+        Some(OrdererResponse::Block(block)) => {
+            Answer::new("BLOCK", header_of(&block).number.to_string())
         }
-    }
+        Some(OrdererResponse::Status(status)) => Answer::fabric(status, ""),
+        None => Answer::new("EMPTY", ""),
+    })
+    .await
 }
 
 /// Raw bytes on a Deliver stream: the status it ended with.
@@ -1179,15 +1170,10 @@ async fn orderer_broadcast(orderer: SocketAddr, envelope: Envelope) -> Answer {
     let result = AtomicBroadcastClient::new(connect(orderer).await)
         .broadcast(tokio_stream::iter([envelope]))
         .await;
-    let mut stream = match result {
-        Ok(response) => response.into_inner(),
-        Err(status) => return Answer::grpc(&status),
-    };
-    match stream.message().await {
-        Ok(Some(response)) => Answer::fabric(response.status, response.info),
-        Ok(None) => Answer::new("ENDED", ""),
-        Err(status) => Answer::grpc(&status),
-    }
+    first_answer(result, None, |response| {
+        Answer::fabric(response.status, response.info)
+    })
+    .await
 }
 
 async fn broadcast_raw(orderer: SocketAddr, request: Bytes) -> Answer {

@@ -11,17 +11,20 @@
 //! verified once, however many policies are consulted. Key-level policies
 //! need the state, so they are checked later (`key_policies.rs`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use weft_msp::{Identity, UnixTime};
-use weft_policy::{SignedData, valid_identities_checked_by};
-use weft_protos::view::{DecodedBlock, EndorsedAction, EndorserTransaction, TxBody, TxEnvelope};
+use weft_policy::{SignaturePolicy, SignedData, valid_identities_checked_by};
+use weft_protos::view::{
+    DecodedBlock, EndorsedAction, EndorserTransaction, NamespaceRwSet, TxBody, TxEnvelope,
+};
 use weft_protos::{DecodeError, Layer};
 
+use crate::lifecycle::EndorsementRule;
 use crate::{ChannelContext, TxValidationCode};
 
 /// Blocks of fewer transactions are handled on the calling thread: handing
@@ -132,48 +135,126 @@ fn check_endorser_transaction(
         return TxValidationCode::BadHeaderExtension;
     };
     let endorsers = verified_endorsers(action, context, now);
-    // As Fabric's validator: the invoked chaincode and every namespace
-    // written are checked; a namespace's public writes need its rule, each
-    // private collection written needs the collection's rule, and a
-    // namespace with neither (a read-only invocation) its own rule.
+    endorsement_verdict(
+        action,
+        &chaincode.name,
+        &HashMap::new(),
+        &endorsers,
+        context,
+    )
+}
+
+/// What a written key must satisfy instead of its chaincode's rule, as the
+/// serial pass over key-level policies (`key_policies.rs`) finds it.
+pub(crate) enum KeyRule {
+    /// Its key-level policy (`Err`: a policy that does not decode, which
+    /// nothing satisfies).
+    Policy(Result<Arc<SignaturePolicy>, String>),
+    /// An earlier transaction of the block changed its policy: nothing
+    /// satisfies it (Fabric's `ValidationParameterUpdatedError`).
+    ChangedInBlock,
+}
+
+/// Fabric 2.x's endorsement rules for one action whose `endorsers` were
+/// verified, `key_rules` naming the (namespace, key) pairs written that
+/// need more than their chaincode's rule (none in stage 1). The invoked
+/// `chaincode` and every namespace written are checked: in each, a key
+/// with a rule of its own needs that rule, any other key written needs
+/// the chaincode's rule (once), each private collection written needs the
+/// collection's rule, and a namespace where nothing was checked (a
+/// read-only invocation) needs the chaincode's.
+pub(crate) fn endorsement_verdict(
+    action: &EndorsedAction,
+    chaincode: &str,
+    key_rules: &HashMap<(&str, &str), KeyRule>,
+    endorsers: &[Arc<Identity>],
+    context: &ChannelContext,
+) -> TxValidationCode {
     let mut namespaces: BTreeSet<&str> = action
         .namespaces
         .iter()
-        .filter(|ns| {
-            !ns.kv.writes.is_empty()
-                || !ns.kv.metadata_writes.is_empty()
-                || ns
+        .filter(|namespace| {
+            written_keys(namespace).next().is_some()
+                || namespace
                     .collection_hashed
                     .iter()
                     .any(|collection| !collection.rwset.hashed_writes.is_empty())
         })
-        .map(|ns| ns.namespace.as_str())
+        .map(|namespace| namespace.namespace.as_str())
         .collect();
-    namespaces.insert(chaincode.name.as_str());
-    for namespace in namespaces {
-        let mut rules = Vec::new();
-        if let Some(written) = action
-            .namespaces
-            .iter()
-            .find(|ns| ns.namespace == namespace)
-        {
-            if !written.kv.writes.is_empty() || !written.kv.metadata_writes.is_empty() {
-                rules.push(context.endorsement_rule(namespace));
+    namespaces.insert(chaincode);
+    for name in namespaces {
+        let chaincode_rule = context.endorsement_rule(name);
+        let Some(namespace) = action.namespaces.iter().find(|ns| ns.namespace == name) else {
+            if !context.satisfies(&chaincode_rule, endorsers) {
+                return TxValidationCode::EndorsementPolicyFailure;
             }
-            for collection in &written.collection_hashed {
-                if !collection.rwset.hashed_writes.is_empty() {
-                    rules.push(context.collection_rule(namespace, &collection.collection));
+            continue;
+        };
+        // Whether the chaincode's rule was checked, and whether any rule was.
+        let mut chaincode_checked = false;
+        let mut any_checked = false;
+        for key in written_keys(namespace) {
+            let key_rule = if key_rules.is_empty() {
+                None
+            } else {
+                key_rules.get(&(name, key))
+            };
+            match key_rule {
+                Some(KeyRule::ChangedInBlock) => {
+                    return TxValidationCode::EndorsementPolicyFailure;
+                }
+                Some(KeyRule::Policy(policy)) => {
+                    let rule = match policy {
+                        Ok(policy) => EndorsementRule::Signature(policy.clone()),
+                        Err(reason) => EndorsementRule::Unreadable(reason.clone()),
+                    };
+                    if !context.satisfies(&rule, endorsers) {
+                        return TxValidationCode::EndorsementPolicyFailure;
+                    }
+                    any_checked = true;
+                }
+                None if chaincode_checked => {}
+                None => {
+                    if !context.satisfies(&chaincode_rule, endorsers) {
+                        return TxValidationCode::EndorsementPolicyFailure;
+                    }
+                    chaincode_checked = true;
+                    any_checked = true;
                 }
             }
         }
-        if rules.is_empty() {
-            rules.push(context.endorsement_rule(namespace));
+        for collection in &namespace.collection_hashed {
+            if collection.rwset.hashed_writes.is_empty() {
+                continue;
+            }
+            let rule = context.collection_rule(name, &collection.collection);
+            if !context.satisfies(&rule, endorsers) {
+                return TxValidationCode::EndorsementPolicyFailure;
+            }
+            any_checked = true;
         }
-        if !rules.iter().all(|rule| context.satisfies(rule, &endorsers)) {
+        if !any_checked && !context.satisfies(&chaincode_rule, endorsers) {
             return TxValidationCode::EndorsementPolicyFailure;
         }
     }
     TxValidationCode::Valid
+}
+
+/// The public keys a namespace's writes and metadata writes touch.
+pub(crate) fn written_keys(namespace: &NamespaceRwSet) -> impl Iterator<Item = &str> + '_ {
+    namespace
+        .kv
+        .writes
+        .iter()
+        .map(|write| write.key.as_str())
+        .chain(
+            namespace
+                .kv
+                .metadata_writes
+                .iter()
+                .map(|write| write.key.as_str()),
+        )
 }
 
 /// Whether the action writes metadata of private (hashed) keys.

@@ -10,7 +10,8 @@
 //! against its chaincode's rule. This pass runs serially, after the
 //! duplicate check and before MVCC, against the state the block commits
 //! on, and judges again the transactions that write a key with such a
-//! policy, as Fabric's validator (`statebased`, v2.0 rules) judges them:
+//! policy, with stage 1's rules (`checks::endorsement_verdict`) given the
+//! keys' own, as Fabric's validator (`statebased`, v2.0 rules) judges them:
 //!
 //! - in each namespace the transaction writes (and the chaincode it
 //!   invokes), every public key written or whose metadata is written needs
@@ -33,19 +34,18 @@
 //! DUPLICATE_TXID, so its metadata write can still invalidate later
 //! transactions; here a duplicate is never judged and never counts.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use prost::Message;
-use weft_msp::{Identity, UnixTime};
+use weft_msp::UnixTime;
 use weft_policy::SignaturePolicy;
 use weft_protos::kvrwset::KvMetadataWrite;
 use weft_protos::tx::VALIDATION_PARAMETER;
-use weft_protos::view::{DecodedBlock, EndorsedAction, TxBody};
+use weft_protos::view::{DecodedBlock, TxBody};
 use weft_statedb::{StateReader, key_metadata_namespace};
 
-use crate::checks::verified_endorsers;
-use crate::lifecycle::EndorsementRule;
+use crate::checks::{KeyRule, endorsement_verdict, verified_endorsers, written_keys};
 use crate::{ChannelContext, TxValidationCode};
 
 /// Judges again, in block order, the transactions of `block` still valid
@@ -98,7 +98,7 @@ pub fn check_key_level_policies(
                 .as_ref()
                 .map_or("", |id| id.name.as_str());
             let endorsers = verified_endorsers(action, context, now);
-            *code = judge(action, chaincode, &rules, &endorsers, context);
+            *code = endorsement_verdict(action, chaincode, &rules, &endorsers, context);
             if *code != TxValidationCode::Valid {
                 tracing::info!(
                     tx_id = transaction.tx_id(),
@@ -117,106 +117,6 @@ pub fn check_key_level_policies(
         }
     }
     Ok(())
-}
-
-/// What a written key must satisfy beyond stage 1.
-enum KeyRule {
-    /// Its key-level policy (`Err`: a policy that does not decode, which
-    /// nothing satisfies).
-    Policy(Result<Arc<SignaturePolicy>, String>),
-    /// An earlier transaction of the block changed its metadata.
-    ChangedInBlock,
-}
-
-/// Fabric's v2.0 rules for one transaction whose keys in `rules` carry
-/// key-level policies (or were changed in the block).
-fn judge(
-    action: &EndorsedAction,
-    chaincode: &str,
-    rules: &HashMap<(&str, &str), KeyRule>,
-    endorsers: &[Arc<Identity>],
-    context: &ChannelContext,
-) -> TxValidationCode {
-    let mut namespaces: BTreeSet<&str> = action
-        .namespaces
-        .iter()
-        .filter(|namespace| {
-            written_keys(namespace).next().is_some()
-                || namespace
-                    .collection_hashed
-                    .iter()
-                    .any(|collection| !collection.rwset.hashed_writes.is_empty())
-        })
-        .map(|namespace| namespace.namespace.as_str())
-        .collect();
-    namespaces.insert(chaincode);
-    for name in namespaces {
-        let chaincode_rule = context.endorsement_rule(name);
-        // Whether the chaincode's rule was checked, and whether any rule was.
-        let mut chaincode_checked = false;
-        let mut any_checked = false;
-        let Some(namespace) = action.namespaces.iter().find(|ns| ns.namespace == name) else {
-            if !context.satisfies(&chaincode_rule, endorsers) {
-                return TxValidationCode::EndorsementPolicyFailure;
-            }
-            continue;
-        };
-        for key in written_keys(namespace) {
-            match rules.get(&(name, key)) {
-                Some(KeyRule::ChangedInBlock) => {
-                    return TxValidationCode::EndorsementPolicyFailure;
-                }
-                Some(KeyRule::Policy(policy)) => {
-                    let rule = match policy {
-                        Ok(policy) => EndorsementRule::Signature(policy.clone()),
-                        Err(reason) => EndorsementRule::Unreadable(reason.clone()),
-                    };
-                    if !context.satisfies(&rule, endorsers) {
-                        return TxValidationCode::EndorsementPolicyFailure;
-                    }
-                    any_checked = true;
-                }
-                None if chaincode_checked => {}
-                None => {
-                    if !context.satisfies(&chaincode_rule, endorsers) {
-                        return TxValidationCode::EndorsementPolicyFailure;
-                    }
-                    chaincode_checked = true;
-                    any_checked = true;
-                }
-            }
-        }
-        for collection in &namespace.collection_hashed {
-            if collection.rwset.hashed_writes.is_empty() {
-                continue;
-            }
-            let rule = context.collection_rule(name, &collection.collection);
-            if !context.satisfies(&rule, endorsers) {
-                return TxValidationCode::EndorsementPolicyFailure;
-            }
-            any_checked = true;
-        }
-        if !any_checked && !context.satisfies(&chaincode_rule, endorsers) {
-            return TxValidationCode::EndorsementPolicyFailure;
-        }
-    }
-    TxValidationCode::Valid
-}
-
-/// The public keys a namespace's writes and metadata writes touch.
-fn written_keys(namespace: &weft_protos::view::NamespaceRwSet) -> impl Iterator<Item = &str> + '_ {
-    namespace
-        .kv
-        .writes
-        .iter()
-        .map(|write| write.key.as_str())
-        .chain(
-            namespace
-                .kv
-                .metadata_writes
-                .iter()
-                .map(|write| write.key.as_str()),
-        )
 }
 
 /// The committed key-level policies, looked up key by key, skipping

@@ -8,6 +8,8 @@ use bytes::Bytes;
 use prost::Message;
 use weft_msp::{Signer, now};
 use weft_protos::common::{Block, ChannelHeader, Envelope, Payload};
+use weft_protos::protos::{ChaincodeId, Response};
+use weft_protos::tx::{Invocation, Proposal, SimulationResult, endorse};
 use weft_protos::view::{DecodedBlock, Limits, TxBody};
 
 use crate::checks::check_block;
@@ -65,6 +67,42 @@ fn with_envelopes(template: &Block, envelopes: Vec<Bytes>) -> DecodedBlock {
     let mut block = template.clone();
     block.data.as_mut().unwrap().data = envelopes;
     decoded(block)
+}
+
+/// A `kv` transaction on ch10 proposed by User1, whose simulation gave
+/// `results` (a serialized read/write set) and `events`, endorsed by
+/// `endorsers`, as an envelope's bytes.
+fn kv_transaction_by(results: Bytes, events: Bytes, endorsers: &[&Signer]) -> Bytes {
+    let user = user1();
+    let invocation = Invocation {
+        channel_id: "ch10",
+        chaincode: "kv",
+        args: vec![Bytes::from_static(b"put")],
+        nonce: user.new_nonce().unwrap(),
+        timestamp_seconds: now(),
+    };
+    let proposal = Proposal::new(&invocation, user.serialized_identity().clone());
+    let simulation = SimulationResult {
+        results,
+        events,
+        response: Response {
+            status: 200,
+            ..Response::default()
+        },
+        chaincode_id: ChaincodeId {
+            name: "kv".to_owned(),
+            ..ChaincodeId::default()
+        },
+    };
+    let responses: Vec<_> = endorsers
+        .iter()
+        .map(|endorser| endorse(&proposal, &simulation, *endorser).unwrap())
+        .collect();
+    proposal
+        .transaction(&responses, &user)
+        .unwrap()
+        .encode_to_vec()
+        .into()
 }
 
 #[test]
@@ -403,10 +441,7 @@ fn a_broken_copy_claims_its_tx_id_only_across_blocks() {
 mod key_level_policies {
     use std::collections::BTreeMap;
 
-    use weft_protos::protos::{ChaincodeId, Response};
-    use weft_protos::tx::{
-        Invocation, Proposal, ReadWriteSetBuilder, SimulationResult, VALIDATION_PARAMETER, endorse,
-    };
+    use weft_protos::tx::{ReadWriteSetBuilder, VALIDATION_PARAMETER};
     use weft_statedb::memory::{MemoryOptions, MemoryState};
     use weft_statedb::{Height, StateReader, UpdateBatch, VersionedState, key_metadata_namespace};
 
@@ -449,7 +484,6 @@ mod key_level_policies {
         policies: &[(&str, Option<Bytes>)],
         endorsers: &[&Signer],
     ) -> Bytes {
-        let user = user1();
         let mut rwset = ReadWriteSetBuilder::new();
         for (key, value) in writes {
             match value {
@@ -464,35 +498,7 @@ mod key_level_policies {
                 .collect::<BTreeMap<_, _>>();
             rwset.write_metadata("kv", key, entries);
         }
-        let invocation = Invocation {
-            channel_id: "ch10",
-            chaincode: "kv",
-            args: vec![Bytes::from_static(b"put")],
-            nonce: user.new_nonce().unwrap(),
-            timestamp_seconds: now(),
-        };
-        let proposal = Proposal::new(&invocation, user.serialized_identity().clone());
-        let simulation = SimulationResult {
-            results: rwset.encode(),
-            events: Bytes::new(),
-            response: Response {
-                status: 200,
-                ..Response::default()
-            },
-            chaincode_id: ChaincodeId {
-                name: "kv".to_owned(),
-                ..ChaincodeId::default()
-            },
-        };
-        let responses: Vec<_> = endorsers
-            .iter()
-            .map(|endorser| endorse(&proposal, &simulation, *endorser).unwrap())
-            .collect();
-        proposal
-            .transaction(&responses, &user)
-            .unwrap()
-            .encode_to_vec()
-            .into()
+        kv_transaction_by(rwset.encode(), Bytes::new(), endorsers)
     }
 
     /// Validates `envelopes` as block `number` against `state` and commits
@@ -1004,12 +1010,12 @@ mod commit {
         use weft_protos::common::{Envelope, Header, HeaderType, SignatureHeader, Status};
         use weft_protos::orderer::seek_position::Type as Position;
         use weft_protos::orderer::{SeekInfo, SeekNewest, SeekOldest, SeekPosition};
+        use weft_protos::protos::ChaincodeEvent;
         use weft_protos::protos::deliver_client::DeliverClient;
         use weft_protos::protos::deliver_response::Type as ResponseType;
         use weft_protos::protos::deliver_server::DeliverServer;
         use weft_protos::protos::filtered_transaction::Data as FilteredData;
-        use weft_protos::protos::{ChaincodeEvent, ChaincodeId, Response};
-        use weft_protos::tx::{Invocation, Proposal, Sign, SimulationResult, endorse};
+        use weft_protos::tx::Sign;
 
         use super::*;
         use crate::{Channels, DeliverService};
@@ -1140,33 +1146,8 @@ mod commit {
         /// A `kv` transaction by User1 whose chaincode set `event`, as an
         /// envelope's bytes (only its shape matters to filtering).
         fn kv_transaction(event: Option<ChaincodeEvent>) -> Bytes {
-            let user = user1();
-            let invocation = Invocation {
-                channel_id: "ch10",
-                chaincode: "kv",
-                args: vec![Bytes::from_static(b"put")],
-                nonce: user.new_nonce().unwrap(),
-                timestamp_seconds: now(),
-            };
-            let proposal = Proposal::new(&invocation, user.serialized_identity().clone());
-            let simulation = SimulationResult {
-                results: Bytes::new(),
-                events: event.map(|e| e.encode_to_vec().into()).unwrap_or_default(),
-                response: Response {
-                    status: 200,
-                    ..Response::default()
-                },
-                chaincode_id: ChaincodeId {
-                    name: "kv".to_owned(),
-                    ..ChaincodeId::default()
-                },
-            };
-            let response = endorse(&proposal, &simulation, &user).unwrap();
-            proposal
-                .transaction(&[response], &user)
-                .unwrap()
-                .encode_to_vec()
-                .into()
+            let events = event.map(|e| e.encode_to_vec().into()).unwrap_or_default();
+            kv_transaction_by(Bytes::new(), events, &[&user1()])
         }
 
         #[test]
