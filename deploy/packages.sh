@@ -20,9 +20,11 @@ WEFT_BUILD_PACKAGES=(libclang-dev g++:g++ make:make)
 # What the tests need besides: Node.js with npm for Fabric's own JavaScript
 # clients (the tests install their npm packages themselves), openssl, and
 # Java with Maven for the Kafka broker the Kafka tests start through
-# deploy/kafka.sh (which fetches Kafka's jars from Maven Central itself).
+# deploy/kafka.sh (which fetches Kafka's jars from Maven Central itself),
+# and e2fsprogs with mount's losetup for the disk-fault test's ext4 image.
 # shellcheck disable=SC2034
-WEFT_TEST_PACKAGES=(node:nodejs npm:npm openssl:openssl java:default-jre-headless mvn:maven)
+WEFT_TEST_PACKAGES=(node:nodejs npm:npm openssl:openssl java:default-jre-headless mvn:maven
+  mkfs.ext4:e2fsprogs e2fsck:e2fsprogs losetup:mount)
 
 install_missing_packages() {
   local wanted missing=()

@@ -19,7 +19,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use prost::Message;
 use serde::Deserialize;
 use weft_ledger::Durability;
-use weft_orderer::{ClusterConfig, ConsensusMode, NodeConfig, Orderer};
+use weft_orderer::{ClientLimits, ClusterConfig, ConsensusMode, NodeConfig, Orderer};
 use weft_protos::common::Block;
 
 use crate::ops::{self, FailedCheck};
@@ -87,6 +87,44 @@ pub struct NodeSection {
     pub max_message_bytes: usize,
     #[serde(default)]
     pub tls: TlsSection,
+    #[serde(default)]
+    pub limits: LimitsSection,
+}
+
+/// What the orderer serves at once (`orderer.limits`; docs/security.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct LimitsSection {
+    /// Connections open at once on each listener.
+    pub connections: usize,
+    pub concurrency: ConcurrencySection,
+}
+
+/// Streams open at once across all connections; 0 lifts the limit.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct ConcurrencySection {
+    pub broadcast: usize,
+    pub deliver: usize,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        let defaults = ClientLimits::default();
+        Self {
+            connections: defaults.connections,
+            concurrency: ConcurrencySection {
+                broadcast: defaults.broadcast_streams,
+                deliver: defaults.deliver_streams,
+            },
+        }
+    }
+}
+
+impl Default for ConcurrencySection {
+    fn default() -> Self {
+        LimitsSection::default().concurrency
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -223,6 +261,10 @@ impl Settings {
         if file.orderer.max_message_bytes == 0 {
             bail!("{}: must be at least 1", at("orderer.maxMessageBytes"));
         }
+        let limits = &file.orderer.limits;
+        if limits.connections == 0 {
+            bail!("{}: must be at least 1", at("orderer.limits.connections"));
+        }
         Ok(Self {
             id: file.orderer.id,
             listen_address: file.orderer.listen_address,
@@ -238,6 +280,11 @@ impl Settings {
                     .orderer
                     .tls
                     .load(base, |key| at(&format!("orderer.{key}")))?,
+                limits: ClientLimits {
+                    connections: limits.connections,
+                    broadcast_streams: limits.concurrency.broadcast,
+                    deliver_streams: limits.concurrency.deliver,
+                },
             },
             signer,
             genesis_blocks,

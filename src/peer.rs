@@ -22,7 +22,6 @@ use anyhow::{Context, Result, anyhow};
 use bytes::Bytes;
 use prost::Message;
 use tokio::sync::watch;
-use tonic::transport::server::TcpIncoming;
 use weft_ledger::{BlockStore, StoreConfig};
 use weft_msp::UnixTime;
 use weft_msp::{RememberingSigner, Signer, own};
@@ -39,6 +38,7 @@ use weft_protos::common::Block;
 use weft_protos::gateway::gateway_server::GatewayServer;
 use weft_protos::protos::deliver_server::DeliverServer;
 use weft_protos::protos::endorser_server::EndorserServer;
+use weft_protos::serve::{CallLimits, ConnectionLimits, REQUEST_START_MAX};
 use weft_statedb::VersionedState;
 use weft_statedb::memory::{MemoryOptions, MemoryState};
 use weft_statedb::rocks::{RocksOptions, RocksState};
@@ -181,8 +181,13 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
             .collect(),
         orderers: config.orderers.clone(),
         tls: config.tls.as_ref().map(|tls| tls.client.clone()),
+        timeouts: weft_peer_endorser::gateway::Timeouts {
+            endorsement: config.gateway.endorsement_timeout.0,
+            broadcast: config.gateway.broadcast_timeout.0,
+            dial: config.gateway.dial_timeout.0,
+        },
     };
-    let mut grpc_server = weft_protos::dial::server();
+    let mut grpc_server = weft_protos::serve::server();
     if let Some(tls) = &config.tls {
         grpc_server = grpc_server
             .tls_config(tls.server.clone())
@@ -199,8 +204,12 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
     let grpc = tokio::spawn(
         grpc_server
             .layer(tower::util::MapResponseLayer::new(
-                weft_protos::dial::oversized_request_status,
+                weft_protos::serve::oversized_request_status,
             ))
+            .layer(
+                CallLimits::new(&config.peer.limits.concurrency.by_service())
+                    .ending_calls_without_a_request(&["/protos.Deliver"], REQUEST_START_MAX),
+            )
             .add_service(
                 DeliverServer::new(deliver)
                     .max_decoding_message_size(MESSAGE_BYTES_MAX)
@@ -217,7 +226,11 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
                     .max_encoding_message_size(MESSAGE_BYTES_MAX),
             )
             .serve_with_incoming_shutdown(
-                TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
+                weft_protos::serve::incoming(
+                    grpc_listener,
+                    ConnectionLimits::new(config.peer.limits.connections),
+                    "peer",
+                ),
                 stopped(shutdown_seen.clone()),
             ),
     );

@@ -81,7 +81,11 @@ impl TlsSection {
             private_key: private_key.clone(),
         };
         let identity = Identity::from_pem(certificate, private_key);
-        let mut server = ServerTlsConfig::new().identity(identity.clone());
+        // A client that does not finish its handshake in time is dropped,
+        // as by Fabric's gRPC servers.
+        let mut server = ServerTlsConfig::new()
+            .identity(identity.clone())
+            .timeout(weft_protos::serve::CONNECTION_ESTABLISH_MAX);
         if self.client_auth_required {
             if self.client_root_cas.is_empty() {
                 bail!(

@@ -285,9 +285,12 @@ async fn one_connection_has_at_most_1024_requests_under_way_and_more_wait() {
     let data = tempfile::tempdir().unwrap();
     let orderer = start(&network, data.path(), vec![network.genesis.clone()]).await;
     let client = connect(&orderer).await;
-    let limit = weft_protos::dial::STREAMS_PER_CONNECTION_MAX as usize;
+    let limit = weft_protos::serve::STREAMS_PER_CONNECTION_MAX as usize;
+    // Each stream sends an empty envelope (refused, the stream stays
+    // open), so that none is ended for never sending a request.
     let idle_stream = || {
         let (keep_open, requests) = tokio::sync::mpsc::channel::<Envelope>(1);
+        keep_open.try_send(Envelope::default()).unwrap();
         (
             keep_open,
             tokio_stream::wrappers::ReceiverStream::new(requests),
@@ -326,6 +329,160 @@ async fn one_connection_has_at_most_1024_requests_under_way_and_more_wait() {
         .unwrap();
     drop(open);
     orderer.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_past_the_configured_limits_are_refused_and_silent_ones_ended() {
+    // Goal: `orderer.limits.concurrency`: Broadcast and Deliver streams
+    // open at once, across all connections, are bounded; the next is
+    // refused with a reason and a code to retry on, and a stream's place
+    // frees when it ends. A stream whose client never sends a request is
+    // ended instead of holding its place.
+    let network = Network::new();
+    let data = tempfile::tempdir().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut config = node_config(data.path());
+    config.limits.broadcast_streams = 1;
+    config.limits.deliver_streams = 1;
+    let orderer = Orderer::start(
+        config,
+        network.orderer.clone_signer(),
+        vec![network.genesis.clone()],
+        listener,
+    )
+    .await
+    .unwrap();
+    let (keep_open, requests) = tokio::sync::mpsc::channel::<Envelope>(1);
+    let (tx_id, envelope) = network.transaction(CHANNEL, &network.client1, "first", 0);
+    keep_open.send(envelope).await.unwrap();
+    let mut open = connect(&orderer)
+        .await
+        .broadcast(tokio_stream::wrappers::ReceiverStream::new(requests))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        open.message().await.unwrap().unwrap().status,
+        Status::Success as i32,
+        "{tx_id}"
+    );
+    // From another connection: the second Broadcast stream is refused.
+    let (_, envelope) = network.transaction(CHANNEL, &network.client1, "second", 0);
+    let refused = first_broadcast_answer(&orderer, &envelope)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert_eq!(
+        refused.message(),
+        "too many requests for /orderer.AtomicBroadcast/Broadcast, exceeding concurrency limit (1)"
+    );
+    // The first ends; the second goes through.
+    drop((keep_open, open));
+    let started = std::time::Instant::now();
+    loop {
+        match first_broadcast_answer(&orderer, &envelope).await {
+            Ok(Some(answer)) => {
+                assert_eq!(answer.status, Status::Success as i32, "{answer:?}");
+                break;
+            }
+            Err(status)
+                if status.code() == tonic::Code::ResourceExhausted
+                    && started.elapsed() < Duration::from_secs(30) =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("the ended stream kept its place: {other:?}"),
+        }
+    }
+
+    // Deliver: a stream that never sends its seek holds the one place
+    // until it is ended; meanwhile another is refused.
+    let mut silent = connect(&orderer)
+        .await
+        .deliver(tokio_stream::pending::<Envelope>())
+        .await
+        .unwrap()
+        .into_inner();
+    let seek = seek_envelope(
+        CHANNEL,
+        &network.client1,
+        Position::Specified(SeekSpecified { number: 0 }),
+        Position::Specified(SeekSpecified { number: 0 }),
+        SeekBehavior::FailIfNotReady,
+    );
+    let refused = first_deliver_answer(&orderer, &seek).await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .message()
+            .ends_with("Deliver, exceeding concurrency limit (1)"),
+        "{refused:?}"
+    );
+    let ended = silent.message().await.unwrap_err();
+    assert_eq!(ended.code(), tonic::Code::DeadlineExceeded, "{ended:?}");
+    assert!(
+        ended.message().contains("no request arrived within 10s"),
+        "{ended:?}"
+    );
+    drop(silent);
+    let started = std::time::Instant::now();
+    loop {
+        match first_deliver_answer(&orderer, &seek).await {
+            Ok(Some(answer)) => {
+                assert!(
+                    matches!(answer.r#type, Some(Delivered::Block(_))),
+                    "{answer:?}"
+                );
+                break;
+            }
+            Err(status)
+                if status.code() == tonic::Code::ResourceExhausted
+                    && started.elapsed() < Duration::from_secs(30) =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("the ended stream kept its place: {other:?}"),
+        }
+    }
+    orderer.shutdown().await.unwrap();
+}
+
+/// The first answer to `envelope` on a Broadcast stream of its own, or the
+/// status the call ended with.
+async fn first_broadcast_answer(
+    orderer: &Orderer,
+    envelope: &Envelope,
+) -> Result<Option<BroadcastResponse>, tonic::Status> {
+    connect(orderer)
+        .await
+        .broadcast(tokio_stream::iter([envelope.clone()]))
+        .await?
+        .into_inner()
+        .message()
+        .await
+}
+
+/// The first answer to `seek` on a Deliver stream of its own, or the
+/// status the call ended with.
+async fn first_deliver_answer(
+    orderer: &Orderer,
+    seek: &Envelope,
+) -> Result<Option<weft_protos::orderer::DeliverResponse>, tonic::Status> {
+    connect(orderer)
+        .await
+        .deliver(tokio_stream::iter([seek.clone()]))
+        .await?
+        .into_inner()
+        .message()
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,8 +11,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "peer/disk.rs"]
+mod disk;
 #[path = "peer/hostile.rs"]
 mod hostile;
+#[path = "peer/limits.rs"]
+mod limits;
 #[path = "support/node.rs"]
 mod node;
 #[path = "support/raw.rs"]
@@ -1178,6 +1182,10 @@ struct Network {
     /// The validating peer that peers started from now on replicate, as
     /// endorser replicas; `None`: they validate blocks from the orderers.
     replica_of: Option<SocketAddr>,
+    /// More keys of the `peer` and `gateway` sections of the peers
+    /// started from now on, as YAML lines indented by two spaces.
+    extra_peer_keys: String,
+    extra_gateway_keys: String,
 }
 
 impl Network {
@@ -1231,6 +1239,8 @@ impl Network {
             external_chaincodes: Vec::new(),
             external_tls: Vec::new(),
             replica_of: None,
+            extra_peer_keys: String::new(),
+            extra_gateway_keys: String::new(),
         }
     }
 
@@ -1341,17 +1351,20 @@ impl Network {
             format!(
                 "peer:\n  id: peer0.{org}.example.com\n  listenAddress: 127.0.0.1:0\n  \
                  localMspId: {msp_id}\n  mspConfigPath: {msp}\n  fileSystemPath: {data}\n\
+                 {extra_peer_keys}\
                  channels:\n  - genesisBlock: {genesis}\n  - genesisBlock: {second}\n\
                  orderers: [{orderers}]\n\
                  committer:\n  reconnectBackoffMax: 200ms\n{replica}\
                  {chaincode}\
-                 gateway:\n{gateway}\
+                 gateway:\n{gateway}{extra_gateway_keys}\
                  operations:\n  listenAddress: 127.0.0.1:0\n",
                 msp = self.peer_msp(org).display(),
                 data = data.display(),
                 genesis = self.genesis.display(),
                 second = self.dir.join("second.block").display(),
                 orderers = orderers.join(", "),
+                extra_peer_keys = self.extra_peer_keys,
+                extra_gateway_keys = self.extra_gateway_keys,
             ),
         )
         .unwrap();

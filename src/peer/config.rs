@@ -50,6 +50,58 @@ pub struct PeerSection {
     pub file_system_path: PathBuf,
     #[serde(default)]
     pub tls: TlsSection,
+    #[serde(default)]
+    pub limits: LimitsSection,
+}
+
+/// What the peer serves at once (`peer.limits`; docs/security.md).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct LimitsSection {
+    /// Client connections open at once; the next waits to be accepted.
+    pub connections: usize,
+    pub concurrency: ConcurrencySection,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        Self {
+            connections: weft_protos::serve::CONNECTIONS_MAX_DEFAULT,
+            concurrency: ConcurrencySection::default(),
+        }
+    }
+}
+
+/// Fabric's `peer.limits.concurrency`: calls a service runs at once,
+/// across all connections; 0 lifts the limit.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct ConcurrencySection {
+    pub endorser_service: usize,
+    pub deliver_service: usize,
+    pub gateway_service: usize,
+}
+
+impl Default for ConcurrencySection {
+    fn default() -> Self {
+        Self {
+            endorser_service: 2500,
+            deliver_service: 2500,
+            gateway_service: 2500,
+        }
+    }
+}
+
+impl ConcurrencySection {
+    /// The limits by gRPC service, as [`weft_protos::serve::CallLimits`]
+    /// takes them.
+    pub fn by_service(&self) -> [(&'static str, usize); 3] {
+        [
+            ("/protos.Endorser", self.endorser_service),
+            ("/protos.Deliver", self.deliver_service),
+            ("/gateway.Gateway", self.gateway_service),
+        ]
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -240,12 +292,32 @@ impl ExternalChaincodeEntry {
 }
 
 /// The peers of other organisations the Gateway asks for endorsements,
-/// and when it reports a transaction committed.
-#[derive(Debug, Default, Deserialize)]
+/// when it reports a transaction committed, and how long it waits for
+/// other nodes.
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct GatewaySection {
     pub peers: Vec<GatewayPeer>,
     pub commit_status: CommitStatusMode,
+    /// How long the Gateway waits for another peer's endorsement.
+    pub endorsement_timeout: GoDuration,
+    /// How long the Gateway waits for an orderer's answer to a Submit.
+    pub broadcast_timeout: GoDuration,
+    /// How long the Gateway waits to connect to a peer or orderer.
+    pub dial_timeout: GoDuration,
+}
+
+impl Default for GatewaySection {
+    /// Fabric's `core.yaml` defaults.
+    fn default() -> Self {
+        Self {
+            peers: Vec::new(),
+            commit_status: CommitStatusMode::default(),
+            endorsement_timeout: GoDuration(std::time::Duration::from_secs(30)),
+            broadcast_timeout: GoDuration(std::time::Duration::from_secs(30)),
+            dial_timeout: GoDuration(std::time::Duration::from_secs(120)),
+        }
+    }
 }
 
 /// When the Gateway's `CommitStatus` and chaincode events report a
@@ -359,6 +431,18 @@ impl PeerConfig {
         }
         for (external, tls) in config.chaincode.external.iter_mut().zip(tls_of) {
             external.tls = tls;
+        }
+        if config.peer.limits.connections == 0 {
+            bail!("{file}: peer.limits.connections: must be at least 1");
+        }
+        for (key, timeout) in [
+            ("endorsementTimeout", &config.gateway.endorsement_timeout),
+            ("broadcastTimeout", &config.gateway.broadcast_timeout),
+            ("dialTimeout", &config.gateway.dial_timeout),
+        ] {
+            if timeout.0.is_zero() {
+                bail!("{file}: gateway.{key}: must be more than zero");
+            }
         }
         if config.chaincode.execute_timeout.0.is_zero() {
             bail!("{file}: chaincode.executeTimeout: must be more than zero");

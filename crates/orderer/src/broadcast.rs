@@ -154,7 +154,7 @@ async fn read_requests(
     // A request that cannot be read ends the stream with a status saying
     // why, after the answers to the envelopes before it.
     let fail = |error: GrpcStatus| {
-        let status = weft_protos::dial::unreadable_request(&error, "an Envelope");
+        let status = weft_protos::serve::unreadable_request(&error, "an Envelope");
         tracing::warn!(client = %remote, %error, "broadcast: a request could not be read");
         let _ = failed.send(status);
     };

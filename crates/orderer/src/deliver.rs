@@ -71,7 +71,7 @@ async fn answer_all(
             Err(error) => {
                 // As Fabric's gRPC server: the call ends with the reason.
                 tracing::warn!(%error, "deliver: a request could not be read");
-                let status = weft_protos::dial::unreadable_request(&error, "an Envelope");
+                let status = weft_protos::serve::unreadable_request(&error, "an Envelope");
                 let _ = sender.send(Err(status)).await;
                 return;
             }

@@ -66,5 +66,7 @@ pub use consensus::Consenter;
 pub use cutter::{BlockCutter, CutReason};
 pub use error::{Error, Result};
 pub use metrics::OrdererMetrics;
-pub use server::{ClusterConfig, ClusterDial, ConsensusMode, Health, NodeConfig, NodeTls, Orderer};
+pub use server::{
+    ClientLimits, ClusterConfig, ClusterDial, ConsensusMode, Health, NodeConfig, NodeTls, Orderer,
+};
 pub use writer::{BlockContent, BlockWriter};

@@ -18,13 +18,13 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::{ClientTlsConfig, ServerTlsConfig};
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 use weft_ledger::deliver::TlsBinding;
 use weft_ledger::{BlockStore, Durability, StoreConfig};
 use weft_protos::common::{Block, Envelope};
 use weft_protos::orderer::atomic_broadcast_server::{AtomicBroadcast, AtomicBroadcastServer};
+use weft_protos::serve::{CallLimits, ConnectionLimits, REQUEST_START_MAX};
 use weft_protos::tx::Sign;
 use weft_protos::view::Limits;
 
@@ -50,6 +50,9 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 const LEDGERS_DIR: &str = "ledgers";
 /// The directory of the channels' Raft logs, under the data directory.
 const RAFT_DIR: &str = "raft";
+/// The request paths [`ClientLimits`] counts.
+const BROADCAST_PATH: &str = "/orderer.AtomicBroadcast/Broadcast";
+const DELIVER_PATH: &str = "/orderer.AtomicBroadcast/Deliver";
 
 /// Which consenter this node runs for its channels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -78,6 +81,28 @@ pub struct NodeConfig {
     /// TLS on both listeners and towards the other consenters; `None`
     /// serves and dials in plaintext.
     pub tls: Option<NodeTls>,
+    pub limits: ClientLimits,
+}
+
+/// What a node serves at once (docs/security.md, "Limits"): connections
+/// on each listener (the next waits to be accepted), and Broadcast and
+/// Deliver streams open across all connections (the next is refused
+/// RESOURCE_EXHAUSTED; 0 lifts the limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientLimits {
+    pub connections: usize,
+    pub broadcast_streams: usize,
+    pub deliver_streams: usize,
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        Self {
+            connections: weft_protos::serve::CONNECTIONS_MAX_DEFAULT,
+            broadcast_streams: 2500,
+            deliver_streams: 2500,
+        }
+    }
 }
 
 /// The PEM files an orderer dials the other consenters with.
@@ -130,13 +155,14 @@ impl NodeConfig {
             consensus: ConsensusMode::FollowChannel,
             message_bytes_max: Self::MESSAGE_BYTES_MAX_DEFAULT,
             tls: None,
+            limits: ClientLimits::default(),
         }
     }
 }
 
 /// A gRPC server builder, serving `tls` when the node has it.
 fn grpc_server(tls: Option<&ServerTlsConfig>) -> Result<tonic::transport::Server> {
-    let builder = weft_protos::dial::server();
+    let builder = weft_protos::serve::server();
     Ok(match tls {
         None => builder,
         Some(tls) => builder.tls_config(tls.clone())?,
@@ -348,7 +374,11 @@ impl Orderer {
                                 .max_encoding_message_size(config.message_bytes_max),
                         )
                         .serve_with_incoming_shutdown(
-                            TcpIncoming::from(cluster.listener).with_nodelay(Some(true)),
+                            weft_protos::serve::incoming(
+                                cluster.listener,
+                                ConnectionLimits::new(config.limits.connections),
+                                "cluster",
+                            ),
                             async move {
                                 let _ = stop.wait_for(|stop| *stop).await;
                             },
@@ -413,13 +443,24 @@ impl Orderer {
         let mut stop = shutdown_signal;
         let server = tokio::spawn(
             grpc_server(config.tls.as_ref().map(|tls| &tls.server))?
+                .layer(
+                    CallLimits::new(&[
+                        (BROADCAST_PATH, config.limits.broadcast_streams),
+                        (DELIVER_PATH, config.limits.deliver_streams),
+                    ])
+                    .ending_calls_without_a_request(&[DELIVER_PATH], REQUEST_START_MAX),
+                )
                 .add_service(
                     AtomicBroadcastServer::new(service)
                         .max_decoding_message_size(config.message_bytes_max)
                         .max_encoding_message_size(config.message_bytes_max),
                 )
                 .serve_with_incoming_shutdown(
-                    TcpIncoming::from(listener).with_nodelay(Some(true)),
+                    weft_protos::serve::incoming(
+                        listener,
+                        ConnectionLimits::new(config.limits.connections),
+                        "orderer",
+                    ),
                     async move {
                         let _ = stop.wait_for(|stop| *stop).await;
                     },
@@ -778,7 +819,7 @@ impl AtomicBroadcast for Service {
     ) -> Result<Response<Self::DeliverStream>, GrpcStatus> {
         let remote = request.remote_addr();
         let binding = TlsBinding::when(self.client_auth_required, || {
-            weft_protos::dial::client_certificate(&request)
+            weft_protos::serve::client_certificate(&request)
         });
         Ok(Response::new(deliver::serve(
             request.into_inner(),

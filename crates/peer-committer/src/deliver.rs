@@ -121,7 +121,7 @@ impl DeliverService {
 
     fn serve(&self, request: Request<Streaming<Envelope>>, shape: Shape) -> ResponseStream {
         let binding = TlsBinding::when(self.client_auth_required, || {
-            weft_protos::dial::client_certificate(&request)
+            weft_protos::serve::client_certificate(&request)
         });
         let requests = request.into_inner();
         let (sender, receiver) = tokio::sync::mpsc::channel(RESPONSES_IN_FLIGHT_MAX);
@@ -144,7 +144,7 @@ impl DeliverService {
                 Err(error) => {
                     // As Fabric's gRPC server: the call ends with the reason.
                     tracing::warn!(%error, "deliver: a request could not be read");
-                    let status = weft_protos::dial::unreadable_request(&error, "an Envelope");
+                    let status = weft_protos::serve::unreadable_request(&error, "an Envelope");
                     let _ = sender.send(Err(status)).await;
                     return;
                 }

@@ -23,6 +23,11 @@
 //! Fabric's client libraries hand to applications as `err.details`. The
 //! message names the reasons too, for clients that only print it.
 //!
+//! Calls to other nodes are bounded in time as Fabric's Gateway bounds
+//! them ([`Timeouts`]): a peer that does not endorse in time, or an
+//! orderer that does not answer, becomes an error detail like any other
+//! failure, and the next orderer is tried.
+//!
 //! Endorsement plans come from configuration, not yet from the chaincode's
 //! policy: the default `MAJORITY Endorsement` of a two-organisation channel
 //! and any `ANY` policy are met by endorsing with every organisation.
@@ -30,6 +35,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -77,6 +83,30 @@ pub struct GatewayConfig {
     /// TLS towards those peers and orderers (their CA certificates);
     /// `None` dials in plaintext.
     pub tls: Option<ClientTlsConfig>,
+    pub timeouts: Timeouts,
+}
+
+/// How long the Gateway waits for other nodes (Fabric's
+/// `peer.gateway.endorsementTimeout`, `broadcastTimeout`, `dialTimeout`).
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// For another peer's endorsement of one proposal.
+    pub endorsement: Duration,
+    /// For an orderer's answer to one transaction.
+    pub broadcast: Duration,
+    /// To connect to a peer or orderer.
+    pub dial: Duration,
+}
+
+impl Default for Timeouts {
+    /// The defaults of Fabric's `core.yaml`.
+    fn default() -> Self {
+        Self {
+            endorsement: Duration::from_secs(30),
+            broadcast: Duration::from_secs(30),
+            dial: Duration::from_secs(120),
+        }
+    }
 }
 
 /// The Gateway of one peer.
@@ -123,6 +153,7 @@ impl GatewayService {
         }
         let channel = weft_protos::dial::endpoint(address, self.config.tls.as_ref())
             .map_err(|e| Status::internal(format!("{address}: {e}")))?
+            .connect_timeout(self.config.timeouts.dial)
             .connect_lazy();
         links.insert(address.to_owned(), channel.clone());
         Ok(channel)
@@ -205,6 +236,11 @@ fn endorsement_failure(response: &ProposalResponse) -> Option<String> {
     }
 }
 
+/// The error of a call to another node that took longer than `within`.
+fn timed_out(what: &str, within: Duration) -> Status {
+    Status::deadline_exceeded(format!("{what} timeout expired after {within:?}"))
+}
+
 /// One endpoint's failure, as Fabric's Gateway reports it.
 fn detail(address: &str, msp_id: &str, message: impl Into<String>) -> ErrorDetail {
     ErrorDetail {
@@ -282,11 +318,15 @@ impl Gateway for GatewayService {
                     failures.push(detail("", &msp_id, "no peer of this organisation is known"));
                     continue;
                 };
+                let within = self.config.timeouts.endorsement;
                 let answered = match self.link(address) {
-                    Ok(channel) => EndorserClient::new(channel)
-                        .process_proposal(signed.clone())
-                        .await
-                        .map(Response::into_inner),
+                    Ok(channel) => tokio::time::timeout(
+                        within,
+                        EndorserClient::new(channel).process_proposal(signed.clone()),
+                    )
+                    .await
+                    .unwrap_or_else(|_| Err(timed_out("endorsement", within)))
+                    .map(Response::into_inner),
                     Err(status) => Err(status),
                 };
                 match answered {
@@ -358,13 +398,15 @@ impl Gateway for GatewayService {
                     continue;
                 }
             };
-            let answer = AtomicBroadcastClient::new(channel)
-                .broadcast(tokio_stream::iter([envelope.clone()]))
-                .await;
-            let answer = match answer {
-                Ok(mut answers) => answers.get_mut().message().await,
-                Err(status) => Err(status),
-            };
+            let within = self.config.timeouts.broadcast;
+            let answer = tokio::time::timeout(within, async {
+                let mut answers = AtomicBroadcastClient::new(channel)
+                    .broadcast(tokio_stream::iter([envelope.clone()]))
+                    .await?;
+                answers.get_mut().message().await
+            })
+            .await
+            .unwrap_or_else(|_| Err(timed_out("broadcast", within)));
             match answer {
                 Ok(Some(answer))
                     if answer.status == weft_protos::common::Status::Success as i32 =>

@@ -19,11 +19,14 @@
 //!   clients and endorsers do;
 //! - [`block`]: building blocks and signing them as Fabric orderers do;
 //! - [`dial`]: the gRPC endpoint of another node, plaintext or TLS;
+//! - [`serve`]: how a node serves gRPC and what it bounds (connections,
+//!   calls per service, the wait for a first request);
 //! - [`duration`]: Go's duration notation, used by config values;
 //! - [`json`]: the protobuf JSON mapping of any Fabric message, with nested
 //!   serialized layers expanded, for humans reading blocks.
 //!
-//! This crate depends on nothing else of weft's and does no I/O.
+//! This crate depends on nothing else of weft's and does no I/O but
+//! [`serve`]'s accepting of connections.
 
 #![allow(clippy::doc_markdown, missing_debug_implementations)]
 
@@ -33,6 +36,7 @@ pub mod duration;
 pub mod hash;
 pub mod json;
 pub mod range_summary;
+pub mod serve;
 pub mod tx;
 pub mod view;
 

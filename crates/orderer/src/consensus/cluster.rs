@@ -632,7 +632,7 @@ impl Caller {
         }
         // The handshake already refused callers without a certificate from
         // a trusted CA; this only guards against a server set up otherwise.
-        weft_protos::dial::client_certificate(request)
+        weft_protos::serve::client_certificate(request)
             .map(Self::Certified)
             .ok_or_else(|| {
                 GrpcStatus::unauthenticated("cluster calls need a consenter's client certificate")
