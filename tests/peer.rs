@@ -1186,6 +1186,9 @@ struct Network {
     /// started from now on, as YAML lines indented by two spaces.
     extra_peer_keys: String,
     extra_gateway_keys: String,
+    /// How long the peers started from now on wait for an external
+    /// chaincode's answer.
+    chaincode_execute_timeout: &'static str,
 }
 
 impl Network {
@@ -1241,6 +1244,7 @@ impl Network {
             replica_of: None,
             extra_peer_keys: String::new(),
             extra_gateway_keys: String::new(),
+            chaincode_execute_timeout: "20s",
         }
     }
 
@@ -1333,7 +1337,10 @@ impl Network {
         let chaincode = if external.is_empty() {
             String::new()
         } else {
-            format!("chaincode:\n  executeTimeout: 20s\n  external:\n{external}")
+            format!(
+                "chaincode:\n  executeTimeout: {}\n  external:\n{external}",
+                self.chaincode_execute_timeout
+            )
         };
         let replica = self.replica_of.map_or_else(String::new, |validating| {
             format!("  blockSource: peers\n  validatingPeers: [\"{validating}\"]\n")

@@ -23,7 +23,11 @@ use weft_protos::gateway::{
 use weft_protos::orderer::seek_info::SeekBehavior;
 use weft_protos::orderer::seek_position::Type as Position;
 use weft_protos::orderer::{SeekInfo, SeekPosition, SeekSpecified};
-use weft_protos::protos::{ProposalResponse, SignedProposal};
+use weft_protos::protos::chaincode_message::Type as ShimMessage;
+use weft_protos::protos::chaincode_server::{Chaincode, ChaincodeServer};
+use weft_protos::protos::{
+    ChaincodeInput, ChaincodeMessage, GetState, ProposalResponse, PutState, SignedProposal,
+};
 
 use super::*;
 
@@ -46,7 +50,7 @@ async fn hostile_input_at_every_endpoint_is_refused_with_its_reason_and_nothing_
     // Org1's own CA issues a client certificate that a CRL in the channel
     // config revokes; the rest of the odd identities come after.
     let mut revoked = None;
-    let network = Network::create_with(dir.path(), |crypto| {
+    let mut network = Network::create_with(dir.path(), |crypto| {
         let org1 = org1_ca(crypto, 1_000_000);
         let identity = org1.identity(NodeRole::Client);
         let crls = crypto.join("peerOrganizations/org1.example.com/msp/crls");
@@ -63,6 +67,11 @@ async fn hostile_input_at_every_endpoint_is_refused_with_its_reason_and_nothing_
         expired: issue(&org1, (2020, 2021)),
         not_yet_valid: issue(&org1, (2090, 2099)),
     };
+
+    // A chaincode server that breaks the shim protocol, each transaction
+    // as its function name says.
+    network.external_chaincodes = vec![("hostile".to_owned(), HostileChaincode::serve().await)];
+    network.chaincode_execute_timeout = "2s";
 
     let orderer = network.start_solo_orderer();
     let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
@@ -663,6 +672,58 @@ async fn hostile_input_at_every_endpoint_is_refused_with_its_reason_and_nothing_
                 seek_as(client, CHANNEL, FAR_FUTURE, FAR_FUTURE, no_wait),
             ),
         ),
+        // The stream of a chaincode server the peer dials: what the server
+        // sends for a transaction is refused, the transaction fails with
+        // the reason, and the peer dials again for the next.
+        case(
+            "chaincode stream",
+            "COMPLETED carrying no Response",
+            "500",
+            "COMPLETED does not carry a Response",
+            endorser(peer, invoke(CHANNEL, "hostile", &[b"not-a-response"])),
+        ),
+        case(
+            "chaincode stream",
+            "a request whose payload is not its message",
+            "500",
+            "malformed GET_STATE payload",
+            endorser(peer, invoke(CHANNEL, "hostile", &[b"malformed-request"])),
+        ),
+        case(
+            "chaincode stream",
+            "a message of an unknown type",
+            "500",
+            "unknown message type 999",
+            endorser(peer, invoke(CHANNEL, "hostile", &[b"unknown-type"])),
+        ),
+        case(
+            "chaincode stream",
+            "a write of an empty key",
+            "500",
+            "a key must not be empty",
+            endorser(peer, invoke(CHANNEL, "hostile", &[b"empty-key"])),
+        ),
+        case(
+            "chaincode stream",
+            "a flood of requests sent without waiting for answers",
+            "500",
+            "without waiting for answers",
+            endorser(peer, invoke(CHANNEL, "hostile", &[b"flood"])),
+        ),
+        case(
+            "chaincode stream",
+            "the stream closed during the transaction",
+            "500",
+            "disconnected during the transaction",
+            endorser(peer, invoke(CHANNEL, "hostile", &[b"disconnect"])),
+        ),
+        case(
+            "chaincode stream",
+            "no answer",
+            "500",
+            "did not complete within 2s",
+            endorser(peer, invoke(CHANNEL, "hostile", &[b"silent"])),
+        ),
         // The peer's operations endpoint (plain HTTP).
         case(
             "operations",
@@ -1229,4 +1290,123 @@ fn resident_bytes(pid: u32) -> u64 {
         .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap();
     kib << 10
+}
+
+/// A chaincode server, dialled by the peers as chaincode-as-a-service,
+/// that breaks Fabric's shim protocol in the way each transaction's
+/// function name (its first argument) says.
+struct HostileChaincode;
+
+/// Requests the flood sends for one transaction without waiting.
+const FLOOD_REQUESTS: usize = 100_000;
+
+impl HostileChaincode {
+    /// Serves on a free port of 127.0.0.1; its address.
+    async fn serve() -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(ChaincodeServer::new(Self))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        address
+    }
+
+    /// What the chaincode sends when asked to run `function` by `request`;
+    /// `None` closes the stream.
+    fn misbehave(function: &[u8], request: &ChaincodeMessage) -> Option<Vec<ChaincodeMessage>> {
+        let send = |kind: i32, payload: Vec<u8>| ChaincodeMessage {
+            r#type: kind,
+            payload: payload.into(),
+            txid: request.txid.clone(),
+            channel_id: request.channel_id.clone(),
+            ..ChaincodeMessage::default()
+        };
+        let get_state = || {
+            GetState {
+                key: "k".to_owned(),
+                collection: String::new(),
+            }
+            .encode_to_vec()
+        };
+        Some(match function {
+            b"not-a-response" => vec![send(ShimMessage::Completed as i32, NOT_PROTOBUF.to_vec())],
+            b"malformed-request" => vec![send(ShimMessage::GetState as i32, NOT_PROTOBUF.to_vec())],
+            b"unknown-type" => vec![send(999, get_state())],
+            b"empty-key" => {
+                let put = PutState {
+                    key: String::new(),
+                    value: Bytes::from_static(b"v"),
+                    collection: String::new(),
+                };
+                vec![send(ShimMessage::PutState as i32, put.encode_to_vec())]
+            }
+            b"flood" => (0..FLOOD_REQUESTS)
+                .map(|_| send(ShimMessage::GetState as i32, get_state()))
+                .collect(),
+            b"silent" => Vec::new(),
+            _ => return None,
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl Chaincode for HostileChaincode {
+    type ConnectStream =
+        tokio_stream::wrappers::UnboundedReceiverStream<Result<ChaincodeMessage, tonic::Status>>;
+
+    async fn connect(
+        &self,
+        request: tonic::Request<tonic::Streaming<ChaincodeMessage>>,
+    ) -> Result<tonic::Response<Self::ConnectStream>, tonic::Status> {
+        let mut incoming = request.into_inner();
+        let (outgoing, answers) = tokio::sync::mpsc::unbounded_channel();
+        let register = ChaincodeMessage {
+            r#type: ShimMessage::Register as i32,
+            payload: ChaincodeId {
+                name: "hostile:0".to_owned(),
+                ..ChaincodeId::default()
+            }
+            .encode_to_vec()
+            .into(),
+            ..ChaincodeMessage::default()
+        };
+        outgoing.send(Ok(register)).unwrap();
+        tokio::spawn(async move {
+            while let Ok(Some(message)) = incoming.message().await {
+                let reply = |kind: ShimMessage, payload: Bytes| ChaincodeMessage {
+                    r#type: kind as i32,
+                    payload,
+                    txid: message.txid.clone(),
+                    channel_id: message.channel_id.clone(),
+                    ..ChaincodeMessage::default()
+                };
+                let answers = match ShimMessage::try_from(message.r#type) {
+                    Ok(ShimMessage::Transaction) => {
+                        let input = ChaincodeInput::decode(message.payload.clone()).unwrap();
+                        let function = input.args.first().cloned().unwrap_or_default();
+                        match Self::misbehave(&function, &message) {
+                            Some(answers) => answers,
+                            None => return,
+                        }
+                    }
+                    // The peer refused a request: the chaincode fails with
+                    // the peer's reason, as Fabric's shims do.
+                    Ok(ShimMessage::Error) => {
+                        vec![reply(ShimMessage::Error, message.payload.clone())]
+                    }
+                    _ => Vec::new(),
+                };
+                for answer in answers {
+                    if outgoing.send(Ok(answer)).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(tonic::Response::new(
+            tokio_stream::wrappers::UnboundedReceiverStream::new(answers),
+        ))
+    }
 }

@@ -77,6 +77,11 @@ pub const QUERY_PAGE_RESULTS: usize = 1000;
 const BATCH_MAX: u32 = 1000;
 /// The largest message exchanged with a chaincode (Fabric's default).
 const MESSAGE_BYTES_MAX: usize = 100 * 1024 * 1024;
+/// Messages of one transaction the chaincode may send ahead of the peer's
+/// answers. Fabric's shims send one request and wait for its answer; a
+/// chaincode that sends more than this without waiting breaks the
+/// protocol, and its stream is closed rather than queue without bound.
+const REQUESTS_AHEAD_MAX: usize = 16;
 
 /// How the peer reaches an external chaincode.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -255,9 +260,13 @@ impl ExternalChaincode {
                     name: name.clone(),
                     timeout: self.config.execute_timeout,
                 },
-                RecvTimeoutError::Disconnected => {
-                    ExternalError::Disconnected { name: name.clone() }
-                }
+                RecvTimeoutError::Disconnected => match connection.broken.lock().clone() {
+                    Some(reason) => ExternalError::Protocol {
+                        name: name.clone(),
+                        reason,
+                    },
+                    None => ExternalError::Disconnected { name: name.clone() },
+                },
             })?;
             match MessageType::try_from(message.r#type) {
                 Ok(MessageType::Completed) => return completed(stub, message, name),
@@ -325,8 +334,11 @@ fn reply_to(key: &TxKey) -> ChaincodeMessage {
 struct Connection {
     outgoing: async_mpsc::UnboundedSender<ChaincodeMessage>,
     /// Where the chaincode's messages for each executing transaction go.
-    executing: Mutex<HashMap<TxKey, mpsc::Sender<ChaincodeMessage>>>,
+    executing: Mutex<HashMap<TxKey, mpsc::SyncSender<ChaincodeMessage>>>,
     open: AtomicBool,
+    /// Why the peer closed the stream, when the chaincode broke the
+    /// protocol.
+    broken: Mutex<Option<String>>,
 }
 
 impl Connection {
@@ -399,6 +411,7 @@ impl Connection {
             outgoing,
             executing: Mutex::new(HashMap::new()),
             open: AtomicBool::new(true),
+            broken: Mutex::new(None),
         });
         tokio::spawn(connection.clone().route(incoming, config.name.clone()));
         Ok(connection)
@@ -427,13 +440,25 @@ impl Connection {
                 channel_id: message.channel_id.clone(),
                 tx_id: message.txid.clone(),
             };
-            let delivered = self
-                .executing
-                .lock()
-                .get(&key)
-                .is_some_and(|requests| requests.send(message).is_ok());
-            if !delivered {
-                tracing::warn!(chaincode = %name, tx_id = %key.tx_id, "message for a transaction that is not executing, dropped");
+            let delivered = match self.executing.lock().get(&key) {
+                Some(requests) => requests.try_send(message),
+                None => Err(mpsc::TrySendError::Disconnected(message)),
+            };
+            match delivered {
+                Ok(()) => {}
+                Err(mpsc::TrySendError::Disconnected(_)) => {
+                    tracing::warn!(chaincode = %name, tx_id = %key.tx_id, "message for a transaction that is not executing, dropped");
+                }
+                Err(mpsc::TrySendError::Full(_)) => {
+                    let reason = format!(
+                        "it sent more than {REQUESTS_AHEAD_MAX} messages for transaction {} \
+                         without waiting for answers",
+                        key.tx_id
+                    );
+                    tracing::warn!(chaincode = %name, %reason, "closing the chaincode's stream");
+                    *self.broken.lock() = Some(reason);
+                    break;
+                }
             }
         }
         self.open.store(false, Ordering::Release);
@@ -452,7 +477,7 @@ impl Connection {
         if executing.contains_key(key) {
             return None;
         }
-        let (sender, receiver) = mpsc::channel();
+        let (sender, receiver) = mpsc::sync_channel(REQUESTS_AHEAD_MAX);
         if self.is_open() {
             executing.insert(key.clone(), sender);
         }
