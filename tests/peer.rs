@@ -11,6 +11,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/busy.rs"]
+mod busy;
 #[path = "peer/disk.rs"]
 mod disk;
 #[path = "peer/hostile.rs"]
@@ -34,8 +36,10 @@ use tonic::transport::Channel;
 use weft_msp::Signer;
 use weft_protos::common::{Block, BlockMetadataIndex, Envelope, HeaderType, Status};
 use weft_protos::hash::block_header_hash;
+use weft_protos::orderer::SeekInfo;
 use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
 use weft_protos::orderer::deliver_response::Type as OrdererResponse;
+use weft_protos::orderer::seek_info::SeekBehavior;
 use weft_protos::protos::deliver_client::DeliverClient;
 use weft_protos::protos::deliver_response::Type as PeerResponse;
 use weft_protos::protos::endorser_client::EndorserClient;
@@ -1823,13 +1827,31 @@ async fn broadcast(orderer: SocketAddr, envelopes: &[Envelope]) -> Vec<Status> {
     statuses
 }
 
+/// A request for blocks `start..=stop` of `channel`, waiting for those
+/// not yet committed.
 fn seek(channel: &str, client: &Signer, start: u64, stop: u64) -> Envelope {
+    seek_with(client, channel, start, stop, SeekBehavior::BlockUntilReady)
+}
+
+/// A request for blocks `start..=stop` of `channel` by `signer`, with
+/// `behavior` for blocks not yet committed.
+fn seek_with(
+    signer: &Signer,
+    channel: &str,
+    start: u64,
+    stop: u64,
+    behavior: SeekBehavior,
+) -> Envelope {
+    let info = SeekInfo {
+        behavior: behavior as i32,
+        ..seek_range(start, stop)
+    };
     signed_envelope(
         HeaderType::DeliverSeekInfo,
         channel,
-        seek_range(start, stop).encode_to_vec().into(),
-        client,
-        client.new_nonce().unwrap(),
+        info.encode_to_vec().into(),
+        signer,
+        signer.new_nonce().unwrap(),
         weft_msp::now(),
     )
     .unwrap()

@@ -20,9 +20,8 @@ use weft_protos::gateway::{
     ChaincodeEventsRequest, CommitStatusRequest, EndorseRequest, EvaluateRequest,
     SignedChaincodeEventsRequest, SignedCommitStatusRequest, SubmitRequest,
 };
-use weft_protos::orderer::seek_info::SeekBehavior;
 use weft_protos::orderer::seek_position::Type as Position;
-use weft_protos::orderer::{SeekInfo, SeekPosition, SeekSpecified};
+use weft_protos::orderer::{SeekPosition, SeekSpecified};
 use weft_protos::protos::chaincode_message::Type as ShimMessage;
 use weft_protos::protos::chaincode_server::{Chaincode, ChaincodeServer};
 use weft_protos::protos::{
@@ -1008,28 +1007,6 @@ fn resigned(envelope: Envelope, signer: &Signer) -> Envelope {
         signature: signer.sign(b"other bytes").unwrap().into(),
         ..envelope
     }
-}
-
-fn seek_with(
-    signer: &Signer,
-    channel: &str,
-    start: u64,
-    stop: u64,
-    behavior: SeekBehavior,
-) -> Envelope {
-    let info = SeekInfo {
-        behavior: behavior as i32,
-        ..seek_range(start, stop)
-    };
-    signed_envelope(
-        HeaderType::DeliverSeekInfo,
-        channel,
-        info.encode_to_vec().into(),
-        signer,
-        signer.new_nonce().unwrap(),
-        weft_msp::now(),
-    )
-    .unwrap()
 }
 
 fn commit_status_request(

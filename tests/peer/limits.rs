@@ -5,8 +5,6 @@
 
 use weft_protos::gateway::gateway_client::GatewayClient;
 use weft_protos::gateway::{EndorseRequest, ErrorDetail};
-use weft_protos::orderer::SeekInfo;
-use weft_protos::orderer::seek_info::SeekBehavior;
 
 use super::*;
 
@@ -34,43 +32,18 @@ async fn a_peer_bounds_its_connections_calls_and_waits_as_configured() {
     // deliverService: 2. Two streams waiting for a block that is never
     // ordered hold both places; the third call is refused with Fabric's
     // words, and a code that tells the client to retry.
-    let waiting_for = |number| {
-        seek(
-            client,
-            SECOND_CHANNEL,
-            number,
-            SeekBehavior::BlockUntilReady,
-        )
-    };
+    let waiting_for = |number| seek(SECOND_CHANNEL, client, number, number);
     let first = open_deliver(&connection, Some(waiting_for(1))).await;
     let _second = open_deliver(&connection, Some(waiting_for(1))).await;
     let refused = first_block(&connection, waiting_for(0)).await.unwrap_err();
-    assert_eq!(
-        refused.code(),
-        tonic::Code::ResourceExhausted,
-        "{refused:?}"
-    );
-    assert_eq!(
-        refused.message(),
-        "too many requests for /protos.Deliver, exceeding concurrency limit (2)"
-    );
+    busy::assert_over_limit(&refused, "/protos.Deliver", 2);
     // A stream's place frees when it ends.
     drop(first);
-    let genesis = seek(client, CHANNEL, 0, SeekBehavior::FailIfNotReady);
-    let started = Instant::now();
-    loop {
-        match first_block(&connection, genesis.clone()).await {
-            Ok(number) => {
-                assert_eq!(number, 0);
-                break;
-            }
-            Err(status) if started.elapsed() < PATIENCE => {
-                assert_eq!(status.code(), tonic::Code::ResourceExhausted);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(status) => panic!("the ended stream kept its place: {status:?}"),
-        }
-    }
+    let genesis = seek_with(client, CHANNEL, 0, 0, SeekBehavior::FailIfNotReady);
+    let number = busy::once_a_place_frees(PATIENCE, || first_block(&connection, genesis.clone()))
+        .await
+        .expect("the ended stream kept its place");
+    assert_eq!(number, 0);
 
     // A call whose client never sends its request is ended, freeing its
     // place, instead of holding it for nothing.
@@ -146,23 +119,6 @@ async fn a_peer_bounds_its_connections_calls_and_waits_as_configured() {
         log.contains("all connections in use: new connections wait until one closes"),
         "{log}"
     );
-}
-
-/// A signed request for `channel`'s block `number` alone.
-fn seek(signer: &Signer, channel: &str, number: u64, behavior: SeekBehavior) -> Envelope {
-    let info = SeekInfo {
-        behavior: behavior as i32,
-        ..seek_range(number, number)
-    };
-    signed_envelope(
-        HeaderType::DeliverSeekInfo,
-        channel,
-        info.encode_to_vec().into(),
-        signer,
-        signer.new_nonce().unwrap(),
-        weft_msp::now(),
-    )
-    .unwrap()
 }
 
 /// A Deliver call on `connection` that sends `request` (or nothing) and

@@ -149,8 +149,7 @@ pub fn incoming(
 pub struct Connection {
     stream: TcpStream,
     _slot: OwnedSemaphorePermit,
-    /// Until the first byte arrives.
-    silence_deadline: Option<Pin<Box<Sleep>>>,
+    first_byte: FirstArrival,
 }
 
 impl Connection {
@@ -158,8 +157,34 @@ impl Connection {
         Self {
             stream,
             _slot: slot,
-            silence_deadline: Some(Box::pin(tokio::time::sleep(establish_within))),
+            first_byte: FirstArrival::within(establish_within),
         }
+    }
+}
+
+/// A deadline for the first thing a source yields: met once it yields
+/// anything, missed once it passes before.
+#[derive(Debug)]
+struct FirstArrival(Option<Pin<Box<Sleep>>>);
+
+impl FirstArrival {
+    fn within(limit: Duration) -> Self {
+        Self(Some(Box::pin(tokio::time::sleep(limit))))
+    }
+
+    /// Whether the deadline passed first, told once, after the source was
+    /// polled (`arrived`: whether it was ready); registers `cx` for the
+    /// deadline while it waits.
+    fn missed(&mut self, arrived: bool, cx: &mut Context<'_>) -> bool {
+        let missed = !arrived
+            && self
+                .0
+                .as_mut()
+                .is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
+        if arrived || missed {
+            self.0 = None;
+        }
+        missed
     }
 }
 
@@ -170,30 +195,18 @@ impl AsyncRead for Connection {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.stream).poll_read(cx, buf) {
-            Poll::Ready(result) => {
-                this.silence_deadline = None;
-                Poll::Ready(result)
-            }
-            Poll::Pending => {
-                let expired = this
-                    .silence_deadline
-                    .as_mut()
-                    .is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
-                if expired {
-                    this.silence_deadline = None;
-                    tracing::debug!(
-                        peer = ?this.stream.peer_addr().ok(),
-                        "closing a connection that sent nothing"
-                    );
-                    return Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "the client sent nothing in time",
-                    )));
-                }
-                Poll::Pending
-            }
+        let read = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if this.first_byte.missed(read.is_ready(), cx) {
+            tracing::debug!(
+                peer = ?this.stream.peer_addr().ok(),
+                "closing a connection that sent nothing"
+            );
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client sent nothing in time",
+            )));
         }
+        read
     }
 }
 
@@ -426,7 +439,7 @@ impl<B: HttpBody + Unpin> HttpBody for HoldingSlot<B> {
 struct FirstFrameWithin {
     body: Body,
     within: Duration,
-    deadline: Option<Pin<Box<Sleep>>>,
+    first_frame: FirstArrival,
 }
 
 impl FirstFrameWithin {
@@ -434,7 +447,7 @@ impl FirstFrameWithin {
         Self {
             body,
             within,
-            deadline: Some(Box::pin(tokio::time::sleep(within))),
+            first_frame: FirstArrival::within(within),
         }
     }
 }
@@ -448,26 +461,14 @@ impl HttpBody for FirstFrameWithin {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, tonic::Status>>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.body).poll_frame(cx) {
-            Poll::Ready(frame) => {
-                this.deadline = None;
-                Poll::Ready(frame)
-            }
-            Poll::Pending => {
-                let expired = this
-                    .deadline
-                    .as_mut()
-                    .is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
-                if !expired {
-                    return Poll::Pending;
-                }
-                this.deadline = None;
-                Poll::Ready(Some(Err(tonic::Status::deadline_exceeded(format!(
-                    "no request arrived within {}s of opening the call",
-                    this.within.as_secs_f64()
-                )))))
-            }
+        let frame = Pin::new(&mut this.body).poll_frame(cx);
+        if this.first_frame.missed(frame.is_ready(), cx) {
+            return Poll::Ready(Some(Err(tonic::Status::deadline_exceeded(format!(
+                "no request arrived within {}s of opening the call",
+                this.within.as_secs_f64()
+            )))));
         }
+        frame
     }
 
     fn is_end_stream(&self) -> bool {
