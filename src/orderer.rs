@@ -110,20 +110,20 @@ pub struct ConcurrencySection {
 
 impl Default for LimitsSection {
     fn default() -> Self {
-        let defaults = ClientLimits::default();
         Self {
-            connections: defaults.connections,
-            concurrency: ConcurrencySection {
-                broadcast: defaults.broadcast_streams,
-                deliver: defaults.deliver_streams,
-            },
+            connections: ClientLimits::default().connections,
+            concurrency: ConcurrencySection::default(),
         }
     }
 }
 
 impl Default for ConcurrencySection {
     fn default() -> Self {
-        LimitsSection::default().concurrency
+        let defaults = ClientLimits::default();
+        Self {
+            broadcast: defaults.broadcast_streams,
+            deliver: defaults.deliver_streams,
+        }
     }
 }
 

@@ -308,14 +308,15 @@ pub struct GatewaySection {
 }
 
 impl Default for GatewaySection {
-    /// Fabric's `core.yaml` defaults.
+    /// The Gateway's own defaults, Fabric's `core.yaml` ones.
     fn default() -> Self {
+        let timeouts = weft_peer_endorser::gateway::Timeouts::default();
         Self {
             peers: Vec::new(),
             commit_status: CommitStatusMode::default(),
-            endorsement_timeout: GoDuration(std::time::Duration::from_secs(30)),
-            broadcast_timeout: GoDuration(std::time::Duration::from_secs(30)),
-            dial_timeout: GoDuration(std::time::Duration::from_secs(120)),
+            endorsement_timeout: GoDuration(timeouts.endorsement),
+            broadcast_timeout: GoDuration(timeouts.broadcast),
+            dial_timeout: GoDuration(timeouts.dial),
         }
     }
 }
