@@ -503,16 +503,18 @@ pub fn free_base_port(args: &UpArgs) -> Result<u16> {
         }
     }
     // Where the search starts depends on the process, so that benches
-    // started at the same moment (tests run them side by side) do not all
-    // pick the first free range before any of them binds it.
+    // started at the same moment (tests run them side by side) seldom
+    // probe the same range first; a range is taken only with its lock, so
+    // two that do cannot both take it before either binds its ports.
     let first = std::process::id() as usize % candidates.len().max(1);
     let chosen = candidates[first..]
         .iter()
         .chain(&candidates[..first])
-        .find(|(_, ports)| {
+        .find(|(base, ports)| {
             ports
                 .iter()
                 .all(|address| std::net::TcpListener::bind(address).is_ok())
+                && reserve_port_range(*base)
         });
     match chosen {
         Some((base, _)) => Ok(*base),
@@ -522,6 +524,33 @@ pub fn free_base_port(args: &UpArgs) -> Result<u16> {
             ephemeral.end()
         ),
     }
+}
+
+/// Takes the range of ports from `base` for this process, for as long as
+/// it lives: an exclusive lock on a file named after the range, which the
+/// system releases when the process ends, however it ends. `false` when
+/// another process holds it. Where no lock file can be made, the range is
+/// taken on the bind probe alone.
+fn reserve_port_range(base: u16) -> bool {
+    static HELD: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
+    let dir = std::env::temp_dir().join("weft-port-ranges");
+    let lock = std::fs::create_dir_all(&dir).and_then(|()| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(base.to_string()))
+    });
+    let Ok(file) = lock else {
+        return true;
+    };
+    if file.try_lock().is_err() {
+        return false;
+    }
+    HELD.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(file);
+    true
 }
 
 /// A port free on loopback now, outside the ports the kernel gives
