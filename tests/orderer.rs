@@ -1167,12 +1167,10 @@ impl Drop for OrdererNode {
     }
 }
 
+/// A port for a node to bind later: outside the ephemeral range, where
+/// any outgoing connection could take it first.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    weft::free_port().unwrap()
 }
 
 /// Broadcasts transactions to `node` on one stream, a window at a time,

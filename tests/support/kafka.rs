@@ -84,11 +84,8 @@ impl Drop for Broker {
     }
 }
 
-/// A port free on loopback now.
+/// A port free on loopback now, outside the ephemeral range, where any
+/// outgoing connection could take it before the broker binds it.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    weft::free_port().unwrap()
 }
