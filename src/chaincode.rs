@@ -95,6 +95,12 @@ pub struct DeployArgs {
     /// The private key (PKCS#8 PEM) of --chaincode-tls-cert.
     #[arg(long, requires = "chaincode_tls_cert")]
     chaincode_tls_key: Option<PathBuf>,
+    /// With --address: a folder of CouchDB index definitions (`*.json`,
+    /// what Fabric chaincode keeps in META-INF/statedb/couchdb/indexes),
+    /// packaged where Fabric packages them; the peers build the indexes
+    /// for the chaincode's JSON queries once it is defined.
+    #[arg(long, requires = "address")]
+    indexes: Option<PathBuf>,
     /// The network's crypto folder (the output of `weft crypto generate`):
     /// each organisation's Admin signs its approval.
     #[arg(long)]
@@ -134,6 +140,29 @@ impl DeployArgs {
             root_cert: text("--chaincode-tls-ca", root)?,
             client,
         }))
+    }
+
+    /// The index definitions of --indexes, by file name, in name order.
+    fn index_files(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        let Some(dir) = &self.indexes else {
+            return Ok(Vec::new());
+        };
+        let entries = std::fs::read_dir(dir)
+            .with_context(|| format!("--indexes: reading {}", dir.display()))?;
+        let mut files = Vec::new();
+        for entry in entries {
+            let path = entry
+                .with_context(|| format!("--indexes: reading {}", dir.display()))?
+                .path();
+            let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
+                continue;
+            };
+            if name.ends_with(".json") {
+                files.push((name.to_owned(), read_file("--indexes", &path)?));
+            }
+        }
+        files.sort();
+        Ok(files)
     }
 
     /// How to reach the peers and the orderer: in plaintext without
@@ -250,7 +279,8 @@ pub fn deploy(args: &DeployArgs) -> Result<()> {
                     .clone()
                     .unwrap_or_else(|| format!("{}_{}", args.name, args.version));
                 let tls = args.chaincode_tls()?;
-                Some(Package::ccaas(&label, address, tls.as_ref()).context("--address")?)
+                let indexes = args.index_files()?;
+                Some(Package::ccaas(&label, address, tls.as_ref(), &indexes).context("--address")?)
             }
             None => None,
         },

@@ -26,8 +26,8 @@ use weft_ledger::{BlockStore, StoreConfig};
 use weft_msp::UnixTime;
 use weft_msp::{RememberingSigner, Signer, own};
 use weft_peer_committer::{
-    BlockSource, ChannelCommitter, ChannelHandle, Channels, CommitterMetrics, DeliverService,
-    Intake, IntakeConfig,
+    BlockSource, ChannelCommitter, ChannelHandle, Channels, CommitterMetrics, DeclaredIndexes,
+    DeliverService, Intake, IntakeConfig,
 };
 use weft_peer_endorser::package::InstalledPackages;
 use weft_peer_endorser::{
@@ -40,6 +40,7 @@ use weft_protos::protos::deliver_server::DeliverServer;
 use weft_protos::protos::endorser_server::EndorserServer;
 use weft_protos::serve::{CallLimits, ConnectionLimits, REQUEST_START_MAX};
 use weft_statedb::VersionedState;
+use weft_statedb::json_index::JsonIndex;
 use weft_statedb::memory::{MemoryOptions, MemoryState};
 use weft_statedb::rocks::{RocksOptions, RocksState};
 
@@ -128,20 +129,27 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
     // Packages installed through `_lifecycle`, where Fabric's peer keeps
     // them.
     let packages_dir = config.peer.file_system_path.join("lifecycle/chaincodes");
-    let packages = InstalledPackages::open(&packages_dir)
-        .with_context(|| format!("peer.fileSystemPath: {}", packages_dir.display()))?;
+    let packages = Arc::new(
+        InstalledPackages::open(&packages_dir)
+            .with_context(|| format!("peer.fileSystemPath: {}", packages_dir.display()))?,
+    );
+    let declared_indexes: Arc<dyn DeclaredIndexes> = Arc::new(InstalledIndexes {
+        packages: packages.clone(),
+        local_msp_id: config.peer.local_msp_id.clone(),
+    });
     let endorser = Arc::new(
         Endorser::new(Arc::new(endorsement_signer.clone()), chaincodes(&config))
             .with_metrics(endorser_metrics)
             .with_installed_packages(
-                Arc::new(packages),
+                packages,
                 config.peer.local_msp_id.clone(),
                 tokio::runtime::Handle::current(),
             ),
     );
     let mut intakes = Vec::new();
     for channel in &config.channels {
-        let mut committer = open_channel(&config, &channel.genesis_block)?;
+        let mut committer = open_channel(&config, &channel.genesis_block)?
+            .with_declared_indexes(declared_indexes.clone());
         if config.committer.recognise_own_endorsements {
             committer.recognise_own_signatures(endorsement_signer.memory().clone());
         }
@@ -419,6 +427,30 @@ fn open_channel(config: &PeerConfig, genesis_path: &Path) -> Result<ChannelCommi
         ChannelCommitter::open(&channel_id, state, ledger)
     };
     committer.with_context(|| format!("opening channel {channel_id}"))
+}
+
+/// The JSON indexes of the chaincodes this peer runs: those in the
+/// package its organisation approved for each chaincode, when installed.
+struct InstalledIndexes {
+    packages: Arc<InstalledPackages>,
+    local_msp_id: String,
+}
+
+impl DeclaredIndexes for InstalledIndexes {
+    fn generation(&self) -> u64 {
+        self.packages.installs()
+    }
+
+    fn declared(&self, state: &dyn weft_statedb::StateReader, chaincode: &str) -> Vec<JsonIndex> {
+        weft_peer_endorser::lifecycle::approved_package(
+            state,
+            &self.local_msp_id,
+            chaincode,
+            &self.packages.all(),
+        )
+        .map(|(_, package)| package.indexes)
+        .unwrap_or_default()
+    }
 }
 
 /// The channel a genesis block creates.

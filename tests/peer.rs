@@ -1011,6 +1011,92 @@ async fn a_chaincode_service_installed_through_lifecycle_runs_without_a_restart(
         .collect();
     assert_eq!(used_by, [(CHANNEL, "notes", "1.0")]);
 
+    // JSON indexes declared by a package (Fabric's
+    // META-INF/statedb/couchdb/indexes): `catalog` 1.0 has none, so a
+    // query scans in key order; 2.0's package declares an index on
+    // `color`, which the peers build over the documents already there with
+    // the next block and keep current, so the same query comes back in
+    // the index's order, as CouchDB answers it.
+    let put = |key: &'static str, color: &'static str, height: u64| {
+        let document = format!(r#"{{"color": "{color}"}}"#);
+        let proposal = network.proposal(CHANNEL, &["catalog", "put", key, &document]);
+        let network = &network;
+        async move {
+            let responses = endorse_all(&peers, &proposal.signed(&network.client).unwrap()).await;
+            submit(network, orderer.grpc, &peers, &proposal, &responses, height).await;
+        }
+    };
+    let by_color = |peer: SocketAddr| {
+        let proposal = network.proposal(
+            CHANNEL,
+            &["catalog", "rich", r#"{"selector": {"color": {"$gt": ""}}}"#],
+        );
+        let signed = proposal.signed(&network.client).unwrap();
+        async move {
+            let answer = endorse_all(&[peer], &signed)
+                .await
+                .remove(0)
+                .response
+                .unwrap();
+            assert_eq!(answer.status, 200, "{}", answer.message);
+            serde_json::from_slice::<Vec<String>>(&answer.payload).unwrap()
+        }
+    };
+    node::stdout_of(chaincode_deploy(&network, orderer.grpc, peers).args([
+        "--name",
+        "catalog",
+        "--address",
+        &chaincode.address.to_string(),
+    ]));
+    put("k1", "red", 8).await;
+    put("k2", "blue", 9).await;
+    put("k3", "green", 10).await;
+    assert_eq!(by_color(org1.grpc).await, ["k1", "k2", "k3"]);
+    let indexes = dir.path().join("indexes");
+    std::fs::create_dir(&indexes).unwrap();
+    std::fs::write(
+        indexes.join("color.json"),
+        r#"{"index": {"fields": ["color"]}, "ddoc": "byColor", "name": "color", "type": "json"}"#,
+    )
+    .unwrap();
+    let stdout = node::stdout_of(
+        chaincode_deploy(&network, orderer.grpc, peers)
+            .args(["--name", "catalog", "--version", "2.0", "--sequence", "2"])
+            .args(["--address", &chaincode.address.to_string()])
+            .arg("--indexes")
+            .arg(&indexes),
+    );
+    assert!(
+        stdout.contains("committed on channel ledger in block 13"),
+        "{stdout}"
+    );
+    put("k4", "amber", 14).await;
+    for peer in peers {
+        assert_eq!(by_color(peer).await, ["k4", "k2", "k3", "k1"]);
+    }
+    // An index definition Fabric would refuse is refused before anything
+    // is installed, naming its file.
+    std::fs::write(
+        indexes.join("size.json"),
+        r#"{"index": {"fields": ["size"]}, "type": "text"}"#,
+    )
+    .unwrap();
+    let refused = chaincode_deploy(&network, orderer.grpc, peers)
+        .args(["--name", "catalog", "--version", "3.0", "--sequence", "3"])
+        .args(["--address", &chaincode.address.to_string()])
+        .arg("--indexes")
+        .arg(&indexes)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        stderr.contains(
+            "META-INF/statedb/couchdb/indexes/size.json: the index type must be \"json\""
+        ),
+        "{stderr}"
+    );
+
     // A chaincode server that serves TLS only, and only to clients with a
     // certificate from org1's TLS CA: its package carries the CA to trust
     // and the client certificate and key to present (connection.json's

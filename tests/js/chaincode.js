@@ -54,10 +54,11 @@ class Notes {
         }
         case 'rich':
             try {
-                for await (const entry of stub.getQueryResult(params[0])) {
-                    void entry;
+                const keys = [];
+                for await (const {key} of stub.getQueryResult(params[0])) {
+                    keys.push(key);
                 }
-                return shim.success();
+                return shim.success(Buffer.from(JSON.stringify(keys)));
             } catch (err) {
                 return shim.error(`rich query: ${err.message}`);
             }

@@ -35,13 +35,15 @@ use weft_ledger::BlockStore;
 use weft_msp::UnixTime;
 use weft_protos::common::{Block, BlockMetadataIndex, Config, Metadata};
 use weft_protos::view::{DecodedBlock, Limits, TxBody, TxEnvelope};
+use weft_statedb::json_index::IndexMaintainer;
 use weft_statedb::{Height, VersionedState};
 
 use crate::checks::{PARALLEL_MIN_TRANSACTIONS, check_block};
+use crate::indexes::ChannelIndexes;
 use crate::key_policies::check_key_level_policies;
 use crate::lifecycle::{ChaincodeDefinitions, LIFECYCLE_NAMESPACE};
 use crate::mvcc::{mark_duplicate_tx_ids, update_batch, validate_block};
-use crate::{ChannelContext, Error, Result, TxValidationCode};
+use crate::{ChannelContext, DeclaredIndexes, Error, Result, TxValidationCode};
 
 /// What committing a block produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +97,8 @@ pub struct ChannelCommitter {
     /// The transactions of the staged blocks.
     staged_transactions: u64,
     limits: Limits,
+    /// The chaincodes' JSON indexes, built and kept in the state.
+    indexes: ChannelIndexes,
 }
 
 impl std::fmt::Debug for ChannelCommitter {
@@ -145,6 +149,7 @@ impl ChannelCommitter {
             staged_from: None,
             staged_transactions: 0,
             limits: Limits::default(),
+            indexes: ChannelIndexes::default(),
         })
     }
 
@@ -196,6 +201,7 @@ impl ChannelCommitter {
                 ),
             ));
         }
+        let mut indexes = IndexMaintainer::new();
         for number in replay_from..height {
             let block = ledger
                 .block(number)?
@@ -209,7 +215,8 @@ impl ChannelCommitter {
                     "TRANSACTIONS_FILTER does not match the transactions".to_owned(),
                 ));
             }
-            let batch = update_batch(&decoded, &codes, state.as_ref())?;
+            let mut batch = update_batch(&decoded, &codes, state.as_ref())?;
+            indexes.maintain(&mut batch, state.as_ref())?;
             state.apply(&batch, last_height(number, codes.len()))?;
         }
         let definitions = ChaincodeDefinitions::load(state.as_ref())?;
@@ -225,7 +232,15 @@ impl ChannelCommitter {
             staged_from: None,
             staged_transactions: 0,
             limits: Limits::default(),
+            indexes: ChannelIndexes::new(indexes),
         })
+    }
+
+    /// Builds and keeps the JSON indexes `declared` names for the
+    /// channel's chaincodes (see [`DeclaredIndexes`]).
+    pub fn with_declared_indexes(mut self, declared: Arc<dyn DeclaredIndexes>) -> Self {
+        self.indexes.declared_by(declared);
+        self
     }
 
     pub fn channel_id(&self) -> &str {
@@ -496,6 +511,7 @@ impl ChannelCommitter {
         self.applied.send_replace(from);
         self.staged_from = None;
         self.staged_transactions = 0;
+        self.indexes.rolled_back();
         let definitions = ChaincodeDefinitions::load(self.state.as_ref())?;
         self.context = Arc::new(self.context.with_definitions(Arc::new(definitions)));
         *self.published.write() = self.context.clone();
@@ -555,7 +571,14 @@ impl ChannelCommitter {
         signed: bool,
     ) -> Result<Written> {
         let number = decoded.header.number;
-        let batch = update_batch(decoded, codes, self.state.as_ref())?;
+        let mut batch = update_batch(decoded, codes, self.state.as_ref())?;
+        self.indexes.update(
+            &mut batch,
+            self.state.as_ref(),
+            &self.context.definitions,
+            last_height(number, codes.len()),
+            &self.channel_id,
+        )?;
         let append_started = Instant::now();
         // The block's history writes come from this decoded copy, not from
         // the store decoding the block again.
@@ -590,6 +613,7 @@ impl ChannelCommitter {
                 *code == TxValidationCode::Valid && writes_definitions(transaction)
             });
         if redefined {
+            self.indexes.redefined();
             let definitions = ChaincodeDefinitions::load(self.state.as_ref())?;
             self.context = Arc::new(self.context.with_definitions(Arc::new(definitions)));
         }

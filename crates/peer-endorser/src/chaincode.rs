@@ -41,6 +41,9 @@ use weft_statedb::{StateReader, key_metadata_namespace};
 
 use crate::mango::Query;
 
+/// A document found by a JSON query: its key, stored value and JSON.
+type Document = (String, weft_statedb::VersionedValue, serde_json::Value);
+
 /// The most results one range query may return, as Fabric's
 /// `totalQueryLimit`.
 pub const RANGE_RESULTS_MAX: usize = 100_000;
@@ -646,8 +649,10 @@ impl<'a> Stub<'a> {
     /// The documents (JSON object values) of this chaincode's namespace
     /// that match the Mango `query` ([`crate::mango`]), or one `page` of
     /// them: Fabric's `GetQueryResult` on CouchDB, answered from the world
-    /// state by a scan of the namespace in key order (or the query's sort
-    /// order, ties by key). Values come back as Fabric's CouchDB path returns them:
+    /// state through one of the chaincode's JSON indexes when one is usable
+    /// (in its order, as CouchDB answers), or else by a scan of the
+    /// namespace in key order (or the query's sort order, ties by key).
+    /// Values come back as Fabric's CouchDB path returns them:
     /// re-serialized with their keys sorted, only the `fields` asked for.
     /// Each key returned is recorded as a read at its version; as in
     /// Fabric, the query itself is not checked again at commit (no
@@ -677,8 +682,43 @@ impl<'a> Stub<'a> {
         let first = query.skip.saturating_add(offset);
         let enough = first.saturating_add(wanted);
 
-        let mut matched: Vec<(String, weft_statedb::VersionedValue, serde_json::Value)> =
-            Vec::new();
+        let indexes = weft_statedb::json_index::built(self.state, self.namespace)
+            .map_err(|e| StateError::Storage(e.to_string()))?;
+        let mut matched = match query.plan(&indexes) {
+            Some(scan) => self.documents_by_index(&query, &scan, first, enough)?,
+            None => self.documents_by_scan(&query, first, enough)?,
+        };
+        let end = matched.len().min(enough);
+        let start = first.min(end);
+        let mut results = Vec::with_capacity(end - start);
+        for (key, value, document) in matched.drain(start..end) {
+            self.rwset.read(
+                self.namespace,
+                &key,
+                Some((value.version.block_num, value.version.tx_num)),
+            );
+            let shown = serde_json::to_vec(&query.project(&document))
+                .map_err(|e| StateError::Query(e.to_string()))?;
+            results.push((key, Bytes::from(shown)));
+        }
+        Ok(RangePage {
+            bookmark: page
+                .map(|_| (offset + results.len()).to_string())
+                .unwrap_or_default(),
+            results,
+        })
+    }
+
+    /// The documents matching `query`, in key order (or sorted, ties by
+    /// key), by a scan of the whole namespace: at least `enough` of them
+    /// when there are, the first `first` among them to be skipped.
+    fn documents_by_scan(
+        &self,
+        query: &Query,
+        first: usize,
+        enough: usize,
+    ) -> Result<Vec<Document>, StateError> {
+        let mut matched = Vec::new();
         let mut from = String::new();
         'scan: loop {
             let chunk = self
@@ -711,25 +751,59 @@ impl<'a> Stub<'a> {
         if query.sorts() {
             matched.sort_by(|(a_key, _, a), (b_key, _, b)| query.order((a_key, a), (b_key, b)));
         }
-        let end = matched.len().min(enough);
-        let start = first.min(end);
-        let mut results = Vec::with_capacity(end - start);
-        for (key, value, document) in matched.drain(start..end) {
-            self.rwset.read(
-                self.namespace,
-                &key,
-                Some((value.version.block_num, value.version.tx_num)),
-            );
-            let shown = serde_json::to_vec(&query.project(&document))
-                .map_err(|e| StateError::Query(e.to_string()))?;
-            results.push((key, Bytes::from(shown)));
+        Ok(matched)
+    }
+
+    /// The documents matching `query` among those `scan` points at, in
+    /// the index's order (backwards for a descending sort): at least
+    /// `enough` of them when there are, as [`Self::documents_by_scan`].
+    fn documents_by_index(
+        &self,
+        query: &Query,
+        scan: &crate::mango::IndexScan<'_>,
+        first: usize,
+        enough: usize,
+    ) -> Result<Vec<Document>, StateError> {
+        let storage = |e: weft_statedb::Error| StateError::Storage(e.to_string());
+        let entries = weft_statedb::json_index::entries_namespace(self.namespace, scan.index);
+        let mut matched = Vec::new();
+        let mut from = scan.start.clone();
+        loop {
+            let chunk = self
+                .state
+                .range(&entries, &from, &scan.end, SCAN_CHUNK)
+                .map_err(storage)?;
+            let drained = chunk.len() < SCAN_CHUNK;
+            if let Some((last, _)) = chunk.last() {
+                from = format!("{last}\0");
+            }
+            for (_, entry) in chunk {
+                let key = String::from_utf8_lossy(&entry.value).into_owned();
+                let Some(value) = self.state.get(self.namespace, &key).map_err(storage)? else {
+                    continue;
+                };
+                let Ok(document) = serde_json::from_slice::<serde_json::Value>(&value.value) else {
+                    continue;
+                };
+                if !query.matches(&document) {
+                    continue;
+                }
+                matched.push((key, value, document));
+                if !scan.descending && matched.len() >= enough {
+                    return Ok(matched);
+                }
+                if matched.len() > RANGE_RESULTS_MAX.saturating_add(first) {
+                    return Err(StateError::TooManyResults);
+                }
+            }
+            if drained {
+                break;
+            }
         }
-        Ok(RangePage {
-            bookmark: page
-                .map(|_| (offset + results.len()).to_string())
-                .unwrap_or_default(),
-            results,
-        })
+        if scan.descending {
+            matched.reverse();
+        }
+        Ok(matched)
     }
 
     /// Every committed write of `key` in this chaincode's namespace,
@@ -1071,6 +1145,156 @@ pub(crate) mod tests {
             stub.get_query_result("{}", None),
             Err(StateError::Query(_))
         ));
+    }
+
+    /// Keys in query order.
+    fn query_keys(state: &MemoryState, query: &str) -> Vec<String> {
+        let proposal = proposal();
+        let snapshot = state.snapshot();
+        let mut stub = Stub::new(&proposal, "cc", snapshot.as_ref());
+        let found = stub.get_query_result(query, None).unwrap();
+        found.results.into_iter().map(|(key, _)| key).collect()
+    }
+
+    #[test]
+    fn json_queries_through_an_index_answer_as_a_scan_does() {
+        use weft_statedb::json_index::{IndexMaintainer, JsonIndex, built};
+
+        let colors = ["red", "blue", "green"];
+        let documents: Vec<String> = (0..90u64)
+            .map(|n| {
+                let mut document = serde_json::Map::new();
+                if n % 7 != 0 {
+                    document.insert("color".into(), colors[n as usize % 3].into());
+                }
+                match n % 5 {
+                    0 => {}
+                    1 => {
+                        document.insert("size".into(), format!("s{}", n % 4).into());
+                    }
+                    _ => {
+                        document.insert("size".into(), ((n * 37) % 11).into());
+                    }
+                }
+                if n % 2 == 0 {
+                    document.insert(
+                        "owner".into(),
+                        serde_json::json!({"name": format!("o{}", n % 6)}),
+                    );
+                }
+                serde_json::Value::Object(document).to_string()
+            })
+            .collect();
+        let load = |indexed: bool| {
+            let (dir, state) = state(0);
+            let mut batch = UpdateBatch::new();
+            for (n, document) in documents.iter().enumerate() {
+                let key = format!("d{:02}", (n * 53) % 90);
+                batch.put(
+                    "cc",
+                    &key,
+                    Bytes::from(document.clone()),
+                    Height::new(1, n as u64),
+                );
+            }
+            state.apply(&batch, Height::new(1, 90)).unwrap();
+            if indexed {
+                let mut maintainer = IndexMaintainer::new();
+                let mut build = UpdateBatch::new();
+                for definition in [
+                    r#"{"index":{"fields":["color","size"]},"ddoc":"bySize","name":"colorSize"}"#,
+                    r#"{"index":{"fields":["size"]},"ddoc":"bySize","name":"size"}"#,
+                    r#"{"index":{"fields":["owner.name"]},"name":"owner"}"#,
+                ] {
+                    let index = JsonIndex::parse("i.json", definition.as_bytes()).unwrap();
+                    maintainer
+                        .build(&mut build, &state, "cc", &index, Height::new(2, 0))
+                        .unwrap();
+                }
+                state.apply(&build, Height::new(2, 0)).unwrap();
+            }
+            (dir, state)
+        };
+        let (_plain_dir, plain) = load(false);
+        let (_indexed_dir, indexed) = load(true);
+        let indexes = built(&indexed, "cc").unwrap();
+        assert_eq!(indexes.len(), 3);
+
+        // (query, the index it must be answered from, whether the order
+        // must equal the scan's)
+        for (query, index, ordered) in [
+            (
+                r#"{"selector": {"color": "red", "size": {"$gt": 3}}}"#,
+                "bySize/colorSize",
+                false,
+            ),
+            (
+                r#"{"selector": {"color": "blue", "size": {"$exists": true}}, "sort": ["size"]}"#,
+                "bySize/colorSize",
+                true,
+            ),
+            (
+                r#"{"selector": {"color": "red", "size": {"$gte": 2, "$lte": 8}}, "sort": [{"size": "desc"}]}"#,
+                "bySize/colorSize",
+                true,
+            ),
+            (
+                r#"{"selector": {"size": {"$lt": 5}}}"#,
+                "bySize/size",
+                false,
+            ),
+            (
+                r#"{"selector": {"size": {"$gt": 4}}, "sort": [{"size": "desc"}], "skip": 3, "limit": 7}"#,
+                "bySize/size",
+                true,
+            ),
+            (
+                r#"{"selector": {"size": {"$gt": "s1"}}, "sort": ["size"]}"#,
+                "bySize/size",
+                true,
+            ),
+            (
+                r#"{"selector": {"owner.name": "o2", "color": {"$ne": "red"}}}"#,
+                "/owner",
+                false,
+            ),
+            (
+                r#"{"selector": {"owner": {"name": {"$in": ["o0", "o4"]}}}}"#,
+                "/owner",
+                false,
+            ),
+            (
+                r#"{"selector": {"color": "red", "size": 4}, "use_index": ["_design/bySize", "size"]}"#,
+                "bySize/size",
+                false,
+            ),
+        ] {
+            let parsed = crate::mango::Query::parse(query).unwrap();
+            let scan = parsed.plan(&indexes).expect(query);
+            assert_eq!(scan.index.id(), index, "{query}");
+            let mut by_scan = query_keys(&plain, query);
+            let mut by_index = query_keys(&indexed, query);
+            assert!(!by_scan.is_empty(), "{query}");
+            if !ordered {
+                by_scan.sort();
+                by_index.sort();
+            }
+            assert_eq!(by_index, by_scan, "{query}");
+        }
+        // Without an index the selector requires, the namespace is scanned.
+        for query in [
+            r#"{"selector": {"color": {"$exists": false}}}"#,
+            r#"{"selector": {"$or": [{"color": "red"}, {"size": 3}]}}"#,
+            r#"{"selector": {"size": 3}, "sort": [{"size": "asc"}, {"color": "desc"}]}"#,
+        ] {
+            let parsed = crate::mango::Query::parse(query).unwrap();
+            assert_eq!(parsed.plan(&indexes), None, "{query}");
+            assert_eq!(
+                query_keys(&indexed, query),
+                query_keys(&plain, query),
+                "{query}"
+            );
+        }
     }
 
     #[test]

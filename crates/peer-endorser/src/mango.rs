@@ -2,8 +2,8 @@
 //! `GetQueryResult`, answered from the world state's JSON values.
 //!
 //! A query is the JSON object CouchDB's `_find` takes: a `selector`, and
-//! optionally `sort`, `limit`, `skip` and `fields` (`use_index` and
-//! `bookmark` are accepted and ignored here: the caller pages). The
+//! optionally `sort`, `limit`, `skip`, `fields` and `use_index` (a
+//! `bookmark` is accepted and ignored here: the caller pages). The
 //! selector language:
 //!
 //! - a field is named by a path (`"owner.name"`, or nested objects
@@ -22,11 +22,20 @@
 //!
 //! Only JSON objects are documents: other values (binary values, composite
 //! key index entries) never match, as CouchDB keeps them as attachments.
+//!
+//! [`Query::plan`] chooses among the chaincode's JSON indexes
+//! ([`weft_statedb::json_index`]) by CouchDB's rules: an index is usable
+//! when the selector requires every one of its fields but the sort
+//! fields, and the sort fields follow its fields that the selector fixes
+//! to one value; `use_index` names the one to prefer. Reading an index
+//! returns the documents that have all its fields, in its order, so the
+//! results come in the order CouchDB's would.
 
 use std::cmp::Ordering;
 
 use regex::Regex;
 use serde_json::{Map, Value};
+use weft_statedb::json_index::{JsonIndex, encode_value, successor};
 
 /// Why a query string is not a query.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,6 +56,31 @@ pub struct Query {
     /// Matching documents passed over first.
     pub skip: usize,
     fields: Option<Vec<Vec<String>>>,
+    /// `use_index`: a design document, and maybe an index name.
+    use_index: Option<(String, Option<String>)>,
+}
+
+/// How to answer a query from an index: read the entries of `index` in
+/// `[start, end)` (an empty `end`: to the end), backwards if `descending`,
+/// and check each document against the selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexScan<'i> {
+    pub index: &'i JsonIndex,
+    pub start: String,
+    pub end: String,
+    pub descending: bool,
+}
+
+/// What a selector's top-level conditions say of one field.
+#[derive(Debug, Default)]
+struct FieldBounds<'q> {
+    /// Some condition fails when the field is missing.
+    required: bool,
+    equal: Option<&'q Value>,
+    /// A lower bound, and whether it is inclusive.
+    lower: Option<(&'q Value, bool)>,
+    /// An upper bound, and whether it is inclusive.
+    upper: Option<(&'q Value, bool)>,
 }
 
 /// A condition on the value at the current position of a document.
@@ -93,6 +127,7 @@ impl Query {
         let mut limit = None;
         let mut skip = 0;
         let mut fields = None;
+        let mut use_index = None;
         for (key, value) in &query {
             match key.as_str() {
                 "selector" => {
@@ -105,8 +140,8 @@ impl Query {
                 "limit" => limit = Some(count(value, "limit")?),
                 "skip" => skip = count(value, "skip")?,
                 "fields" => fields = Some(parse_fields(value)?),
-                "use_index" | "bookmark" | "execution_stats" | "r" | "conflicts" | "update"
-                | "stable" => {}
+                "use_index" => use_index = Some(parse_use_index(value)?),
+                "bookmark" | "execution_stats" | "r" | "conflicts" | "update" | "stable" => {}
                 other => return Err(invalid(format!("unknown query field {other:?}"))),
             }
         }
@@ -116,6 +151,119 @@ impl Query {
             limit,
             skip,
             fields,
+            use_index,
+        })
+    }
+
+    /// The index of `indexes` to answer this query from, and the range of
+    /// its entries that can hold matches; `None` when none is usable (the
+    /// caller scans the namespace).
+    pub fn plan<'i>(&self, indexes: &'i [JsonIndex]) -> Option<IndexScan<'i>> {
+        let mut conditions = Vec::new();
+        self.selector.top_level(&mut conditions);
+        let bounds = |path: &[String]| {
+            let mut bounds = FieldBounds::default();
+            for (_, test) in conditions.iter().filter(|(field, _)| *field == path) {
+                bounds.required |= test.requires_field();
+                match test {
+                    Test::Compare(Ordering::Equal, true, value) => bounds.equal = Some(value),
+                    Test::Compare(Ordering::Greater, true, value) => {
+                        bounds.lower = Some((value, false));
+                    }
+                    Test::Compare(Ordering::Less, false, value) => {
+                        bounds.lower = Some((value, true))
+                    }
+                    Test::Compare(Ordering::Less, true, value) => {
+                        bounds.upper = Some((value, false))
+                    }
+                    Test::Compare(Ordering::Greater, false, value) => {
+                        bounds.upper = Some((value, true));
+                    }
+                    _ => {}
+                }
+            }
+            bounds
+        };
+        // A sort reads an index one way, so all its fields go one way.
+        let descending = self.sort.first().is_some_and(|(_, ascending)| !ascending);
+        if self
+            .sort
+            .iter()
+            .any(|(_, ascending)| *ascending == descending)
+        {
+            return None;
+        }
+        let sort_fields: Vec<&Vec<String>> = self.sort.iter().map(|(path, _)| path).collect();
+        let usable = |index: &JsonIndex| {
+            let required = index
+                .fields
+                .iter()
+                .all(|field| sort_fields.contains(&field) || bounds(field).required);
+            // Skip the leading fields fixed to one value; the sort fields
+            // must come next.
+            let fixed = index
+                .fields
+                .iter()
+                .take_while(|field| bounds(field).equal.is_some() && !sort_fields.contains(field))
+                .count();
+            let sorted = index.fields[fixed..]
+                .iter()
+                .zip(&sort_fields)
+                .all(|(field, sort_field)| field == *sort_field)
+                && index.fields.len() - fixed >= sort_fields.len();
+            (required && sorted).then_some(fixed)
+        };
+        let chosen = self
+            .use_index
+            .as_ref()
+            .and_then(|(ddoc, name)| {
+                indexes.iter().find(|index| {
+                    index.ddoc.trim_start_matches("_design/") == ddoc.trim_start_matches("_design/")
+                        && name.as_ref().is_none_or(|name| *name == index.name)
+                        && usable(index).is_some()
+                })
+            })
+            .or_else(|| {
+                indexes
+                    .iter()
+                    .filter_map(|index| usable(index).map(|fixed| (index, fixed)))
+                    .min_by(|(a, a_fixed), (b, b_fixed)| {
+                        b_fixed
+                            .cmp(a_fixed)
+                            .then(a.fields.len().cmp(&b.fields.len()))
+                            .then_with(|| a.id().cmp(&b.id()))
+                    })
+                    .map(|(index, _)| index)
+            })?;
+        let fixed = usable(chosen)?;
+        let mut prefix = String::new();
+        for field in &chosen.fields[..fixed] {
+            if let Some(value) = bounds(field).equal {
+                encode_value(value, &mut prefix);
+            }
+        }
+        let bounded = |value: &Value| {
+            let mut bound = prefix.clone();
+            encode_value(value, &mut bound);
+            bound
+        };
+        let next = chosen.fields.get(fixed).map(|field| bounds(field));
+        let start = match next.as_ref().and_then(|next| next.lower) {
+            Some((value, true)) => bounded(value),
+            Some((value, false)) => successor(&bounded(value)),
+            None => prefix.clone(),
+        };
+        let end = match next.as_ref().and_then(|next| next.upper) {
+            Some((value, true)) => successor(&bounded(value)),
+            Some((value, false)) => bounded(value),
+            None if prefix.is_empty() => String::new(),
+            None => successor(&prefix),
+        };
+        Some(IndexScan {
+            index: chosen,
+            start,
+            end,
+            descending,
         })
     }
 
@@ -171,6 +319,20 @@ impl Query {
             }
         }
         Value::Object(projected)
+    }
+}
+
+/// `use_index`: `"ddoc"`, `["ddoc"]` or `["ddoc", "name"]`.
+fn parse_use_index(value: &Value) -> Result<(String, Option<String>), QueryError> {
+    let wrong = || invalid("use_index is a design document name, or [design document, index name]");
+    match value {
+        Value::String(ddoc) => Ok((ddoc.clone(), None)),
+        Value::Array(parts) => match parts.as_slice() {
+            [Value::String(ddoc)] => Ok((ddoc.clone(), None)),
+            [Value::String(ddoc), Value::String(name)] => Ok((ddoc.clone(), Some(name.clone()))),
+            _ => Err(wrong()),
+        },
+        _ => Err(wrong()),
     }
 }
 
@@ -364,6 +526,16 @@ fn parse_test(operator: &str, argument: &Value) -> Result<Test, QueryError> {
 }
 
 impl Condition {
+    /// The field conditions that must all hold: those of the selector's
+    /// top level and of its `$and`s.
+    fn top_level<'q>(&'q self, out: &mut Vec<(&'q [String], &'q Test)>) {
+        match self {
+            Self::All(all) => all.iter().for_each(|condition| condition.top_level(out)),
+            Self::Field { path, test } => out.push((path, test)),
+            Self::Any(_) | Self::Not(_) => {}
+        }
+    }
+
     fn holds(&self, value: &Value) -> bool {
         match self {
             Self::All(all) => all.iter().all(|c| c.holds(value)),
@@ -375,6 +547,15 @@ impl Condition {
 }
 
 impl Test {
+    /// Whether the field must exist for this test to pass.
+    fn requires_field(&self) -> bool {
+        match self {
+            Self::Exists(wanted) => *wanted,
+            Self::Nested(inner) => !matches!(**inner, Condition::Not(_)),
+            _ => true,
+        }
+    }
+
     /// Whether the field's value (`None`: missing) passes.
     fn holds(&self, field: Option<&Value>) -> bool {
         if let Self::Exists(wanted) = self {

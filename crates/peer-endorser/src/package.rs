@@ -8,8 +8,11 @@
 //! `tls_required` the PEM `root_cert` its certificate must chain to, with
 //! `client_auth_required` the `client_cert` and `client_key` the peer
 //! presents (Fabric's external builder reads the same file; the key
-//! travels in the package, as in Fabric). The package ID is Fabric's: the
-//! label, a colon, and the hex SHA-256 of the package bytes.
+//! travels in the package, as in Fabric). `code.tar.gz` may also hold the
+//! chaincode's JSON indexes, `META-INF/statedb/couchdb/indexes/*.json`, as
+//! Fabric's packages do; they are checked at install and built once the
+//! chaincode is defined (`weft_statedb::json_index`). The package ID is
+//! Fabric's: the label, a colon, and the hex SHA-256 of the package bytes.
 //!
 //! Installed packages live in `<dir>/<label>.<hash>.tar.gz`, Fabric's file
 //! name, written to a temporary file and renamed, so a crash leaves either
@@ -20,9 +23,12 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use bytes::Bytes;
 use parking_lot::RwLock;
 use serde::Deserialize;
+use weft_statedb::json_index::JsonIndex;
 
 use crate::external::ChaincodeTls;
 
@@ -41,6 +47,8 @@ pub enum PackageError {
         "weft runs chaincode as a service: package type {0:?} is not \"ccaas\" (build the chaincode as a server and package its connection.json)"
     )]
     NotAService(String),
+    #[error("chaincode package holds an invalid JSON index: {0}")]
+    BadIndex(#[from] weft_statedb::json_index::IndexError),
     #[error("chaincode package {0} is not installed")]
     NotInstalled(String),
     #[error("chaincode package of {0} bytes is larger than {PACKAGE_BYTES_MAX}")]
@@ -64,6 +72,8 @@ pub struct Package {
     pub dial_timeout: Duration,
     /// TLS to the server, when `connection.json` requires it.
     pub tls: Option<ChaincodeTls>,
+    /// The JSON indexes of the chaincode's state it declares.
+    pub indexes: Vec<JsonIndex>,
     /// The package as installed.
     pub bytes: Bytes,
 }
@@ -146,7 +156,9 @@ impl Package {
             )));
         }
         let code = files.remove("code.tar.gz").unwrap_or_default();
-        let mut code_files = tar_files(&code, &["connection.json"])?;
+        let mut code_files = tar_entries(&code, &["connection.json"], |name| {
+            name.starts_with(INDEXES_DIR) && name.ends_with(".json")
+        })?;
         let connection: Connection =
             serde_json::from_slice(&code_files.remove("connection.json").unwrap_or_default())
                 .map_err(|e| {
@@ -161,6 +173,11 @@ impl Package {
             })?,
         };
         let tls = connection.tls()?;
+        let indexes = code_files
+            .iter()
+            .filter(|(name, _)| name.starts_with(INDEXES_DIR))
+            .map(|(name, text)| JsonIndex::parse(name, text))
+            .collect::<Result<Vec<_>, _>>()?;
         let hash = hex::encode(weft_protos::hash::sha256(&bytes));
         Ok(Self {
             id: format!("{}:{hash}", metadata.label),
@@ -168,17 +185,21 @@ impl Package {
             address: connection.address,
             dial_timeout,
             tls,
+            indexes,
             bytes,
         })
     }
 
     /// A ccaas package of the chaincode server at `address`, reached over
-    /// `tls` if given, as `peer lifecycle chaincode package` builds one
-    /// from a `connection.json`.
+    /// `tls` if given, declaring the JSON `indexes` (file name, definition),
+    /// as `peer lifecycle chaincode package` builds one from a
+    /// `connection.json` and a `META-INF` folder. Each index is checked as
+    /// an install would check it.
     pub fn ccaas(
         label: &str,
         address: &str,
         tls: Option<&ChaincodeTls>,
+        indexes: &[(String, Vec<u8>)],
     ) -> Result<Bytes, PackageError> {
         let (client_cert, client_key) = tls.and_then(|tls| tls.client.clone()).unwrap_or_default();
         let connection = serde_json::json!({
@@ -190,7 +211,20 @@ impl Package {
             "client_cert": client_cert,
             "client_key": client_key,
         });
-        let code = tar_gz(&[("connection.json", connection.to_string().into_bytes())])?;
+        let mut code_files = vec![(
+            "connection.json".to_owned(),
+            connection.to_string().into_bytes(),
+        )];
+        for (name, definition) in indexes {
+            let path = format!("{INDEXES_DIR}{name}");
+            JsonIndex::parse(&path, definition)?;
+            code_files.push((path, definition.clone()));
+        }
+        let code_files: Vec<(&str, Vec<u8>)> = code_files
+            .iter()
+            .map(|(name, content)| (name.as_str(), content.clone()))
+            .collect();
+        let code = tar_gz(&code_files)?;
         let metadata = serde_json::json!({"type": "ccaas", "label": label});
         let package = tar_gz(&[
             ("metadata.json", metadata.to_string().into_bytes()),
@@ -200,8 +234,21 @@ impl Package {
     }
 }
 
-/// The files `names` of a gzipped tar, those present.
+/// Where a package's code holds its JSON indexes.
+const INDEXES_DIR: &str = "META-INF/statedb/couchdb/indexes/";
+
+/// The files `names` of a gzipped tar, each required.
 fn tar_files(bytes: &[u8], names: &[&str]) -> Result<BTreeMap<String, Vec<u8>>, PackageError> {
+    tar_entries(bytes, names, |_| false)
+}
+
+/// The files `names` of a gzipped tar, each required, and those others
+/// `also` picks by name.
+fn tar_entries(
+    bytes: &[u8],
+    names: &[&str],
+    also: impl Fn(&str) -> bool,
+) -> Result<BTreeMap<String, Vec<u8>>, PackageError> {
     let malformed =
         |e: std::io::Error| PackageError::Malformed(format!("{} ({e})", names.join(" and ")));
     let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
@@ -214,7 +261,7 @@ fn tar_files(bytes: &[u8], names: &[&str]) -> Result<BTreeMap<String, Vec<u8>>, 
             .to_string_lossy()
             .into_owned();
         let name = path.trim_start_matches("./").to_owned();
-        if names.contains(&name.as_str()) {
+        if names.contains(&name.as_str()) || also(&name) {
             let mut content = Vec::new();
             entry
                 .take(ENTRY_BYTES_MAX)
@@ -255,6 +302,8 @@ fn tar_gz(files: &[(&str, Vec<u8>)]) -> Result<Vec<u8>, PackageError> {
 pub struct InstalledPackages {
     dir: PathBuf,
     packages: RwLock<BTreeMap<String, Package>>,
+    /// How many packages were installed since the peer started.
+    installs: AtomicU64,
 }
 
 impl InstalledPackages {
@@ -285,6 +334,7 @@ impl InstalledPackages {
         Ok(Self {
             dir: dir.to_owned(),
             packages: RwLock::new(packages),
+            installs: AtomicU64::new(0),
         })
     }
 
@@ -309,6 +359,7 @@ impl InstalledPackages {
         self.packages
             .write()
             .insert(package.id.clone(), package.clone());
+        self.installs.fetch_add(1, Ordering::Release);
         tracing::info!(package_id = %package.id, address = %package.address, "chaincode package installed");
         Ok(package)
     }
@@ -321,6 +372,12 @@ impl InstalledPackages {
     pub fn all(&self) -> Vec<Package> {
         self.packages.read().values().cloned().collect()
     }
+
+    /// A count that grows with every package installed: what a reader of
+    /// [`all`](Self::all) compares to know the list changed.
+    pub fn installs(&self) -> u64 {
+        self.installs.load(Ordering::Acquire)
+    }
 }
 
 #[cfg(test)]
@@ -330,8 +387,50 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_package_carries_its_json_indexes_and_a_bad_one_is_refused() {
+        let definition =
+            br#"{"index":{"fields":["color"]},"ddoc":"byColor","name":"color","type":"json"}"#;
+        let bytes = Package::ccaas(
+            "notes_1.0",
+            "127.0.0.1:9999",
+            None,
+            &[("color.json".to_owned(), definition.to_vec())],
+        )
+        .unwrap();
+        let package = Package::parse(bytes).unwrap();
+        let ids: Vec<String> = package.indexes.iter().map(JsonIndex::id).collect();
+        assert_eq!(ids, ["byColor/color"]);
+
+        // What a hand-made package holds is checked at install.
+        let code = tar_gz(&[
+            (
+                "connection.json",
+                br#"{"address": "127.0.0.1:9999"}"#.to_vec(),
+            ),
+            (
+                "META-INF/statedb/couchdb/indexes/bad.json",
+                br#"{"index":{"fields":["a"]},"type":"text"}"#.to_vec(),
+            ),
+        ])
+        .unwrap();
+        let bytes = tar_gz(&[
+            (
+                "metadata.json",
+                br#"{"type":"ccaas","label":"notes_1.0"}"#.to_vec(),
+            ),
+            ("code.tar.gz", code),
+        ])
+        .unwrap();
+        let refused = Package::parse(Bytes::from(bytes)).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "chaincode package holds an invalid JSON index: index definition META-INF/statedb/couchdb/indexes/bad.json: the index type must be \"json\""
+        );
+    }
+
+    #[test]
     fn a_ccaas_package_round_trips_and_installs_once() {
-        let bytes = Package::ccaas("notes_1.0", "127.0.0.1:9999", None).unwrap();
+        let bytes = Package::ccaas("notes_1.0", "127.0.0.1:9999", None, &[]).unwrap();
         let package = Package::parse(bytes.clone()).unwrap();
         assert_eq!(package.label, "notes_1.0");
         assert_eq!(package.address, "127.0.0.1:9999");
@@ -363,7 +462,7 @@ mod tests {
                 root_cert: certificate.to_owned(),
                 client,
             };
-            let bytes = Package::ccaas("notes_1.0", "127.0.0.1:9999", Some(&tls)).unwrap();
+            let bytes = Package::ccaas("notes_1.0", "127.0.0.1:9999", Some(&tls), &[]).unwrap();
             assert_eq!(Package::parse(bytes).unwrap().tls, Some(tls));
         }
         let package = |connection: &str| {

@@ -24,6 +24,7 @@
 mod codec;
 mod disk;
 mod error;
+pub mod json_index;
 pub mod memory;
 pub mod rocks;
 #[cfg(test)]
