@@ -142,7 +142,7 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
             .with_metrics(endorser_metrics)
             .with_installed_packages(
                 packages,
-                config.peer.local_msp_id.clone(),
+                load_local_msp(&config)?,
                 tokio::runtime::Handle::current(),
             ),
     );
@@ -356,6 +356,14 @@ impl JoinedChannel for CommittedChannel {
             CommitStatusMode::Applied => self.handle.applied.clone(),
         }
     }
+}
+
+/// The peer's own organisation, as its MSP folder defines it.
+fn load_local_msp(config: &PeerConfig) -> Result<weft_msp::Msp> {
+    let dir = &config.peer.msp_config_path;
+    weft_msp::folder::load_config(dir, &config.peer.local_msp_id)
+        .and_then(weft_msp::Msp::from_config)
+        .with_context(|| format!("peer.mspConfigPath: {}", dir.display()))
 }
 
 fn load_signer(config: &PeerConfig) -> Result<Arc<Signer>> {

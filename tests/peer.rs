@@ -963,27 +963,9 @@ async fn a_chaincode_service_installed_through_lifecycle_runs_without_a_restart(
 
     // The installed package, as `peer lifecycle chaincode
     // queryinstalled` asks for it outside any channel: for an admin only.
-    let query = |signer: &Signer| {
-        let invocation = Invocation {
-            channel_id: "",
-            chaincode: "_lifecycle",
-            args: vec![
-                Bytes::from_static(b"QueryInstalledChaincodes"),
-                Bytes::new(),
-            ],
-            nonce: signer.new_nonce().unwrap(),
-            timestamp_seconds: weft_msp::now(),
-        };
-        Proposal::new(&invocation, signer.serialized_identity().clone())
-            .signed(signer)
-            .unwrap()
-    };
-    let admin = signer(
-        &network
-            .dir
-            .join("crypto/peerOrganizations/org1.example.com/users/Admin@org1.example.com/msp"),
-        "Org1MSP",
-    );
+    let query =
+        |signer: &Signer| outside_channels(signer, "QueryInstalledChaincodes", Bytes::new());
+    let admin = network.org1_admin();
     let answer = endorse_all(&[org1.grpc], &query(&admin))
         .await
         .remove(0)
@@ -1153,6 +1135,98 @@ async fn a_chaincode_service_installed_through_lifecycle_runs_without_a_restart(
     );
 }
 
+/// A `_lifecycle` proposal outside any channel, as `peer lifecycle
+/// chaincode install` and `queryinstalled` send: `function` with
+/// `argument`, signed by `signer`.
+fn outside_channels(
+    signer: &Signer,
+    function: &'static str,
+    argument: Bytes,
+) -> weft_protos::protos::SignedProposal {
+    let invocation = Invocation {
+        channel_id: "",
+        chaincode: "_lifecycle",
+        args: vec![Bytes::from_static(function.as_bytes()), argument],
+        nonce: signer.new_nonce().unwrap(),
+        timestamp_seconds: weft_msp::now(),
+    };
+    Proposal::new(&invocation, signer.serialized_identity().clone())
+        .signed(signer)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_package_is_installed_before_the_peer_joins_a_channel() {
+    // Goal: as with Fabric, an operator installs a chaincode on a peer
+    // that has joined no channel yet (the admin is checked against the
+    // peer's own MSP folder); once the peer joins, the package is there to
+    // approve and run.
+    let dir = tempfile::tempdir().unwrap();
+    let mut network = Network::create(dir.path());
+    let chaincode = ShimChaincode::start(&network.dir);
+    let orderer = network.start_solo_orderer();
+    network.joins_channels = false;
+    let alone = network.start_org_peer("org1", &dir.path().join("org1"), &[orderer.grpc], &[]);
+
+    let package = weft_peer_endorser::package::Package::ccaas(
+        "notes_1.0",
+        &chaincode.address.to_string(),
+        None,
+        &[],
+    )
+    .unwrap();
+    let install = |signer: &Signer| {
+        let argument = weft_protos::lifecycle::InstallChaincodeArgs {
+            chaincode_install_package: package.clone(),
+        };
+        outside_channels(signer, "InstallChaincode", argument.encode_to_vec().into())
+    };
+    let refused = endorse_all(&[alone.grpc], &install(&network.client))
+        .await
+        .remove(0)
+        .response
+        .unwrap();
+    assert_eq!(refused.status, 500);
+    assert_eq!(
+        refused.message,
+        "access denied: installing and querying chaincode packages needs an admin of Org1MSP"
+    );
+    let admin = network.org1_admin();
+    let answer = endorse_all(&[alone.grpc], &install(&admin))
+        .await
+        .remove(0)
+        .response
+        .unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.message);
+    let installed = weft_protos::lifecycle::InstallChaincodeResult::decode(answer.payload).unwrap();
+    assert_eq!(installed.label, "notes_1.0");
+
+    // The peer joins the channel (restarted with it in its configuration),
+    // and the definition approves the package installed before.
+    drop(alone);
+    network.joins_channels = true;
+    let org1 = network.start_org_peer("org1", &dir.path().join("org1"), &[orderer.grpc], &[]);
+    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
+    let peers = [org1.grpc, org2.grpc];
+    let stdout = node::stdout_of(chaincode_deploy(&network, orderer.grpc, peers).args([
+        "--name",
+        "notes",
+        "--address",
+        &chaincode.address.to_string(),
+    ]));
+    assert!(
+        stdout.contains(&format!("org1 installed {} on", installed.package_id)),
+        "{stdout}"
+    );
+    let proposal = network.proposal(CHANNEL, &["notes", "put", "n1", "joined"]);
+    let responses = endorse_all(&peers, &proposal.signed(&network.client).unwrap()).await;
+    for response in &responses {
+        let answer = response.response.as_ref().unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.message);
+    }
+    submit(&network, orderer.grpc, &peers, &proposal, &responses, 4).await;
+}
+
 /// `weft chaincode deploy` on `CHANNEL` of `network`, approved by org1's
 /// and org2's `peers`, submitted to `orderer`; the chaincode to name.
 fn chaincode_deploy(network: &Network, orderer: SocketAddr, peers: [SocketAddr; 2]) -> Command {
@@ -1279,6 +1353,9 @@ struct Network {
     /// How long the peers started from now on wait for an external
     /// chaincode's answer.
     chaincode_execute_timeout: &'static str,
+    /// Whether peers start with the test's channels in their
+    /// configuration (`false`: with none).
+    joins_channels: bool,
 }
 
 impl Network {
@@ -1333,6 +1410,7 @@ impl Network {
             external_tls: Vec::new(),
             replica_of: None,
             extra_peer_keys: String::new(),
+            joins_channels: true,
             extra_gateway_keys: String::new(),
             chaincode_execute_timeout: "20s",
         }
@@ -1345,6 +1423,16 @@ impl Network {
 
     fn peer_msp(&self, org: &str) -> PathBuf {
         self.dir.join(peer_msp_path(org))
+    }
+
+    /// Org1's admin, who installs chaincode on its peers.
+    fn org1_admin(&self) -> Signer {
+        signer(
+            &self
+                .dir
+                .join("crypto/peerOrganizations/org1.example.com/users/Admin@org1.example.com/msp"),
+            "Org1MSP",
+        )
     }
 
     /// The network's orderer: solo, ordering both channels.
@@ -1442,6 +1530,15 @@ impl Network {
         );
         let config = self.dir.join(format!("{name}.yaml"));
         let orderers: Vec<String> = orderers.iter().map(|a| format!("\"{a}\"")).collect();
+        let channels = if self.joins_channels {
+            format!(
+                "channels:\n  - genesisBlock: {}\n  - genesisBlock: {}\n",
+                self.genesis.display(),
+                self.dir.join("second.block").display()
+            )
+        } else {
+            "channels: []\n".to_owned()
+        };
         let msp_id = if org == "org1" { "Org1MSP" } else { "Org2MSP" };
         std::fs::write(
             &config,
@@ -1449,7 +1546,7 @@ impl Network {
                 "peer:\n  id: peer0.{org}.example.com\n  listenAddress: 127.0.0.1:0\n  \
                  localMspId: {msp_id}\n  mspConfigPath: {msp}\n  fileSystemPath: {data}\n\
                  {extra_peer_keys}\
-                 channels:\n  - genesisBlock: {genesis}\n  - genesisBlock: {second}\n\
+                 {channels}\
                  orderers: [{orderers}]\n\
                  committer:\n  reconnectBackoffMax: 200ms\n{replica}\
                  {chaincode}\
@@ -1457,8 +1554,7 @@ impl Network {
                  operations:\n  listenAddress: 127.0.0.1:0\n",
                 msp = self.peer_msp(org).display(),
                 data = data.display(),
-                genesis = self.genesis.display(),
-                second = self.dir.join("second.block").display(),
+                channels = channels,
                 orderers = orderers.join(", "),
                 extra_peer_keys = self.extra_peer_keys,
                 extra_gateway_keys = self.extra_gateway_keys,

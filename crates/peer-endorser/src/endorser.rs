@@ -85,6 +85,9 @@ pub struct Endorser {
 /// Chaincode installed through `_lifecycle` and run once defined.
 struct Installed {
     packages: Arc<InstalledPackages>,
+    /// The peer's own organisation, as its MSP folder defines it: whose
+    /// admins may install.
+    local_msp: weft_msp::MspManager,
     local_msp_id: String,
     runtime: tokio::runtime::Handle,
     /// The chaincodes dialled so far, by channel and name.
@@ -128,20 +131,23 @@ impl Endorser {
         }
     }
 
-    /// Installs chaincode packages into `packages` for admins of
-    /// `local_msp_id` (proposals to `_lifecycle` outside any channel), and
+    /// Installs chaincode packages into `packages` for admins of the
+    /// peer's own organisation, `local_msp` (proposals to `_lifecycle`
+    /// outside any channel, answered whether or not the peer has joined a
+    /// channel, as Fabric's peer checks them against its local MSP), and
     /// runs a chaincode whose committed definition this organisation
     /// approved with an installed package, dialling its server through
     /// `runtime`.
     pub fn with_installed_packages(
         mut self,
         packages: Arc<InstalledPackages>,
-        local_msp_id: impl Into<String>,
+        local_msp: weft_msp::Msp,
         runtime: tokio::runtime::Handle,
     ) -> Self {
         self.installed = Some(Installed {
             packages,
-            local_msp_id: local_msp_id.into(),
+            local_msp_id: local_msp.id().to_owned(),
+            local_msp: weft_msp::MspManager::new([local_msp]),
             runtime,
             running: parking_lot::Mutex::default(),
         });
@@ -197,9 +203,9 @@ impl Endorser {
 
     /// Answers a proposal outside any channel (its TxID already checked):
     /// `_lifecycle`'s package installation and queries, for an admin of
-    /// this peer's organisation (checked, as the peer's channels define
-    /// the organisation, with a valid signature). The answer carries no
-    /// endorsement, as Fabric's.
+    /// this peer's organisation (checked against the peer's local MSP,
+    /// with a valid signature). The answer carries no endorsement, as
+    /// Fabric's.
     fn answer_outside_channels(
         &self,
         proposal: &ReceivedProposal,
@@ -213,23 +219,19 @@ impl Endorser {
             .as_ref()
             .ok_or("this peer does not install chaincode packages")?;
         let creator = &proposal.signature_header.creator;
-        let channel = self
-            .channels
-            .read()
-            .values()
-            .next()
-            .cloned()
-            .ok_or("installing chaincode needs the peer to have joined a channel that defines its organisation")?;
-        channel
-            .check_signer(
-                "/Channel/Application/Readers",
-                creator,
-                &signed.proposal_bytes,
-                &signed.signature,
-                (self.now)(),
-            )
-            .map_err(|reason| format!("access denied: {reason}"))?;
-        if !channel.is_admin(creator, &installed.local_msp_id) {
+        let identity = installed
+            .local_msp
+            .deserialize(creator, (self.now)())
+            .map_err(|e| {
+                format!(
+                    "access denied: installing and querying chaincode packages needs an admin of {}: {e}",
+                    installed.local_msp_id
+                )
+            })?;
+        identity
+            .verify(&signed.proposal_bytes, &signed.signature)
+            .map_err(|e| format!("access denied: the creator's signature does not verify: {e}"))?;
+        if !identity.is_admin() {
             return Err(format!(
                 "access denied: installing and querying chaincode packages needs an admin of {}",
                 installed.local_msp_id
