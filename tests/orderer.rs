@@ -50,6 +50,8 @@ use weft_statedb::memory::{MemoryOptions, MemoryState};
 
 #[path = "support/busy.rs"]
 mod busy;
+#[path = "support/disk.rs"]
+mod failing_disk;
 #[path = "orderer/kafka.rs"]
 mod kafka;
 #[path = "support/kafka.rs"]
@@ -1114,8 +1116,8 @@ impl OrdererNode {
         })
     }
 
-    /// The node's `/metrics`, once it announced its operations endpoint.
-    async fn metrics(&self) -> String {
+    /// The node's operations endpoint, once it announced it.
+    async fn operations(&self) -> String {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         let ready = loop {
             if let Some(ready) = self.ready.lock().unwrap().clone() {
@@ -1128,7 +1130,12 @@ impl OrdererNode {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
-        let (status, metrics) = http_get(&address_in(&ready, "operations "), "/metrics").await;
+        address_in(&ready, "operations ")
+    }
+
+    /// The node's `/metrics`, once it announced its operations endpoint.
+    async fn metrics(&self) -> String {
+        let (status, metrics) = http_get(&self.operations().await, "/metrics").await;
         assert_eq!(status, 200);
         metrics
     }
@@ -1473,6 +1480,135 @@ async fn a_raft_cluster_survives_a_killed_leader_and_the_node_catches_up() {
     // compacted past on the others: it pulls blocks for a snapshot) to
     // the same hashes, and orders again.
     survive_a_killed_leader(Network::with_batch_timeout("100ms")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_raft_node_whose_disk_turns_read_only_stops_while_the_others_order_on() {
+    // Goal (issue 21, a disk fault on the ordering side): one of three
+    // Raft orderers keeps its data on a disk that turns read-only under
+    // load. That node stops its channel, says why on /healthz naming the
+    // path, and refuses Broadcast as SERVICE_UNAVAILABLE; the two others
+    // go on ordering; every transaction any node answered SUCCESS is in
+    // their chain exactly once. Once the disk is checked and mounted
+    // again, the restarted node catches up to the same chain.
+    const FAULTED: usize = 2;
+    let network = Network::with_batch_timeout("100ms");
+    let transactor = Arc::new(network.transactor());
+    let dir = tempfile::tempdir().unwrap();
+    let (mut nodes, genesis) = raft_cluster(&network, dir.path());
+    let data = dir.path().join(format!("data{FAULTED}"));
+    let disk = failing_disk::Ext4Disk::create(&dir.path().join("disk.img"), &data);
+    for node in &mut nodes {
+        node.spawn();
+    }
+    wait_for_leader(&nodes, &[0, 1, 2], 0).await;
+    let loads = Loads::start(&transactor, &nodes, "node").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    disk.fail();
+
+    let operations = nodes[FAULTED].operations().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let health = loop {
+        let (status, health) = http_get(&operations, "/healthz").await;
+        if status == 503 {
+            break health;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the node stayed healthy on a read-only disk: {health}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The first write to fail meets a read-only filesystem, or a sync
+    // an I/O error.
+    assert!(
+        health.contains("consenter/orders")
+            && (health.contains("Read-only file system") || health.contains("Input/output error"))
+            && health.contains(&disk.path().display().to_string()),
+        "/healthz does not say why and where: {health}"
+    );
+    let (_, envelope) = transactor.transaction("after-the-fault");
+    let mut client = nodes[FAULTED].client().await;
+    let answer = client
+        .broadcast(tokio_stream::iter(vec![envelope]))
+        .await
+        .unwrap()
+        .into_inner()
+        .message()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        answer.status,
+        Status::ServiceUnavailable as i32,
+        "{answer:?}"
+    );
+
+    // The two others order on.
+    let (leader, _) = wait_for_leader(&nodes, &[0, 1], 0).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let succeeded = loads.stop().await;
+    let reader = &network.orderer.clone_signer();
+    let height = height_of(&nodes[leader], reader).await;
+    let chains = [
+        blocks_of(&nodes[0], reader, height).await,
+        blocks_of(&nodes[1], reader, height).await,
+    ];
+    check_same_chain(&chains, &genesis, &succeeded);
+
+    // Checked and mounted again, the disk holds what the node needs to
+    // catch up to the same chain. Unless the filesystem lost writes the
+    // node had synced (ext4 can drop the last of them when its journal
+    // aborts): then the node finds its log lacks entries it acknowledged,
+    // says so, and orders nothing, rather than vote on that log.
+    nodes[FAULTED].kill();
+    disk.repair();
+    nodes[FAULTED].spawn();
+    let operations = nodes[FAULTED].operations().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let caught_up = tokio::time::timeout(
+            Duration::from_secs(2),
+            try_height_of(&nodes[FAULTED], reader),
+        )
+        .await
+        .is_ok_and(|caught_up| caught_up.is_some_and(|caught_up| caught_up >= height));
+        if caught_up {
+            let repaired = blocks_of(&nodes[FAULTED], reader, height).await;
+            assert_eq!(hashes(&repaired), hashes(&chains[0]));
+            break;
+        }
+        let (status, health) = http_get(&operations, "/healthz").await;
+        if status == 503 {
+            assert!(
+                health.contains("this node's raft log lost entries it had acknowledged"),
+                "the repaired node stopped for another reason: {health}"
+            );
+            let (_, envelope) = transactor.transaction("on-a-lost-log");
+            let answer = nodes[FAULTED]
+                .client()
+                .await
+                .broadcast(tokio_stream::iter(vec![envelope]))
+                .await
+                .unwrap()
+                .into_inner()
+                .message()
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                answer.status,
+                Status::ServiceUnavailable as i32,
+                "{answer:?}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the repaired node neither caught up nor said why not: {health}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

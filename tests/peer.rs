@@ -15,6 +15,8 @@
 mod busy;
 #[path = "peer/disk.rs"]
 mod disk;
+#[path = "support/disk.rs"]
+mod failing_disk;
 #[path = "peer/hostile.rs"]
 mod hostile;
 #[path = "peer/limits.rs"]

@@ -1,11 +1,8 @@
 //! A peer whose data disk turns read-only while it commits (issue 21 item
-//! 3; docs/security.md). The disk is an ext4 image of the test's own on a
-//! loop device, mounted `errors=remount-ro`; the test reports an error to
-//! the filesystem (`/sys/fs/ext4/<device>/trigger_fs_error`), and the
-//! kernel turns it read-only under the running peer, as it does when a
-//! disk fails beneath a live filesystem. Needs root, as CI runs.
+//! 3; docs/security.md), on a disk of `tests/support/disk.rs`.
 
 use super::*;
+use crate::failing_disk::Ext4Disk;
 
 /// Transactions the client sends, one a block; the disk fails partway.
 const TRANSACTIONS: u64 = 300;
@@ -112,107 +109,4 @@ async fn read_key(network: &Network, peer: SocketAddr, key: &str) -> Vec<u8> {
         .unwrap();
     assert_eq!(response.status, 200, "{response:?}");
     response.payload.to_vec()
-}
-
-/// An ext4 filesystem in an image file, mounted through a loop device on
-/// a directory; unmounted when dropped.
-struct Ext4Disk {
-    image: PathBuf,
-    mount_point: PathBuf,
-}
-
-impl Ext4Disk {
-    /// Room for the peer's RocksDB stores, which reserve space for their
-    /// logs ahead; the image is sparse.
-    const BYTES: u64 = 1 << 30;
-
-    fn create(image: &Path, mount_point: &Path) -> Self {
-        std::fs::File::create(image)
-            .unwrap()
-            .set_len(Self::BYTES)
-            .unwrap();
-        run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(image));
-        std::fs::create_dir_all(mount_point).unwrap();
-        let disk = Self {
-            image: image.to_owned(),
-            mount_point: mount_point.to_owned(),
-        };
-        disk.mount();
-        disk
-    }
-
-    fn path(&self) -> &Path {
-        &self.mount_point
-    }
-
-    fn mount(&self) {
-        run(Command::new("mount")
-            .args(["-o", "loop,errors=remount-ro"])
-            .arg(&self.image)
-            .arg(&self.mount_point));
-    }
-
-    /// The loop device the filesystem is mounted from (`loop3`).
-    fn device(&self) -> String {
-        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-        let point = self.mount_point.display().to_string();
-        mounts
-            .lines()
-            .rev()
-            .filter_map(|line| {
-                let mut fields = line.split(' ');
-                let source = fields.next()?;
-                (fields.next()? == point).then(|| source.rsplit('/').next().unwrap().to_owned())
-            })
-            .next()
-            .unwrap_or_else(|| panic!("{point} is not mounted"))
-    }
-
-    /// Reports an error to the filesystem: the kernel remounts it
-    /// read-only at once, open files and all.
-    fn fail(&self) {
-        let trigger = format!("/sys/fs/ext4/{}/trigger_fs_error", self.device());
-        std::fs::write(&trigger, "weft disk-fault test")
-            .unwrap_or_else(|error| panic!("{trigger}: {error}"));
-    }
-
-    /// Unmounts, checks and repairs the filesystem as an operator would
-    /// (`e2fsck -fy`), and mounts it again.
-    fn repair(&self) {
-        run(Command::new("umount").arg(&self.mount_point));
-        let status = Command::new("e2fsck")
-            .arg("-fy")
-            .arg(&self.image)
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        // 0: clean; 1: errors corrected.
-        assert!(
-            matches!(status.code(), Some(0 | 1)),
-            "e2fsck could not repair {}: {status}",
-            self.image.display()
-        );
-        self.mount();
-    }
-}
-
-impl Drop for Ext4Disk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg(&self.mount_point)
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-/// Runs `command`, which must succeed: the disk-fault test needs root, a
-/// loop device and e2fsprogs (deploy/packages.sh installs them).
-fn run(command: &mut Command) {
-    let output = command.output().unwrap();
-    assert!(
-        output.status.success(),
-        "{command:?} failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
 }

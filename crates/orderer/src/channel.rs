@@ -103,6 +103,11 @@ impl Channel {
         *self.failure.lock() = Some(reason);
     }
 
+    /// Why the channel's consenter stopped, if it failed.
+    pub fn stopped(&self) -> Option<String> {
+        self.failure.lock().clone()
+    }
+
     /// Why the channel's consenter stopped, if it failed, or else why it
     /// cannot order for now.
     pub fn failure(&self) -> Option<String> {

@@ -56,7 +56,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use prost::Message as _;
-use raft::eraftpb::{Entry, EntryType, Snapshot};
+use raft::eraftpb::{Entry, EntryType, MessageType, Snapshot};
 use raft::{RawNode, StateRole};
 use tokio::sync::{mpsc, oneshot};
 use weft_protos::cluster::{Batch as LogBatch, LogEntry, SnapshotData, log_entry};
@@ -398,7 +398,24 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
                 channel: channel_id.clone(),
                 reason: format!("starting the raft loop's runtime: {e}"),
             })
-            .and_then(|runtime| runtime.block_on(run(core, mailbox.0, inbox, halted)));
+            .and_then(|runtime| {
+                // raft-rs panics on a log that breaks Raft's rules; the
+                // channel stops and says why, as on any other failure.
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    runtime.block_on(run(core, mailbox.0, inbox, halted))
+                }))
+                .unwrap_or_else(|panic| {
+                    let reason = panic
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| panic.downcast_ref::<&str>().copied())
+                        .unwrap_or("a panic");
+                    Err(Error::Raft {
+                        channel: channel_id.clone(),
+                        reason: format!("the raft node failed: {reason}"),
+                    })
+                })
+            });
         if let Err(error) = &result {
             tracing::error!(channel = %channel_id, %error, "raft chain stopped");
             shared.failed(error.to_string());
@@ -614,12 +631,12 @@ async fn run(
             _ = &mut halted => break,
             message = inbox.recv() => match message {
                 Some(message) => {
-                    core.step(message);
+                    core.step(message)?;
                     // Whatever else arrived goes into the same `Ready`: one
                     // log write and one round of sends for all of it.
                     for _ in 1..INBOX_DRAINED_MAX {
                         match inbox.try_recv() {
-                            Ok(message) => core.step(message),
+                            Ok(message) => core.step(message)?,
                             Err(_) => break,
                         }
                     }
@@ -678,14 +695,36 @@ impl Core {
             && self.proposed.len() < self.options.max_inflight_blocks as usize
     }
 
-    fn step(&mut self, message: raft::eraftpb::Message) {
+    /// Steps a message from another node. Fails when a leader's heartbeat
+    /// shows that this node's log lost entries it had acknowledged: the
+    /// leader sends a commit index only up to what this node said it
+    /// holds, so one past the end of the log means the disk lost writes
+    /// it had reported synced. Such a node can no longer vote safely
+    /// (Raft counts on acknowledged entries staying), so the channel
+    /// stops here, as etcd and Fabric's etcdraft halt, instead of raft-rs
+    /// panicking on it.
+    fn step(&mut self, message: raft::eraftpb::Message) -> Result<()> {
         if !self.members.endpoints.contains_key(&message.from) {
             tracing::warn!(channel = %self.channel.id, from = message.from, "a raft message from an unknown node");
-            return;
+            return Ok(());
+        }
+        let last_index = self.node.raft.raft_log.last_index();
+        if commits_past_the_log(&message, self.node.raft.term, last_index) {
+            return Err(Error::Raft {
+                channel: self.channel.id.clone(),
+                reason: format!(
+                    "this node's raft log lost entries it had acknowledged: it ends at entry \
+                     {last_index}, and the leader (node {}) counts entries up to {} as held here; \
+                     its disk lost writes it had reported synced, and the node stops ordering \
+                     the channel rather than vote on a log it cannot trust",
+                    message.from, message.commit
+                ),
+            });
         }
         if let Err(error) = self.node.step(message) {
             tracing::debug!(channel = %self.channel.id, %error, "raft message not stepped");
         }
+        Ok(())
     }
 
     fn submit(&mut self, submission: Submission) {
@@ -1161,9 +1200,59 @@ impl slog::Serializer for KeyValues {
     }
 }
 
+/// Whether `message` is a heartbeat of a current leader whose commit
+/// index lies past `last_index`, the end of this node's log: the leader
+/// sends a heartbeat's commit index only up to what this node acknowledged
+/// holding, so the log lost acknowledged entries. (An append carries its
+/// own entries and raft-rs commits only up to them.)
+fn commits_past_the_log(message: &raft::eraftpb::Message, term: u64, last_index: u64) -> bool {
+    message.get_msg_type() == MessageType::MsgHeartbeat
+        && message.term >= term
+        && message.commit > last_index
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_heartbeat_past_the_end_of_the_log_shows_lost_entries() {
+        let message = |kind: MessageType, term: u64, commit: u64| {
+            let mut message = raft::eraftpb::Message::default();
+            message.set_msg_type(kind);
+            message.term = term;
+            message.commit = commit;
+            message
+        };
+        // The log ends at 155 in term 3.
+        assert!(commits_past_the_log(
+            &message(MessageType::MsgHeartbeat, 3, 158),
+            3,
+            155
+        ));
+        assert!(commits_past_the_log(
+            &message(MessageType::MsgHeartbeat, 4, 156),
+            3,
+            155
+        ));
+        assert!(!commits_past_the_log(
+            &message(MessageType::MsgHeartbeat, 3, 155),
+            3,
+            155
+        ));
+        // A stale leader's heartbeat is refused by raft-rs anyway.
+        assert!(!commits_past_the_log(
+            &message(MessageType::MsgHeartbeat, 2, 158),
+            3,
+            155
+        ));
+        // An append's commit index goes no further than its entries.
+        assert!(!commits_past_the_log(
+            &message(MessageType::MsgAppend, 3, 158),
+            3,
+            155
+        ));
+    }
 
     fn consenter(host: &str, port: u32) -> etcdraft::Consenter {
         etcdraft::Consenter {
