@@ -1,7 +1,8 @@
 //! Criterion benchmarks of the foundation: identity validation with and
 //! without the identity cache, policy evaluation for the endorsement
 //! policies of Thakkar et al. (Table III), the typed decode of a real
-//! 100-transaction Fabric block, and the block store's TxID lookup.
+//! 100-transaction Fabric block, the block store's TxID lookup, and JSON
+//! queries with and without a JSON index.
 //!
 //! Run with `cargo bench --bench foundation`; figures are recorded in
 //! docs/benchmarks.md. Names follow `module::operation/parameter=value`.
@@ -199,11 +200,103 @@ fn tx_id_lookup(c: &mut Criterion) {
     group.finish();
 }
 
+/// Documents in the namespace a JSON query searches.
+const DOCUMENTS: u64 = 100_000;
+
+/// A namespace of [`DOCUMENTS`] assets (ten colors, sizes 0–999), with and
+/// without a JSON index on `["color", "size"]`: the selective query and
+/// the sorted one each read about 100 documents through the index, and
+/// every document without it.
+fn json_queries(c: &mut Criterion) {
+    use weft_peer_endorser::Stub;
+    use weft_statedb::json_index::{IndexMaintainer, JsonIndex};
+    use weft_statedb::memory::{MemoryOptions, MemoryState};
+    use weft_statedb::{Height, UpdateBatch, VersionedState};
+
+    let org = TestOrg::new("Org1MSP");
+    let client = org.signer(NodeRole::Client);
+    let invocation = weft_protos::tx::Invocation {
+        channel_id: "ch",
+        chaincode: "assets",
+        args: vec![Bytes::from_static(b"query")],
+        nonce: Bytes::from_static(b"nonce"),
+        timestamp_seconds: 0,
+    };
+    let proposal =
+        weft_protos::tx::Proposal::new(&invocation, client.serialized_identity().clone());
+    let proposal =
+        weft_protos::tx::ReceivedProposal::decode(&proposal.signed(&client).unwrap()).unwrap();
+    let colors = [
+        "amber", "black", "blue", "cyan", "gold", "green", "grey", "pink", "red", "white",
+    ];
+    let load = |indexed: bool| {
+        let dir = tempfile::tempdir().unwrap();
+        let state = MemoryState::open(dir.path(), MemoryOptions::default()).unwrap();
+        let mut batch = UpdateBatch::new();
+        for n in 0..DOCUMENTS {
+            let document = format!(
+                r#"{{"docType":"asset","color":"{}","size":{},"owner":"owner{}"}}"#,
+                colors[(n % 10) as usize],
+                (n / 10) % 1000,
+                n % 97
+            );
+            batch.put(
+                "assets",
+                &format!("asset{n:06}"),
+                Bytes::from(document),
+                Height::new(1, n),
+            );
+        }
+        state.apply(&batch, Height::new(1, DOCUMENTS)).unwrap();
+        if indexed {
+            let index = JsonIndex::parse(
+                "colorSize.json",
+                br#"{"index":{"fields":["color","size"]},"ddoc":"byColor","name":"colorSize","type":"json"}"#,
+            )
+            .unwrap();
+            let mut build = UpdateBatch::new();
+            IndexMaintainer::new()
+                .build(&mut build, &state, "assets", &index, Height::new(2, 0))
+                .unwrap();
+            state.apply(&build, Height::new(2, 0)).unwrap();
+        }
+        (dir, state)
+    };
+    let queries = [
+        (
+            "selective",
+            r#"{"selector":{"color":"blue","size":{"$gte":990}}}"#,
+        ),
+        (
+            "sorted",
+            r#"{"selector":{"color":"red"},"sort":[{"size":"desc"}],"limit":100}"#,
+        ),
+    ];
+    let mut group = c.benchmark_group("endorser::json_query");
+    group.sample_size(10);
+    for indexed in [false, true] {
+        let (_dir, state) = load(indexed);
+        for (name, query) in queries {
+            let snapshot = state.snapshot();
+            let label = format!("{name}/index={}", if indexed { "yes" } else { "no" });
+            group.bench_function(label, |b| {
+                b.iter(|| {
+                    let mut stub = Stub::new(&proposal, "assets", snapshot.as_ref());
+                    let found = stub.get_query_result(black_box(query), None).unwrap();
+                    assert_eq!(found.results.len(), 100);
+                });
+            });
+        }
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     creator_validation,
     policy_evaluation,
     block_decode,
-    tx_id_lookup
+    tx_id_lookup,
+    json_queries
 );
 criterion_main!(benches);

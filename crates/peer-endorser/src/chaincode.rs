@@ -757,6 +757,10 @@ impl<'a> Stub<'a> {
     /// The documents matching `query` among those `scan` points at, in
     /// the index's order (backwards for a descending sort): at least
     /// `enough` of them when there are, as [`Self::documents_by_scan`].
+    /// Going forwards, entries are read until enough documents match;
+    /// backwards, the entries of the range are read first (an entry is
+    /// only a key), then documents from the last entry on until enough
+    /// match, so a descending sort with a limit reads few documents.
     fn documents_by_index(
         &self,
         query: &Query,
@@ -765,8 +769,19 @@ impl<'a> Stub<'a> {
         enough: usize,
     ) -> Result<Vec<Document>, StateError> {
         let storage = |e: weft_statedb::Error| StateError::Storage(e.to_string());
+        let most = RANGE_RESULTS_MAX.saturating_add(first);
         let entries = weft_statedb::json_index::entries_namespace(self.namespace, scan.index);
+        let matching = |key: String| -> Result<Option<Document>, StateError> {
+            let Some(value) = self.state.get(self.namespace, &key).map_err(storage)? else {
+                return Ok(None);
+            };
+            let Ok(document) = serde_json::from_slice::<serde_json::Value>(&value.value) else {
+                return Ok(None);
+            };
+            Ok(query.matches(&document).then_some((key, value, document)))
+        };
         let mut matched = Vec::new();
+        let mut keys = Vec::new();
         let mut from = scan.start.clone();
         loop {
             let chunk = self
@@ -779,29 +794,31 @@ impl<'a> Stub<'a> {
             }
             for (_, entry) in chunk {
                 let key = String::from_utf8_lossy(&entry.value).into_owned();
-                let Some(value) = self.state.get(self.namespace, &key).map_err(storage)? else {
-                    continue;
-                };
-                let Ok(document) = serde_json::from_slice::<serde_json::Value>(&value.value) else {
-                    continue;
-                };
-                if !query.matches(&document) {
+                if scan.descending {
+                    keys.push(key);
+                    if keys.len() > most {
+                        return Err(StateError::TooManyResults);
+                    }
                     continue;
                 }
-                matched.push((key, value, document));
-                if !scan.descending && matched.len() >= enough {
-                    return Ok(matched);
-                }
-                if matched.len() > RANGE_RESULTS_MAX.saturating_add(first) {
-                    return Err(StateError::TooManyResults);
+                if let Some(document) = matching(key)? {
+                    matched.push(document);
+                    if matched.len() >= enough {
+                        return Ok(matched);
+                    }
                 }
             }
             if drained {
                 break;
             }
         }
-        if scan.descending {
-            matched.reverse();
+        for key in keys.into_iter().rev() {
+            if let Some(document) = matching(key)? {
+                matched.push(document);
+                if matched.len() >= enough {
+                    break;
+                }
+            }
         }
         Ok(matched)
     }
