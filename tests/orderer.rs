@@ -1149,6 +1149,21 @@ impl OrdererNode {
         AtomicBroadcastClient::new(channel)
     }
 
+    /// The node's answer to `envelope`, sent on a Broadcast stream of its
+    /// own.
+    async fn broadcast_one(&self, envelope: Envelope) -> BroadcastResponse {
+        self.client()
+            .await
+            .broadcast(tokio_stream::iter([envelope]))
+            .await
+            .unwrap()
+            .into_inner()
+            .message()
+            .await
+            .unwrap()
+            .expect("the node answers the envelope")
+    }
+
     fn kill(&mut self) {
         if let Some(mut process) = self.process.take() {
             process.kill().unwrap(); // SIGKILL
@@ -1528,16 +1543,7 @@ async fn a_raft_node_whose_disk_turns_read_only_stops_while_the_others_order_on(
         "/healthz does not say why and where: {health}"
     );
     let (_, envelope) = transactor.transaction("after-the-fault");
-    let mut client = nodes[FAULTED].client().await;
-    let answer = client
-        .broadcast(tokio_stream::iter(vec![envelope]))
-        .await
-        .unwrap()
-        .into_inner()
-        .message()
-        .await
-        .unwrap()
-        .unwrap();
+    let answer = nodes[FAULTED].broadcast_one(envelope).await;
     assert_eq!(
         answer.status,
         Status::ServiceUnavailable as i32,
@@ -1585,17 +1591,7 @@ async fn a_raft_node_whose_disk_turns_read_only_stops_while_the_others_order_on(
                 "the repaired node stopped for another reason: {health}"
             );
             let (_, envelope) = transactor.transaction("on-a-lost-log");
-            let answer = nodes[FAULTED]
-                .client()
-                .await
-                .broadcast(tokio_stream::iter(vec![envelope]))
-                .await
-                .unwrap()
-                .into_inner()
-                .message()
-                .await
-                .unwrap()
-                .unwrap();
+            let answer = nodes[FAULTED].broadcast_one(envelope).await;
             assert_eq!(
                 answer.status,
                 Status::ServiceUnavailable as i32,

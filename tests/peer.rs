@@ -892,11 +892,7 @@ async fn weft_chaincode_deploy_agrees_a_definition_whose_policy_every_peer_enfor
             query.encode_to_vec().into(),
         ],
     );
-    let response = endorse_all(&[org2.grpc], &proposal.signed(&network.client).unwrap())
-        .await
-        .remove(0)
-        .response
-        .unwrap();
+    let response = endorse_one(org2.grpc, &proposal.signed(&network.client).unwrap()).await;
     assert_eq!(response.status, 200, "{}", response.message);
     let definition =
         weft_protos::lifecycle::QueryChaincodeDefinitionResult::decode(response.payload).unwrap();
@@ -968,11 +964,7 @@ async fn a_chaincode_service_installed_through_lifecycle_runs_without_a_restart(
     let query =
         |signer: &Signer| outside_channels(signer, "QueryInstalledChaincodes", Bytes::new());
     let admin = network.org1_admin();
-    let answer = endorse_all(&[org1.grpc], &query(&admin))
-        .await
-        .remove(0)
-        .response
-        .unwrap();
+    let answer = endorse_one(org1.grpc, &query(&admin)).await;
     assert_eq!(answer.status, 200, "{}", answer.message);
     let installed =
         weft_protos::lifecycle::QueryInstalledChaincodesResult::decode(answer.payload).unwrap();
@@ -1017,11 +1009,7 @@ async fn a_chaincode_service_installed_through_lifecycle_runs_without_a_restart(
         );
         let signed = proposal.signed(&network.client).unwrap();
         async move {
-            let answer = endorse_all(&[peer], &signed)
-                .await
-                .remove(0)
-                .response
-                .unwrap();
+            let answer = endorse_one(peer, &signed).await;
             assert_eq!(answer.status, 200, "{}", answer.message);
             serde_json::from_slice::<Vec<String>>(&answer.payload).unwrap()
         }
@@ -1113,22 +1101,14 @@ async fn a_chaincode_service_installed_through_lifecycle_runs_without_a_restart(
     ]));
     assert!(stdout.contains("committed on channel ledger"), "{stdout}");
     let proposal = network.proposal(CHANNEL, &["plainvault", "get", "v1"]);
-    let refused = endorse_all(&[org1.grpc], &proposal.signed(&network.client).unwrap())
-        .await
-        .remove(0)
-        .response
-        .unwrap();
+    let refused = endorse_one(org1.grpc, &proposal.signed(&network.client).unwrap()).await;
     assert_eq!(refused.status, 500);
     assert!(
         refused.message.contains("unreachable"),
         "{}",
         refused.message
     );
-    let refused = endorse_all(&[org1.grpc], &query(&network.client))
-        .await
-        .remove(0)
-        .response
-        .unwrap();
+    let refused = endorse_one(org1.grpc, &query(&network.client)).await;
     assert_eq!(refused.status, 500);
     assert!(
         refused.message.contains("needs an admin"),
@@ -1183,22 +1163,14 @@ async fn a_package_is_installed_before_the_peer_joins_a_channel() {
         };
         outside_channels(signer, "InstallChaincode", argument.encode_to_vec().into())
     };
-    let refused = endorse_all(&[alone.grpc], &install(&network.client))
-        .await
-        .remove(0)
-        .response
-        .unwrap();
+    let refused = endorse_one(alone.grpc, &install(&network.client)).await;
     assert_eq!(refused.status, 500);
     assert_eq!(
         refused.message,
         "access denied: installing and querying chaincode packages needs an admin of Org1MSP"
     );
     let admin = network.org1_admin();
-    let answer = endorse_all(&[alone.grpc], &install(&admin))
-        .await
-        .remove(0)
-        .response
-        .unwrap();
+    let answer = endorse_one(alone.grpc, &install(&admin)).await;
     assert_eq!(answer.status, 200, "{}", answer.message);
     let installed = weft_protos::lifecycle::InstallChaincodeResult::decode(answer.payload).unwrap();
     assert_eq!(installed.label, "notes_1.0");
@@ -1683,6 +1655,15 @@ async fn submit(
             proposal.tx_id
         );
     }
+}
+
+/// Sends `signed` to `peer`'s Endorser; the response it answers with.
+async fn endorse_one(peer: SocketAddr, signed: &weft_protos::protos::SignedProposal) -> Response {
+    endorse_all(&[peer], signed)
+        .await
+        .remove(0)
+        .response
+        .expect("a proposal response carries a response")
 }
 
 /// Sends `signed` to each peer's Endorser; their answers in order.

@@ -266,29 +266,24 @@ async fn answer_in_order(
             }
             // A node whose consenter stopped (its disk failed) orders
             // nothing more, not even by forwarding to a Raft leader.
-            Ok(accepted) => match accepted.channel.stopped() {
-                Some(reason) => (
-                    read_at,
-                    Some(accepted.channel.id.clone()),
-                    Err(Refusal::new(
+            Ok(accepted) => {
+                let channel = &accepted.channel;
+                let ordered = match channel.stopped() {
+                    Some(reason) => Err(Refusal::new(
                         Status::ServiceUnavailable,
                         format!(
                             "channel {} cannot order on this node: its consenter stopped: {reason}",
-                            accepted.channel.id
+                            channel.id
                         ),
                     )),
-                ),
-                None => (
-                    read_at,
-                    Some(accepted.channel.id.clone()),
-                    accepted
-                        .channel
+                    None => channel
                         .chain
                         .submit(accepted.input)
                         .await
                         .map_err(|e| Refusal::new(Status::ServiceUnavailable, e.to_string())),
-                ),
-            },
+                };
+                (read_at, Some(channel.id.clone()), ordered)
+            }
             Err(refusal) => (read_at, None, Err(refusal)),
         };
         if acks.send(submitted).await.is_err() {

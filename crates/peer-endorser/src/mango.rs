@@ -213,29 +213,25 @@ impl Query {
                 && index.fields.len() - fixed >= sort_fields.len();
             (required && sorted).then_some(fixed)
         };
-        let chosen = self
-            .use_index
-            .as_ref()
-            .and_then(|(ddoc, name)| {
-                indexes.iter().find(|index| {
-                    index.ddoc.trim_start_matches("_design/") == ddoc.trim_start_matches("_design/")
-                        && name.as_ref().is_none_or(|name| *name == index.name)
-                        && usable(index).is_some()
-                })
+        // Each usable index, with how many leading fields the selector fixes.
+        let candidates: Vec<(&JsonIndex, usize)> = indexes
+            .iter()
+            .filter_map(|index| usable(index).map(|fixed| (index, fixed)))
+            .collect();
+        let named = self.use_index.as_ref().and_then(|(ddoc, name)| {
+            candidates.iter().find(|(index, _)| {
+                index.ddoc.trim_start_matches("_design/") == ddoc.trim_start_matches("_design/")
+                    && name.as_ref().is_none_or(|name| *name == index.name)
             })
-            .or_else(|| {
-                indexes
-                    .iter()
-                    .filter_map(|index| usable(index).map(|fixed| (index, fixed)))
-                    .min_by(|(a, a_fixed), (b, b_fixed)| {
-                        b_fixed
-                            .cmp(a_fixed)
-                            .then(a.fields.len().cmp(&b.fields.len()))
-                            .then_with(|| a.id().cmp(&b.id()))
-                    })
-                    .map(|(index, _)| index)
-            })?;
-        let fixed = usable(chosen)?;
+        });
+        let &(chosen, fixed) = named.or_else(|| {
+            candidates.iter().min_by(|(a, a_fixed), (b, b_fixed)| {
+                b_fixed
+                    .cmp(a_fixed)
+                    .then(a.fields.len().cmp(&b.fields.len()))
+                    .then_with(|| a.id().cmp(&b.id()))
+            })
+        })?;
         let mut prefix = String::new();
         for field in &chosen.fields[..fixed] {
             if let Some(value) = bounds(field).equal {

@@ -220,10 +220,6 @@ impl Package {
             JsonIndex::parse(&path, definition)?;
             code_files.push((path, definition.clone()));
         }
-        let code_files: Vec<(&str, Vec<u8>)> = code_files
-            .iter()
-            .map(|(name, content)| (name.as_str(), content.clone()))
-            .collect();
         let code = tar_gz(&code_files)?;
         let metadata = serde_json::json!({"type": "ccaas", "label": label});
         let package = tar_gz(&[
@@ -276,7 +272,7 @@ fn tar_entries(
     Ok(found)
 }
 
-fn tar_gz(files: &[(&str, Vec<u8>)]) -> Result<Vec<u8>, PackageError> {
+fn tar_gz<Name: AsRef<str>>(files: &[(Name, Vec<u8>)]) -> Result<Vec<u8>, PackageError> {
     let io = |source| PackageError::Io {
         path: PathBuf::from("<package>"),
         source,
@@ -291,7 +287,7 @@ fn tar_gz(files: &[(&str, Vec<u8>)]) -> Result<Vec<u8>, PackageError> {
         header.set_mode(0o644);
         header.set_cksum();
         builder
-            .append_data(&mut header, name, content.as_slice())
+            .append_data(&mut header, name.as_ref(), content.as_slice())
             .map_err(io)?;
     }
     builder.into_inner().map_err(io)?.finish().map_err(io)
@@ -502,7 +498,7 @@ mod tests {
                 "metadata.json",
                 br#"{"type":"golang","label":"x"}"#.to_vec(),
             ),
-            ("code.tar.gz", tar_gz(&[]).unwrap()),
+            ("code.tar.gz", tar_gz::<&str>(&[]).unwrap()),
         ])
         .unwrap();
         let refused = Package::parse(Bytes::from(golang)).unwrap_err();
@@ -511,7 +507,7 @@ mod tests {
         assert!(refused.to_string().contains("gzipped tar"), "{refused}");
         let no_connection = tar_gz(&[
             ("metadata.json", br#"{"type":"ccaas","label":"x"}"#.to_vec()),
-            ("code.tar.gz", tar_gz(&[]).unwrap()),
+            ("code.tar.gz", tar_gz::<&str>(&[]).unwrap()),
         ])
         .unwrap();
         let refused = Package::parse(Bytes::from(no_connection)).unwrap_err();

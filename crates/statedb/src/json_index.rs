@@ -310,7 +310,11 @@ impl IndexMaintainer {
         namespace: &str,
         index: &JsonIndex,
     ) -> Result<bool> {
-        Ok(self.indexes_of(state, namespace)?.contains(index))
+        self.load(state, namespace)?;
+        Ok(self
+            .built
+            .get(namespace)
+            .is_some_and(|built| built.contains(index)))
     }
 
     /// Adds to `batch` (to be applied at `height` over `state`) the entries
@@ -352,9 +356,11 @@ impl IndexMaintainer {
             index.to_catalogue_value(),
             height,
         );
-        let built = self.indexes_of(state, namespace)?;
-        built.retain(|known| known.id() != index.id());
-        built.push(index.clone());
+        self.load(state, namespace)?;
+        if let Some(built) = self.built.get_mut(namespace) {
+            built.retain(|known| known.id() != index.id());
+            built.push(index.clone());
+        }
         Ok(indexed)
     }
 
@@ -363,22 +369,19 @@ impl IndexMaintainer {
     /// `state` (before the batch) are removed and those of its new value
     /// added, at the write's height.
     pub fn maintain(&mut self, batch: &mut UpdateBatch, state: &dyn StateReader) -> Result<()> {
+        // Written namespaces come in order, so each is loaded once.
+        let mut last = None;
+        for (namespace, _, _) in batch.iter() {
+            if last != Some(namespace) && !namespace.contains("$$") {
+                self.load(state, namespace)?;
+                last = Some(namespace);
+            }
+        }
         let mut changes: Vec<(String, String, Option<Bytes>, Height)> = Vec::new();
-        let mut namespace_indexes: Option<(&str, Vec<JsonIndex>)> = None;
         for (namespace, key, write) in batch.iter() {
-            if namespace.contains("$$") {
-                continue;
-            }
-            if namespace_indexes.as_ref().map(|(ns, _)| *ns) != Some(namespace) {
-                let indexes = self.indexes_of(state, namespace)?.clone();
-                namespace_indexes = Some((namespace, indexes));
-            }
-            let Some((_, indexes)) = namespace_indexes.as_ref() else {
+            let Some(indexes) = self.built.get(namespace).filter(|built| !built.is_empty()) else {
                 continue;
             };
-            if indexes.is_empty() {
-                continue;
-            }
             let old = state
                 .get(namespace, key)?
                 .and_then(|old| serde_json::from_slice::<Value>(&old.value).ok());
@@ -411,16 +414,14 @@ impl IndexMaintainer {
         Ok(())
     }
 
-    fn indexes_of(
-        &mut self,
-        state: &dyn StateReader,
-        namespace: &str,
-    ) -> Result<&mut Vec<JsonIndex>> {
+    /// Reads the indexes built for `namespace` from the state's catalogue,
+    /// the first time it is asked for.
+    fn load(&mut self, state: &dyn StateReader, namespace: &str) -> Result<()> {
         if !self.built.contains_key(namespace) {
             let indexes = built(state, namespace)?;
             self.built.insert(namespace.to_owned(), indexes);
         }
-        Ok(self.built.entry(namespace.to_owned()).or_default())
+        Ok(())
     }
 }
 
