@@ -201,7 +201,12 @@ fn orderer_group(
                     brokers: kafka.brokers.clone(),
                 }),
             );
-            kafka_metadata(&kafka)
+            let consenters = read_consenters(
+                &kafka.consenters,
+                base_dir,
+                &format!("{key_path}.Kafka.Consenters"),
+            )?;
+            kafka_metadata(&kafka, consenters)
         }
         other => {
             bail!("{key_path}.OrdererType: {other:?} is not supported; use etcdraft, solo or kafka")
@@ -308,10 +313,13 @@ fn kafka_settings(section: &profile::OrdererSection, key_path: &str) -> Result<p
 
 /// The `ConsensusType` metadata of a kafka channel: none for Fabric 1.x's
 /// whole envelopes (a Fabric orderer reads the same config), weft's
-/// `KafkaOptions` otherwise.
-fn kafka_metadata(kafka: &profile::KafkaSpec) -> Bytes {
+/// `KafkaOptions` otherwise, with the `consenters` read from the profile.
+fn kafka_metadata(kafka: &profile::KafkaSpec, consenters: Vec<etcdraft::Consenter>) -> Bytes {
     use weft_protos::kafka::{KafkaOptions, kafka_options::Payloads};
-    if kafka.payloads == profile::KafkaPayloadsSpec::Full && kafka.orderers.is_empty() {
+    if kafka.payloads == profile::KafkaPayloadsSpec::Full
+        && kafka.orderers.is_empty()
+        && consenters.is_empty()
+    {
         return Bytes::new();
     }
     let payloads = match kafka.payloads {
@@ -321,9 +329,37 @@ fn kafka_metadata(kafka: &profile::KafkaSpec) -> Bytes {
     KafkaOptions {
         payloads: payloads as i32,
         orderers: kafka.orderers.clone(),
+        consenters,
     }
     .encode_to_vec()
     .into()
+}
+
+/// The consenters of `specs` (at `field_path` in the profile), their
+/// certificates read from files relative to `base_dir`.
+fn read_consenters(
+    specs: &[profile::ConsenterSpec],
+    base_dir: &Path,
+    field_path: &str,
+) -> Result<Vec<etcdraft::Consenter>> {
+    let read_cert = |index: usize, field: &str, path: &Path| -> Result<Bytes> {
+        let full = base_dir.join(path);
+        std::fs::read(&full)
+            .map(Bytes::from)
+            .with_context(|| format!("{field_path}[{index}].{field}: reading {}", full.display()))
+    };
+    specs
+        .iter()
+        .enumerate()
+        .map(|(index, consenter)| {
+            Ok(etcdraft::Consenter {
+                host: consenter.host.clone(),
+                port: consenter.port,
+                client_tls_cert: read_cert(index, "ClientTLSCert", &consenter.client_tls_cert)?,
+                server_tls_cert: read_cert(index, "ServerTLSCert", &consenter.server_tls_cert)?,
+            })
+        })
+        .collect()
 }
 
 fn raft_metadata(
@@ -338,28 +374,11 @@ fn raft_metadata(
     if raft.consenters.is_empty() {
         bail!("{key_path}.EtcdRaft.Consenters: at least one consenter is required");
     }
-    let read_cert = |index: usize, field: &str, path: &Path| -> Result<Bytes> {
-        let full = base_dir.join(path);
-        std::fs::read(&full).map(Bytes::from).with_context(|| {
-            format!(
-                "{key_path}.EtcdRaft.Consenters[{index}].{field}: reading {}",
-                full.display()
-            )
-        })
-    };
-    let consenters = raft
-        .consenters
-        .iter()
-        .enumerate()
-        .map(|(index, consenter)| {
-            Ok(etcdraft::Consenter {
-                host: consenter.host.clone(),
-                port: consenter.port,
-                client_tls_cert: read_cert(index, "ClientTLSCert", &consenter.client_tls_cert)?,
-                server_tls_cert: read_cert(index, "ServerTLSCert", &consenter.server_tls_cert)?,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let consenters = read_consenters(
+        &raft.consenters,
+        base_dir,
+        &format!("{key_path}.EtcdRaft.Consenters"),
+    )?;
     let options = &raft.options;
     parse_go_duration(&options.tick_interval)
         .map_err(|e| anyhow!("{key_path}.EtcdRaft.Options.TickInterval: {e}"))?;

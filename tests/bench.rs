@@ -281,7 +281,11 @@ fn weft_bench_orderer_measures_kafka_with_only_ids_and_with_whole_envelopes() {
 fn weft_bench_commits_on_a_network_ordering_through_kafka() {
     // Goal: `weft network up --consensus kafka` (through the bench's own
     // network) runs two orderers on a real broker, ordering TxIDs only,
-    // and Fabric's client path commits every transaction VALID.
+    // and Fabric's client path commits every transaction VALID. Over
+    // mutual TLS, so the orderers hand each other envelopes as the
+    // channel's named consenters (an ID is published only once another
+    // orderer took its envelope: refused shares would refuse every
+    // transaction).
     let broker = kafka_broker::Broker::start();
     let dir = tempfile::tempdir().unwrap();
     let address = broker.address();
@@ -302,13 +306,16 @@ fn weft_bench_commits_on_a_network_ordering_through_kafka() {
             "8",
             "--workload",
             "1w",
+            "--mutual-tls",
         ],
     );
     assert_all_committed_valid(&results);
     let channel = std::fs::read_to_string(dir.path().join("work/network/channel.yaml")).unwrap();
     assert!(channel.contains("OrdererType: kafka"), "{channel}");
     assert!(
-        channel.contains(&format!("Kafka: {{Brokers: [{address}], Payloads: TxId")),
+        channel.contains(&format!(
+            "Kafka: {{Brokers: [{address}], Payloads: TxId, Consenters: [{{Host: 127.0.0.1"
+        )),
         "{channel}"
     );
 }

@@ -314,6 +314,7 @@ fn adjust_profile(
                     .iter()
                     .map(|port| format!("127.0.0.1:{port}"))
                     .collect(),
+                consenters: Vec::new(),
             });
         }
     }

@@ -67,9 +67,13 @@ pub struct KafkaSpec {
     #[serde(default)]
     pub payloads: KafkaPayloadsSpec,
     /// The cluster endpoints (`host:port`) of the orderers that hand each
-    /// other envelopes in `TxId` mode.
+    /// other envelopes in `TxId` mode, over a plaintext cluster.
     #[serde(default)]
     pub orderers: Vec<String>,
+    /// The same orderers with their TLS certificates, as `EtcdRaft`
+    /// names its consenters: needed when the cluster runs mutual TLS.
+    #[serde(default)]
+    pub consenters: Vec<ConsenterSpec>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -120,7 +124,7 @@ pub struct EtcdRaftSpec {
     pub options: RaftOptionsSpec,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
 pub struct ConsenterSpec {
     pub host: String,

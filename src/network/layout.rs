@@ -461,31 +461,40 @@ impl Plan {
                 stream.checkpoint_transactions, stream.checkpoint_interval
             );
         }
+        let consenter = |orderer: &OrdererNode| {
+            let tls = format!(
+                "crypto/ordererOrganizations/{ORDERER_DOMAIN}/orderers/{}/tls/server.crt",
+                orderer.name
+            );
+            format!(
+                "{{Host: {}, Port: {}, ClientTLSCert: {tls}, ServerTLSCert: {tls}}}",
+                orderer.cluster.ip(),
+                orderer.cluster.port()
+            )
+        };
         if let Some(kafka) = &self.kafka {
-            let cluster: Vec<String> = orderers
-                .iter()
-                .map(|orderer| orderer.cluster.to_string())
-                .collect();
+            // Over TLS the cluster authenticates each orderer by the
+            // certificate the channel names for it.
+            let sharing = if self.tls {
+                let consenters: Vec<String> = orderers.iter().map(consenter).collect();
+                format!("Consenters: [{}]", consenters.join(", "))
+            } else {
+                let cluster: Vec<String> = orderers
+                    .iter()
+                    .map(|orderer| orderer.cluster.to_string())
+                    .collect();
+                format!("Orderers: [{}]", cluster.join(", "))
+            };
             let _ = writeln!(
                 text,
-                "      Kafka: {{Brokers: [{}], Payloads: {}, Orderers: [{}]}}",
+                "      Kafka: {{Brokers: [{}], Payloads: {}, {sharing}}}",
                 kafka.brokers.join(", "),
                 if kafka.tx_ids_only { "TxId" } else { "Full" },
-                cluster.join(", ")
             );
         } else if self.orderers > 1 {
             text.push_str("      EtcdRaft:\n        Consenters:\n");
             for orderer in orderers {
-                let tls = format!(
-                    "crypto/ordererOrganizations/{ORDERER_DOMAIN}/orderers/{}/tls/server.crt",
-                    orderer.name
-                );
-                let _ = writeln!(
-                    text,
-                    "          - {{Host: {}, Port: {}, ClientTLSCert: {tls}, ServerTLSCert: {tls}}}",
-                    orderer.cluster.ip(),
-                    orderer.cluster.port()
-                );
+                let _ = writeln!(text, "          - {}", consenter(orderer));
             }
         }
         text.push_str(
@@ -785,6 +794,23 @@ mod tests {
         assert_eq!(orderer["Kafka"]["Payloads"], "TxId");
         assert_eq!(orderer["Kafka"]["Orderers"][1], "127.0.0.1:7063");
         assert!(orderer["EtcdRaft"].is_null());
+        // Over TLS each orderer is named with its certificates.
+        let secured = Plan {
+            tls: true,
+            mutual_tls: true,
+            ..kafka.clone()
+        };
+        let yaml: serde_yaml::Value =
+            serde_yaml::from_str(&secured.channel_yaml().unwrap()).unwrap();
+        let sharing = &yaml["Profiles"][BLOCK_PROFILE]["Orderer"]["Kafka"];
+        assert!(sharing["Orderers"].is_null());
+        assert_eq!(sharing["Consenters"][1]["Port"], 7063);
+        assert!(
+            sharing["Consenters"][1]["ClientTLSCert"]
+                .as_str()
+                .unwrap()
+                .ends_with("/tls/server.crt")
+        );
         let one = Plan {
             orderers: 1,
             ..kafka.clone()

@@ -24,6 +24,206 @@ async fn two_orderers_on_one_kafka_topic_write_the_same_chain_in_either_mode() {
     orders_through_kafka(&broker, Payloads::TxId, &first).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_txid_is_published_only_once_two_orderers_hold_its_envelope_on_disk() {
+    // Goal (TxID mode): SUCCESS means two orderers' disks hold the
+    // envelope. An orderer that dies before handing an envelope over never
+    // publishes its ID, and both go on with the same chain; both orderers
+    // killed after SUCCESS still order it from their disks; and with both
+    // disks lost, every orderer stops before the same block until the
+    // envelope is sent again (docs/kafka.md).
+    let broker = Broker::start();
+    // Blocks are cut by the batch timeout only, long after a test step.
+    let mut network = Network::with_batch_timeout("8s");
+    let transactor = Arc::new(network.transactor());
+    let dir = tempfile::tempdir().unwrap();
+    let ports: Vec<(u16, u16)> = (0..2).map(|_| (free_port(), free_port())).collect();
+    let options = KafkaOptions {
+        payloads: Payloads::TxId as i32,
+        orderers: ports
+            .iter()
+            .map(|(_, cluster)| format!("127.0.0.1:{cluster}"))
+            .collect(),
+        ..Default::default()
+    };
+    network.genesis = network.genesis_with_kafka(&[broker.address()], &options);
+    let genesis = network.genesis.clone();
+    let reader = &network.orderer.clone_signer();
+    let mut nodes = orderer_processes(&network, dir.path(), &genesis, &ports);
+    for node in &mut nodes {
+        node.spawn();
+    }
+    let mut ordered = Vec::new();
+    for key in ["warm-0", "warm-1"] {
+        let (tx_id, envelope) = transactor.transaction(key);
+        ordered_by(&nodes[0], envelope).await;
+        ordered.push(tx_id);
+    }
+    let chains = chains_holding(&nodes, reader, &ordered).await;
+    check_same_chain(&chains, &genesis, &ordered);
+
+    // The other orderer stalls, so the first cannot hand envelopes over:
+    // it refuses one after waiting, and is killed while it waits for the
+    // next. No SUCCESS, no ID published.
+    let signal = |node: &OrdererNode, signal: &str| {
+        let pid = node.process.as_ref().unwrap().id().to_string();
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    signal(&nodes[1], "-STOP");
+    let (refused, envelope) = transactor.transaction("refused");
+    let refusal = nodes[0].broadcast_one(envelope).await;
+    assert_eq!(
+        refusal.status,
+        Status::ServiceUnavailable as i32,
+        "{refusal:?}"
+    );
+    assert!(refusal.info.contains("another orderer"), "{refusal:?}");
+    let (lost, envelope) = transactor.transaction("never-shared");
+    let mut client = nodes[0].client().await;
+    let answer = tokio::spawn(async move {
+        let mut answers = client
+            .broadcast(tokio_stream::iter([envelope]))
+            .await?
+            .into_inner();
+        answers.message().await
+    });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    nodes[0].kill();
+    signal(&nodes[1], "-CONT");
+    if let Ok(Some(response)) = answer.await.unwrap() {
+        assert_ne!(response.status, Status::Success as i32, "{response:?}");
+    }
+    nodes[0].spawn();
+    let (tx_id, envelope) = transactor.transaction("after-restart");
+    ordered_by(&nodes[1], envelope).await;
+    ordered.push(tx_id);
+    let chains = chains_holding(&nodes, reader, &ordered).await;
+    check_same_chain(&chains, &genesis, &ordered);
+    assert!(
+        chains[0].iter().skip(1).all(|block| block
+            .data
+            .as_ref()
+            .unwrap()
+            .data
+            .iter()
+            .all(|envelope| ![&lost, &refused].contains(&&tx_id_of(envelope)))),
+        "an envelope no other orderer took was ordered"
+    );
+
+    // Both orderers killed after SUCCESS, before the block is cut: the
+    // envelopes come back from their disks.
+    let height = same_height(&nodes, reader).await;
+    let (tx_ids, envelopes) = four_transactions(&transactor, "crash");
+    broadcast_all(&nodes[0], &envelopes).await;
+    for node in &mut nodes {
+        node.kill();
+    }
+    assert_eq!(
+        blocks_of_after_restart(&mut nodes, reader).await,
+        height,
+        "a block was cut before the kill; the step tested nothing"
+    );
+    ordered.extend(tx_ids);
+    let chains = chains_holding(&nodes, reader, &ordered).await;
+    check_same_chain(&chains, &genesis, &ordered);
+
+    // Both disks lost after SUCCESS: both orderers stop before the same
+    // block, and say why.
+    let height = same_height(&nodes, reader).await;
+    let (tx_ids, envelopes) = four_transactions(&transactor, "lost");
+    broadcast_all(&nodes[0], &envelopes).await;
+    for (index, node) in nodes.iter_mut().enumerate() {
+        node.kill();
+        std::fs::remove_dir_all(dir.path().join(format!("data{index}")).join("kafka")).unwrap();
+    }
+    assert_eq!(blocks_of_after_restart(&mut nodes, reader).await, height);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        same_height(&nodes, reader).await,
+        height,
+        "a block without its envelopes"
+    );
+    for node in &nodes {
+        let log = node.log.lock().unwrap();
+        assert!(
+            log.iter()
+                .any(|line| line.contains("no orderer holds the envelope")
+                    && line.contains(&tx_ids[0])),
+            "the orderer at {} does not say what it waits for",
+            node.grpc
+        );
+    }
+    // Sent again (to the other orderer): the chain goes on, the same on
+    // both, each of those TxIDs in it once (the references read before;
+    // the second submission's are left out as already ordered).
+    broadcast_all(&nodes[1], &envelopes).await;
+    // A marker published after them: once it is in a block, so are they.
+    let (marker, envelope) = transactor.transaction("marker");
+    ordered_by(&nodes[1], envelope).await;
+    let chains = chains_holding(&nodes, reader, &[marker]).await;
+    assert_eq!(hashes(&chains[0]), hashes(&chains[1]));
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for block in &chains[0][1..] {
+        for envelope in &block.data.as_ref().unwrap().data {
+            *counts.entry(tx_id_of(envelope)).or_default() += 1;
+        }
+    }
+    for tx_id in &tx_ids {
+        assert_eq!(counts.get(tx_id), Some(&1), "{tx_id}");
+    }
+}
+
+/// Sends `envelope` to `node` until it answers SUCCESS, while it answers
+/// SERVICE_UNAVAILABLE (starting, its Kafka topic not serving yet).
+async fn ordered_by(node: &OrdererNode, envelope: Envelope) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let expected = [(envelope, Expected::ordered(String::new(), false))];
+    loop {
+        let answers = broadcast(&mut client_when_serving(node).await, &expected).await;
+        if answers[0].0 == Status::Success {
+            return;
+        }
+        assert!(
+            answers[0].0 == Status::ServiceUnavailable && tokio::time::Instant::now() < deadline,
+            "{answers:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Four transactions and their TxIDs.
+fn four_transactions(transactor: &Transactor, name: &str) -> (Vec<String>, Vec<Envelope>) {
+    (0..4)
+        .map(|n| transactor.transaction(&format!("{name}-{n}")))
+        .unzip()
+}
+
+/// Broadcasts `envelopes` to `node` on one stream; each must be SUCCESS.
+async fn broadcast_all(node: &OrdererNode, envelopes: &[Envelope]) {
+    let mut client = node.client().await;
+    let expected: Vec<(Envelope, Expected)> = envelopes
+        .iter()
+        .map(|envelope| (envelope.clone(), Expected::ordered(String::new(), false)))
+        .collect();
+    let answers = broadcast(&mut client, &expected).await;
+    assert_eq!(answers.len(), envelopes.len());
+    for (status, info) in answers {
+        assert_eq!(status, Status::Success, "{info}");
+    }
+}
+
+/// Starts the killed `nodes` again; the height they agree on.
+async fn blocks_of_after_restart(nodes: &mut [OrdererNode], reader: &Signer) -> u64 {
+    for node in nodes.iter_mut() {
+        node.spawn();
+    }
+    same_height(nodes, reader).await
+}
+
 /// Runs a channel of two orderers on `broker` ordering `payloads`; none
 /// of the `earlier` TxIDs may show up in it. Returns its TxIDs.
 async fn orders_through_kafka(
@@ -43,6 +243,7 @@ async fn orders_through_kafka(
             .iter()
             .map(|(_, cluster)| format!("127.0.0.1:{cluster}"))
             .collect(),
+        ..Default::default()
     };
     network.genesis = network.genesis_with_kafka(&[broker.address()], &options);
     let genesis = network.genesis.clone();

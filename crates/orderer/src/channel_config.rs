@@ -16,12 +16,13 @@ pub(crate) struct ChannelConfig {
     pub block: u64,
     pub authority: ChannelAuthority,
     pub orderer: ChannelOrdererConfig,
-    /// The DER of each Raft consenter's client TLS certificate: who may
+    /// The DER of each consenter's client TLS certificate (Raft's, or a
+    /// Kafka channel's orderers named with their certificates): who may
     /// send this channel cluster traffic when the cluster runs mutual TLS.
     /// A consenter whose certificate does not parse is left out (it cannot
     /// be authenticated); empty for solo.
     pub consenter_certificates: Vec<Vec<u8>>,
-    /// Each Raft consenter's endpoint (`host:port`) and the DER of its
+    /// Each consenter's endpoint (`host:port`) and the DER of its
     /// server TLS certificate: what a node dialling it must find there.
     /// A certificate that does not parse is kept empty, which no server
     /// presents: that consenter cannot be dialled over TLS.
@@ -42,7 +43,8 @@ impl ChannelConfig {
             reason: e.to_string(),
         })?;
         let consenters = match &orderer.consensus {
-            Consensus::Solo | Consensus::Kafka(_) => &[][..],
+            Consensus::Solo => &[][..],
+            Consensus::Kafka(kafka) => kafka.consenters.as_slice(),
             Consensus::EtcdRaft(metadata) => metadata.consenters.as_slice(),
         };
         let consenter_certificates = consenters

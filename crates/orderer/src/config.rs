@@ -110,8 +110,13 @@ pub struct KafkaConsensus {
     pub brokers: Vec<String>,
     pub payloads: KafkaPayloads,
     /// The cluster endpoints of the channel's orderers, which hand each
-    /// other envelopes when only IDs go through Kafka.
+    /// other envelopes when only IDs go through Kafka: those named alone
+    /// and those of `consenters`.
     pub orderers: Vec<String>,
+    /// The orderers named with their TLS certificates, as etcdraft names
+    /// its consenters: who may hand the channel's envelopes over a
+    /// mutual-TLS cluster.
+    pub consenters: Vec<etcdraft::Consenter>,
 }
 
 /// A stream channel's checkpoints, from `/Channel/Orderer/StreamMode`.
@@ -261,10 +266,25 @@ fn kafka_consensus(
             "an orderer's cluster endpoint is named as host:port".to_owned(),
         ));
     }
+    let mut orderers = options.orderers;
+    for consenter in &options.consenters {
+        let endpoint = format!("{}:{}", consenter.host, consenter.port);
+        if consenter.host.is_empty() || u16::try_from(consenter.port).is_err() {
+            return Err(invalid(
+                "ConsensusType.metadata.consenters",
+                &endpoint,
+                "a consenter needs a host and a port below 65536".to_owned(),
+            ));
+        }
+        if !orderers.contains(&endpoint) {
+            orderers.push(endpoint);
+        }
+    }
     Ok(KafkaConsensus {
         brokers,
         payloads,
-        orderers: options.orderers,
+        orderers,
+        consenters: options.consenters,
     })
 }
 
@@ -524,11 +544,24 @@ mod tests {
                 brokers: vec!["127.0.0.1:9092".to_owned()],
                 payloads: KafkaPayloads::Full,
                 orderers: Vec::new(),
+                consenters: Vec::new(),
             })
         );
         let options = KafkaOptions {
             payloads: Payloads::TxId as i32,
             orderers: vec!["127.0.0.1:7051".to_owned(), "o2:7051".to_owned()],
+            consenters: vec![
+                etcdraft::Consenter {
+                    host: "o2".to_owned(),
+                    port: 7051,
+                    ..Default::default()
+                },
+                etcdraft::Consenter {
+                    host: "o3".to_owned(),
+                    port: 7051,
+                    ..Default::default()
+                },
+            ],
         };
         let weft = with_brokers(
             channel(batch(10, 1000, 500), "1s", kafka(&options)),
@@ -539,7 +572,9 @@ mod tests {
             panic!("not kafka")
         };
         assert_eq!(parsed.payloads, KafkaPayloads::TxId);
-        assert_eq!(parsed.orderers.len(), 2);
+        // Named alone or as consenters, each orderer once.
+        assert_eq!(parsed.orderers, ["127.0.0.1:7051", "o2:7051", "o3:7051"]);
+        assert_eq!(parsed.consenters.len(), 2);
 
         let cases = [
             (
@@ -564,7 +599,7 @@ mod tests {
                         "1s",
                         kafka(&KafkaOptions {
                             payloads: 7,
-                            orderers: Vec::new(),
+                            ..Default::default()
                         }),
                     ),
                     &["b:1"],

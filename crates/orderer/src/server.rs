@@ -4,7 +4,8 @@
 //!
 //! Layout of the data directory: `ledgers/<channel>/` holds each channel's
 //! RocksDB block store, `raft/<channel>/` the Raft log of each etcdraft
-//! channel. On first start a channel is created from its
+//! channel, `kafka/<channel>/` the envelopes of each Kafka channel that
+//! orders only TxIDs. On first start a channel is created from its
 //! genesis (bootstrap) block; on later starts it is reopened from its
 //! store, with the configuration of its last config block, and a genesis
 //! block still given for it must be the one stored.
@@ -50,6 +51,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 const LEDGERS_DIR: &str = "ledgers";
 /// The directory of the channels' Raft logs, under the data directory.
 const RAFT_DIR: &str = "raft";
+/// Where a Kafka channel that orders TxIDs keeps its envelopes.
+const KAFKA_DIR: &str = "kafka";
 /// The request paths [`ClientLimits`] counts.
 const BROADCAST_PATH: &str = "/orderer.AtomicBroadcast/Broadcast";
 const DELIVER_PATH: &str = "/orderer.AtomicBroadcast/Deliver";
@@ -300,10 +303,21 @@ impl Orderer {
             let kafka = match (consenter, &channel_config.orderer.consensus) {
                 (Consenter::Kafka, Consensus::Kafka(settings)) => {
                     let endpoint = kafka_endpoint(&channel_id, settings, cluster.as_ref())?;
-                    let payloads = Arc::new(consensus::kafka::Payloads::default());
-                    if settings.payloads == KafkaPayloads::TxId {
+                    let payloads = if settings.payloads == KafkaPayloads::TxId {
+                        let path = config.data_dir.join(KAFKA_DIR).join(&channel_id);
+                        let payloads =
+                            consensus::kafka::Payloads::open(&path).map_err(|reason| {
+                                Error::Consensus {
+                                    channel: channel_id.clone(),
+                                    reason,
+                                }
+                            })?;
+                        let payloads = Arc::new(payloads);
                         payload_pools.insert(channel_id.clone(), payloads.clone());
-                    }
+                        payloads
+                    } else {
+                        Arc::new(consensus::kafka::Payloads::default())
+                    };
                     Some((settings.clone(), endpoint, payloads))
                 }
                 _ => None,

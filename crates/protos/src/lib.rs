@@ -95,12 +95,18 @@ fabric_package!(
     stream,
     "weft.stream.rs"
 );
-fabric_package!(
-    /// `weft.kafka`: weft's Kafka channel options and ID-only records;
-    /// not Fabric's.
-    kafka,
-    "weft.kafka.rs"
-);
+/// weft's packages that name Fabric's types, nested as their package
+/// names are (`weft.kafka`), so that the generated `super::super::`
+/// paths reach Fabric's packages at the crate root.
+mod weft {
+    fabric_package!(
+        /// `weft.kafka`: weft's Kafka channel options and ID-only records;
+        /// not Fabric's.
+        kafka,
+        "weft.kafka.rs"
+    );
+}
+pub use weft::kafka;
 fabric_package!(
     /// `gateway`: the Fabric Gateway service.
     gateway,

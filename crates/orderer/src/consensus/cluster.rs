@@ -898,9 +898,20 @@ impl Cluster for ClusterService {
             &request.get_ref().channel,
             request.get_ref().envelopes.len(),
         )?;
-        for envelope in request.into_inner().envelopes {
-            payloads.keep(digest(&envelope), envelope);
-        }
+        // Taken once on disk: the sharing orderer publishes the IDs then.
+        let envelopes: Vec<_> = request
+            .into_inner()
+            .envelopes
+            .into_iter()
+            .map(|envelope| (digest(&envelope), envelope))
+            .collect();
+        tokio::task::spawn_blocking(move || payloads.keep_durably(&envelopes))
+            .await
+            .map_err(|e| GrpcStatus::internal(format!("the envelope store failed: {e}")))?
+            .map_err(|reason| {
+                tracing::error!(%reason, "cannot keep shared envelopes");
+                GrpcStatus::unavailable(reason)
+            })?;
         Ok(Response::new(ShareResponse {}))
     }
 

@@ -8,8 +8,8 @@
 //!
 //! The pins are looked up when a connection is made, so a config block
 //! that changes a consenter's certificate applies at the next connection.
-//! An endpoint no channel names (a Kafka channel's orderers, which the
-//! config does not list) is checked against the CAs and host only.
+//! An endpoint no channel names (a Kafka channel's orderers named without
+//! certificates) is checked against the CAs and host only.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -8,13 +8,15 @@
 //!   publishes a record for each (`records`) with `acks=all` and an
 //!   idempotent producer; the client hears SUCCESS once Kafka has the
 //!   record on every in-sync replica. When only IDs go through Kafka, the
-//!   publisher first keeps each envelope (`Payloads`) and hands it to the
-//!   other orderers (`Share` on the cluster service), waiting until one
-//!   has taken it, so that a SUCCESS normally means two orderers hold it
-//!   (with every other orderer down it publishes all the same, and logs
-//!   it: availability before the second copy). While the brokers cannot be
-//!   reached, it refuses envelopes with SERVICE_UNAVAILABLE and probes
-//!   the partition every second;
+//!   publisher first keeps each envelope on its disk (`Payloads`) and
+//!   hands it to the other orderers (`Share` on the cluster service),
+//!   which keep it on theirs before they answer; an ID is published only
+//!   once one of them has taken it, so that a SUCCESS means two disks hold
+//!   the envelope (one, when the channel has a single orderer). An
+//!   envelope no other orderer takes within [`SHARE_WAIT_MAX`] is refused
+//!   with SERVICE_UNAVAILABLE and never published. While the brokers
+//!   cannot be reached, it refuses envelopes with SERVICE_UNAVAILABLE and
+//!   probes the partition every second;
 //! - the **sequencer** reads the partition from the offset after its last
 //!   block and applies Fabric 1.x's rules: regular records go through the
 //!   [`BlockCutter`]; a config record cuts what is pending and forms a
@@ -26,6 +28,14 @@
 //!   (`orderer.KafkaMetadata` as its consenter metadata), where a
 //!   restarted orderer resumes. An ID whose envelope this orderer lacks is
 //!   fetched from the others (`Fetch`) before the block is written.
+//!
+//! Whether an envelope can be had is never decided: a sequencer that
+//! reads an ID whose envelope no orderer holds waits for it, so every
+//! orderer stops before the same block, and none writes one that the
+//! others could not. With envelopes secured as above that takes two lost
+//! disks; the envelope sent again by its client (or anyone holding it) to
+//! any orderer supplies it, and the chain goes on (its second record is
+//! left out of the block, its TxID being ordered already).
 //!
 //! Envelopes admitted under an older config are checked again as every
 //! consenter does; a config envelope made under an older config is
@@ -340,6 +350,17 @@ fn unavailable(channel: &str, reason: impl std::fmt::Display) -> Refusal {
     )
 }
 
+/// The refusal of an envelope that could not be made safe to order.
+fn unsecured(channel: &str, reason: &str) -> Refusal {
+    Refusal::new(
+        Status::ServiceUnavailable,
+        format!(
+            "channel {channel} orders TxIDs through Kafka, which needs the envelope on this \
+             orderer's disk and another orderer's first; not ordered ({reason}); retry"
+        ),
+    )
+}
+
 fn answer(done: Done, outcome: std::result::Result<(), Refusal>) {
     if let Some(done) = done {
         let _ = done.send(outcome);
@@ -362,10 +383,20 @@ struct Publisher {
 }
 
 /// A batch on its way to Kafka: its records, in order, once the
-/// envelopes they name were handed to another orderer.
+/// envelopes the references name are on disk here and held by another
+/// orderer.
 struct Staged {
-    shared: Option<tokio::task::JoinHandle<()>>,
-    records: Vec<(Vec<u8>, Done)>,
+    secured: Option<tokio::task::JoinHandle<std::result::Result<(), String>>>,
+    records: Vec<Staging>,
+}
+
+/// One record of a staged batch.
+struct Staging {
+    record: Vec<u8>,
+    /// Whether it names an envelope instead of holding it: then it is
+    /// published only if the batch's envelopes were secured.
+    reference: bool,
+    done: Done,
 }
 
 impl Publisher {
@@ -422,16 +453,16 @@ impl Publisher {
         }
         // Each envelope's record; in TxID mode the envelope is kept here
         // and handed to the other orderers before its ID is published.
-        let mut shared = Vec::new();
+        let mut secured = Vec::new();
         let mut records = Vec::with_capacity(batch.len());
         for Submission { input, done, .. } in batch {
-            let record = match input {
+            let (record, reference) = match input {
                 Admitted::Normal {
                     envelope,
                     config_sequence,
                     ..
                 } if self.mode == KafkaPayloads::Full => {
-                    records::envelope(envelope, config_sequence)
+                    (records::envelope(envelope, config_sequence), false)
                 }
                 Admitted::Normal {
                     envelope,
@@ -442,32 +473,51 @@ impl Publisher {
                         .map(|header| header.tx_id)
                         .unwrap_or_default();
                     let digest = digest(&envelope);
-                    self.payloads.keep(digest, envelope.clone());
-                    shared.push(envelope);
-                    records::reference(&tx_id, &digest, size_bytes, config_sequence)
+                    secured.push((digest, envelope));
+                    (
+                        records::reference(&tx_id, &digest, size_bytes, config_sequence),
+                        true,
+                    )
                 }
                 Admitted::Config {
                     envelope,
                     config_sequence,
                     ..
-                } => records::config(envelope, config_sequence),
+                } => (records::config(envelope, config_sequence), false),
             };
-            records.push((record, done));
+            records.push(Staging {
+                record,
+                reference,
+                done,
+            });
         }
-        let shared = (!shared.is_empty() && !self.others.is_empty()).then(|| {
+        let secured = (!secured.is_empty()).then(|| {
             let publisher = self.clone();
-            tokio::spawn(async move { publisher.share(shared).await })
+            tokio::spawn(async move { publisher.secure(secured).await })
         });
-        Some(Staged { shared, records })
+        Some(Staged { secured, records })
     }
 
-    /// Publishes a staged batch's records once its envelopes were shared;
-    /// each is answered once Kafka has it.
+    /// Publishes a staged batch's records once its envelopes were
+    /// secured; each is answered once Kafka has it. References to
+    /// envelopes that could not be secured are refused, not published.
     async fn produce(&self, batch: Staged) {
-        if let Some(shared) = batch.shared {
-            let _ = shared.await;
-        }
-        for (record, done) in batch.records {
+        let secured = match batch.secured {
+            None => Ok(()),
+            Some(task) => task
+                .await
+                .unwrap_or_else(|e| Err(format!("securing the envelopes failed: {e}"))),
+        };
+        for Staging {
+            record,
+            reference,
+            done,
+        } in batch.records
+        {
+            if reference && let Err(reason) = &secured {
+                answer(done, Err(unsecured(&self.channel.id, reason)));
+                continue;
+            }
             let sent = send(&self.producer, &self.channel.id, &self.key, &record);
             let delivery = match sent {
                 Ok(delivery) => delivery,
@@ -497,9 +547,32 @@ impl Publisher {
         }
     }
 
+    /// Makes `envelopes` safe to name in the partition: on this orderer's
+    /// disk, and, when the channel has other orderers, on one of theirs
+    /// too. A TxID is published only then, so that its envelope is lost
+    /// only if two disks are.
+    async fn secure(&self, envelopes: Vec<(Digest, Bytes)>) -> std::result::Result<(), String> {
+        let payloads = self.payloads.clone();
+        let stored = envelopes.clone();
+        tokio::task::spawn_blocking(move || payloads.keep_durably(&stored))
+            .await
+            .map_err(|e| format!("the envelope store failed: {e}"))??;
+        if self.others.is_empty() {
+            return Ok(());
+        }
+        self.share(
+            envelopes
+                .into_iter()
+                .map(|(_, envelope)| envelope)
+                .collect(),
+        )
+        .await
+    }
+
     /// Hands `envelopes` to the other orderers, waiting until one has
-    /// taken them (or none could).
-    async fn share(&self, envelopes: Vec<Bytes>) {
+    /// taken them (stored them on its disk); why not, if none did within
+    /// [`SHARE_WAIT_MAX`].
+    async fn share(&self, envelopes: Vec<Bytes>) -> std::result::Result<(), String> {
         let (taken, mut answers) = mpsc::channel(self.others.len());
         for other in &self.others {
             let (transport, other, channel, taken) = (
@@ -517,7 +590,9 @@ impl Publisher {
                         break;
                     }
                 }
-                let _ = taken.send(outcome).await;
+                let _ = taken
+                    .send(outcome.map_err(|reason| format!("{other}: {reason}")))
+                    .await;
             });
         }
         drop(taken);
@@ -529,17 +604,16 @@ impl Publisher {
                     Err(reason) => failures.push(reason),
                 }
             }
-            Err(failures)
+            Err(failures.join("; "))
         };
-        match tokio::time::timeout(SHARE_WAIT_MAX, first_taken).await {
-            Ok(Ok(())) => {}
-            Ok(Err(failures)) => {
-                tracing::warn!(channel = %self.channel.id, ?failures, "no other orderer took the envelopes; publishing their IDs all the same");
-            }
-            Err(_) => {
-                tracing::warn!(channel = %self.channel.id, "no other orderer took the envelopes in time; publishing their IDs all the same");
-            }
+        let outcome = match tokio::time::timeout(SHARE_WAIT_MAX, first_taken).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(format!("none answered within {SHARE_WAIT_MAX:?}")),
+        };
+        if let Err(reason) = &outcome {
+            tracing::warn!(channel = %self.channel.id, envelopes = envelopes.len(), %reason, "no other orderer took the envelopes; refusing them");
         }
+        outcome
     }
 
     /// Tries the partition with a `Connect` record; the brokers are
@@ -809,7 +883,7 @@ impl Sequencer {
                 }
             }
             if rounds.is_multiple_of(50) {
-                tracing::warn!(channel = %self.channel.id, offset, tx_id, "no orderer holds the envelope of an ordered TxID yet; waiting for it");
+                tracing::warn!(channel = %self.channel.id, offset, tx_id, "no orderer holds the envelope of an ordered TxID; every orderer waits for it before this block; sending the envelope again to any orderer supplies it");
             }
             rounds += 1;
             tokio::select! {
