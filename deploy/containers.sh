@@ -12,9 +12,14 @@
 #   4. brings the network up (init service, three Raft orderers, two peers
 #      in each of two organisations, each with its CPU limit) and waits
 #      until every node is healthy and the orderers agree on a leader;
+#      with WEFT_CONSENSUS=kafka, the Kafka variant instead
+#      (deploy/compose.kafka.yaml: a broker service built from Kafka's
+#      jars on a Debian root with Java, the channel ordering TxIDs through
+#      it), waiting until the broker and every node are healthy;
 #   5. runs the transfer workload from the host against the published
 #      ports (`weft bench --connect deploy/connection.yaml`, both organisations endorsing), then
-#      checks that every node reached the same block height;
+#      checks that every node reached the same block height, and prints
+#      the CPU each container spent during the workload;
 #   6. tears everything down (compose down -v, dockerd stopped, its folders
 #      removed), on success and on failure alike.
 #
@@ -31,6 +36,8 @@
 #                       its 2 s batch timeout)
 #   WEFT_ORDERER_CPUS   CPU limit of each orderer container (default 0.5)
 #   WEFT_PEER_CPUS      CPU limit of each peer container (default 0.5)
+#   WEFT_CONSENSUS      raft (default) or kafka: which variant runs
+#   WEFT_KAFKA_CPUS     CPU limit of the Kafka broker container (default 0.5)
 #   WEFT_CACHE          where the base image's root tarball is kept
 #                       (default ${XDG_CACHE_HOME:-~/.cache}/weft)
 #   WEFT_DEBIAN_MIRROR  debootstrap's mirror (default http://deb.debian.org/debian)
@@ -91,6 +98,14 @@ orderers=(orderer0.example.com orderer1.example.com orderer2.example.com)
 peers=(peer0.org1.example.com peer1.org1.example.com peer0.org2.example.com peer1.org2.example.com)
 # Published operations ports, in the order of "${orderers[@]}" "${peers[@]}".
 operations_ports=(8443 8444 8445 9443 9444 9445 9446)
+case ${WEFT_CONSENSUS:-raft} in
+  raft) kafka=false ;;
+  kafka) kafka=true ;;
+  *) echo "error: WEFT_CONSENSUS=${WEFT_CONSENSUS}: raft or kafka" >&2; exit 2 ;;
+esac
+broker=kafka.example.com
+jre_image=weft/debian-base:bookworm-jre
+kafka_image=weft/kafka:local
 
 # ------------------------------------------------------------- packages ----
 step "packages (docker.io, docker-compose, debootstrap from Debian)"
@@ -116,6 +131,9 @@ echo "$weft ($("$weft" --version))"
 work=$(mktemp -d /tmp/weft-containers.XXXXXX)
 export DOCKER_HOST=unix://$work/docker.sock
 compose=(docker-compose --project-name "$project" --file "$compose_file")
+if $kafka; then
+  compose+=(--file "$repo/deploy/compose.kafka.yaml")
+fi
 # What the compose file reads: where the init service writes the material,
 # owned by whoever runs this script (root here, but the owner is explicit).
 export WEFT_MATERIAL=$work/material
@@ -222,12 +240,55 @@ DOCKER_BUILDKIT=0 docker build --file deploy/Dockerfile --tag "$image" \
 docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$image"
 docker run --rm --network none "$image" --version
 
+if $kafka; then
+  step "Kafka broker image $kafka_image"
+  jre_tar=$(debian_root_tarball "$cache" "$mirror" "$work" default-jre-headless)
+  docker import --message "debootstrap --variant=minbase --include=default-jre-headless bookworm" \
+    "$jre_tar" "$jre_image" >/dev/null
+  # The jars deploy/kafka.sh fetches for the tests, from Maven Central.
+  jars=$(bash deploy/kafka.sh fetch | tail -n1)
+  [[ -f $jars/.complete ]] || die "deploy/kafka.sh fetch left no complete jars in $jars"
+  mkdir -p "$work/kafka-context"
+  cp -r "$jars" "$work/kafka-context/libs"
+  cp deploy/kafka.sh deploy/packages.sh "$work/kafka-context/"
+  DOCKER_BUILDKIT=0 docker build --file deploy/Dockerfile.kafka --tag "$kafka_image" \
+    --build-arg "BASE=$jre_image" "$work/kafka-context" >"$work/kafka-build.log" 2>&1 ||
+    { cat "$work/kafka-build.log" >&2; die "docker build of the broker failed"; }
+  docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$kafka_image"
+  export WEFT_KAFKA_IMAGE=$kafka_image
+fi
+
 # -------------------------------------------------------------- network ----
-step "network up (init, 3 Raft orderers, 2 x 2 peers)"
+if $kafka; then
+  step "network up (init, a Kafka broker, 3 orderers on it, 2 x 2 peers)"
+else
+  step "network up (init, 3 Raft orderers, 2 x 2 peers)"
+fi
 network_started=true
 "${compose[@]}" up --detach >"$work/up.log" 2>&1 ||
   { cat "$work/up.log" >&2; die "docker-compose up failed"; }
 quiet <"$work/up.log"
+
+# Waits until `container` (of `name`) is healthy, within 120 s.
+wait_healthy() { # name container
+  local attempt state
+  for attempt in $(seq 240); do
+    state=$(docker inspect --format '{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}' "$2")
+    case $state in
+      "running healthy") return 0 ;;
+      exited* | dead*) docker logs --tail 30 "$2" >&2; die "$1 stopped ($state)" ;;
+    esac
+    ((attempt < 240)) || die "$1 not healthy after 120 s ($state)"
+    sleep 0.5
+  done
+}
+
+if $kafka; then
+  id=$("${compose[@]}" ps --quiet "$broker")
+  [[ -n $id ]] || die "no container for $broker"
+  wait_healthy "$broker" "$id"
+  echo "   $(docker logs "$id" 2>&1 | grep -m1 '^kafka: Kafka ')"
+fi
 
 # Waits until every node's container is healthy (its /healthz answers 200)
 # and prints its ready line.
@@ -237,15 +298,7 @@ for node in "${nodes[@]}"; do
   id=$("${compose[@]}" ps --quiet "$node")
   [[ -n $id ]] || die "no container for $node"
   container[$node]=$id
-  for attempt in $(seq 240); do
-    state=$(docker inspect --format '{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}' "$id")
-    case $state in
-      "running healthy") break ;;
-      exited* | dead*) docker logs --tail 30 "$id" >&2; die "$node stopped ($state)" ;;
-    esac
-    ((attempt < 240)) || die "$node not healthy after 120 s ($state)"
-    sleep 0.5
-  done
+  wait_healthy "$node" "$id"
   ready=$(docker logs "$id" 2>/dev/null | grep -m1 ' ready: ') || die "$node is healthy but printed no ready line"
   echo "   $ready"
 done
@@ -263,8 +316,10 @@ metric() { # port name: the first value of the series
 }
 
 # A follower that knows no leader refuses broadcasts: wait until every
-# orderer names the same leader.
+# orderer names the same leader. (A Kafka orderer is healthy only once
+# its channel's topic serves.)
 for attempt in $(seq 120); do
+  $kafka && break
   leaders=()
   for index in 0 1 2; do
     leaders+=("$(metric "${operations_ports[$index]}" consensus_etcdraft_leader_id || true)")
@@ -277,6 +332,11 @@ for attempt in $(seq 120); do
   sleep 0.5
 done
 
+if $kafka; then
+  nodes+=("$broker")
+  container[$broker]=$("${compose[@]}" ps --quiet "$broker")
+fi
+
 step "CPU limits (docker inspect: HostConfig.NanoCpus)"
 for node in "${nodes[@]}"; do
   nano=$(docker inspect --format '{{.HostConfig.NanoCpus}}' "${container[$node]}")
@@ -287,6 +347,17 @@ done
 # ------------------------------------------------------------- workload ----
 step "workload: weft bench from the host (deploy/connection.yaml), org1 and org2 endorsing"
 cp deploy/connection.yaml "$WEFT_MATERIAL/connection.yaml"
+# Each container's CPU time (its main process: weft, or the broker's JVM,
+# which kafka.sh execs), in clock ticks, from the host's /proc.
+cpu_ticks() { # container
+  local pid
+  pid=$(docker inspect --format '{{.State.Pid}}' "$1")
+  awk '{ print $14 + $15 }' "/proc/$pid/stat"
+}
+declare -A ticks_before
+for node in "${nodes[@]}"; do
+  ticks_before[$node]=$(cpu_ticks "${container[$node]}")
+done
 "$weft" bench --connect "$WEFT_MATERIAL/connection.yaml" --workload transfer \
   --duration "$duration" --clients "$clients" --json "$work/bench.json" | tee "$work/bench.out"
 last=$(tail -n1 "$work/bench.out")
@@ -301,6 +372,14 @@ committed=$(json_field committed)
 [[ $committed =~ ^[0-9]+$ && $committed -gt 0 ]] || die "nothing committed: $last"
 [[ $(json_field valid) == "$committed" ]] || die "not every transaction VALID: see $work/bench.json"
 [[ $(json_field failures) == "{}" ]] || die "transactions failed: see $work/bench.json"
+
+step "CPU per container during the workload (/proc/<pid>/stat)"
+hz=$(getconf CLK_TCK)
+for node in "${nodes[@]}"; do
+  spent=$(($(cpu_ticks "${container[$node]}") - ticks_before[$node]))
+  awk -v node="$node" -v t="$spent" -v hz="$hz" -v n="$committed" \
+    'BEGIN { printf "   %-24s %6.2f s  %6.3f ms per transaction\n", node, t / hz, 1000 * t / hz / n }'
+done
 
 # Every node, endorsing or not, must have every block: the orderers'
 # height is the chain's, the peers catch up to it.

@@ -6,23 +6,31 @@
 # everything a build needs on a machine that has nothing else.
 #
 #   . deploy/debian-root.sh
-#   tarball=$(debian_root_tarball "$cache_dir" "$mirror" "$scratch_dir")
+#   tarball=$(debian_root_tarball "$cache_dir" "$mirror" "$scratch_dir" [packages])
+#
+# packages (comma-separated, optional) are installed into the root with
+# their dependencies (debootstrap --include), and the root is cached under
+# a name of its own: the Kafka broker's image needs Java
+# (default-jre-headless, about a minute more).
 #
 # Needs root and debootstrap (deploy/packages.sh installs it). Progress goes
 # to stderr; the tarball's path is the only line on stdout.
 
 debian_root_tarball() {
-  local cache=$1 mirror=$2 scratch=$3
-  local tarball=$cache/debian-base-bookworm.tar
+  local cache=$1 mirror=$2 scratch=$3 packages=${4:-}
+  local tarball=$cache/debian-base-bookworm${packages:+-${packages//,/-}}.tar
+  local include=()
+  [[ -n $packages ]] && include=("--include=$packages")
   if [[ -s $tarball ]]; then
     echo "cached root: $tarball" >&2
     echo "$tarball"
     return 0
   fi
-  echo "no $tarball yet: debootstrap --variant=minbase bookworm (about a minute)" >&2
+  echo "no $tarball yet: debootstrap --variant=minbase ${include[*]} bookworm (a minute or two)" >&2
   mkdir -p "$cache"
   local rootfs=$scratch/rootfs
-  if ! debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$scratch/debootstrap.log" 2>&1; then
+  rm -rf "$rootfs"
+  if ! debootstrap --variant=minbase "${include[@]}" bookworm "$rootfs" "$mirror" >"$scratch/debootstrap.log" 2>&1; then
     tail -n 30 "$scratch/debootstrap.log" >&2
     echo "error: debootstrap failed" >&2
     return 1

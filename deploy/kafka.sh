@@ -9,6 +9,9 @@
 #   deploy/kafka.sh check     # a record written with acks=all and read back
 #   deploy/kafka.sh stop      # SIGTERM, then SIGKILL after 30 s
 #   deploy/kafka.sh clean     # stop and delete the broker's data
+#   deploy/kafka.sh fetch     # only fetch the jars; prints their folder
+#   deploy/kafka.sh run       # format if new, then run the broker in the
+#                             # foreground (a container's entry point)
 #
 # Settings (environment):
 #   WEFT_KAFKA_DIR             the broker's config, data, log and pid
@@ -18,6 +21,10 @@
 #   WEFT_KAFKA_VERSION         [3.9.2]
 #   WEFT_KAFKA_HEAP            the JVM's largest heap [512m]
 #   WEFT_KAFKA_WAIT            seconds to wait for the broker to serve [90]
+#   WEFT_KAFKA_HOST            the address the client listener binds
+#                              [127.0.0.1]; a container's broker binds
+#                              0.0.0.0 on its own network
+#   WEFT_KAFKA_ADVERTISED_HOST the name clients reach it by [the host]
 #
 # The jars of a version are kept in ~/.cache/weft/kafka/<version> and
 # shared by every broker started from it.
@@ -31,7 +38,10 @@ jars=$cache/$version
 dir=${WEFT_KAFKA_DIR:-$cache/run-$port}
 heap=${WEFT_KAFKA_HEAP:-512m}
 wait_seconds=${WEFT_KAFKA_WAIT:-90}
-host=127.0.0.1
+host=${WEFT_KAFKA_HOST:-127.0.0.1}
+advertised_host=${WEFT_KAFKA_ADVERTISED_HOST:-$host}
+# The controller listener is the broker's own business: loopback always.
+controller_host=127.0.0.1
 
 # Kafka 4 logs through log4j2, Kafka 3 through log4j 1's API (reload4j).
 if ((${version%%.*} >= 4)); then
@@ -82,13 +92,14 @@ EOF
 
 write_config() {
   mkdir -p "$dir"
-  # One node is broker and controller; nothing listens beyond 127.0.0.1.
+  # One node is broker and controller; nothing listens beyond 127.0.0.1
+  # unless WEFT_KAFKA_HOST says so.
   cat >"$dir/server.properties" <<EOF
 process.roles=broker,controller
 node.id=1
-controller.quorum.voters=1@$host:$controller_port
-listeners=PLAINTEXT://$host:$port,CONTROLLER://$host:$controller_port
-advertised.listeners=PLAINTEXT://$host:$port
+controller.quorum.voters=1@$controller_host:$controller_port
+listeners=PLAINTEXT://$host:$port,CONTROLLER://$controller_host:$controller_port
+advertised.listeners=PLAINTEXT://$advertised_host:$port
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
@@ -126,11 +137,8 @@ java_tool() { java -Dweft.kafka.log.level=WARN "$logging_option" -cp "$jars/libs
 
 running() { [[ -f $dir/broker.pid ]] && kill -0 "$(cat "$dir/broker.pid")" 2>/dev/null; }
 
-start() {
-  if running; then
-    say "already running on $host:$port (pid $(cat "$dir/broker.pid"))"
-    return 0
-  fi
+# The jars, Java, the config, and the data folder formatted once.
+prepare() {
   fetch_jars
   command -v java >/dev/null || install_tools
   write_config
@@ -140,9 +148,19 @@ start() {
     java_tool kafka.tools.StorageTool format -t "$cluster" -c "$dir/server.properties" \
       >"$dir/format.log" 2>&1 || fail "formatting $dir/data failed: $(tail -5 "$dir/format.log")"
   fi
-  nohup java -Xms128m -Xmx"$heap" -XX:+UseG1GC -Djava.awt.headless=true \
-    -Dweft.kafka.log.level=INFO "$logging_option" \
-    -cp "$jars/libs/*" kafka.Kafka "$dir/server.properties" >"$dir/broker.log" 2>&1 </dev/null &
+}
+
+broker_command=(java -Xms128m -Xmx"$heap" -XX:+UseG1GC -Djava.awt.headless=true
+  -Dweft.kafka.log.level=INFO "$logging_option"
+  -cp "$jars/libs/*" kafka.Kafka "$dir/server.properties")
+
+start() {
+  if running; then
+    say "already running on $host:$port (pid $(cat "$dir/broker.pid"))"
+    return 0
+  fi
+  prepare
+  nohup "${broker_command[@]}" >"$dir/broker.log" 2>&1 </dev/null &
   echo $! >"$dir/broker.pid"
   wait_until_serving
 }
@@ -206,6 +224,15 @@ check() {
 
 case ${1:-} in
 start) start ;;
+run)
+  prepare
+  say "Kafka $version on $host:$port, advertised as $advertised_host:$port, data $dir/data"
+  exec "${broker_command[@]}"
+  ;;
+fetch)
+  fetch_jars
+  echo "$jars/libs"
+  ;;
 check) check ;;
 stop) stop ;;
 status)
@@ -221,7 +248,7 @@ clean)
   rm -rf "$dir"
   ;;
 *)
-  echo "usage: $0 start|status|check|stop|clean" >&2
+  echo "usage: $0 start|status|check|stop|clean|fetch|run" >&2
   exit 2
   ;;
 esac

@@ -7,6 +7,9 @@
 # (their volumes) belong to it. Remove the folder together with the volumes
 # (`docker-compose down -v`) to start a new network.
 #
+# WEFT_CHANNEL_PROFILE picks the profile of deploy/config/channel.yaml
+# (TwoOrgs, Raft, by default; TwoOrgsKafka in the Kafka variant).
+#
 # WEFT_MATERIAL_OWNER (uid:gid), when set, is given ownership of what is
 # written, so that a client on the host need not be root to read its keys.
 set -eu
@@ -31,7 +34,7 @@ mkdir -p "$staging"
 weft crypto generate --config /etc/weft/crypto.yaml --output "$staging/crypto"
 # Paths in channel.yaml are relative to its folder: it sits beside crypto/.
 cp /etc/weft/channel.yaml "$staging/channel.yaml"
-weft channel genesis --config "$staging/channel.yaml" --profile TwoOrgs \
+weft channel genesis --config "$staging/channel.yaml" --profile "${WEFT_CHANNEL_PROFILE:-TwoOrgs}" \
   --channel mychannel --output "$staging/mychannel.block"
 mv "$staging/crypto" "$out/crypto"
 mv "$staging/channel.yaml" "$out/channel.yaml"
