@@ -49,6 +49,7 @@
 mod payloads;
 mod records;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -239,6 +240,7 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
         time_to_cut: None,
         key,
         foreign: 0,
+        unwritten: VecDeque::new(),
         halted,
     };
     let result = sequencer.run(&consumer).await;
@@ -651,6 +653,9 @@ struct Sequencer {
     key: Bytes,
     /// Records skipped for their key.
     foreign: u64,
+    /// The offsets and digests of references read whose envelopes are not
+    /// in a written block yet, oldest first.
+    unwritten: VecDeque<(i64, Digest)>,
     halted: oneshot::Receiver<()>,
 }
 
@@ -844,10 +849,14 @@ impl Sequencer {
                 digest,
                 size_bytes,
             } => {
-                let envelope = self.envelope_of(offset, &tx_id, digest).await;
-                // Kept a while longer for orderers that lag.
-                self.payloads.ordered(digest);
-                Ok(envelope.map(|envelope| (envelope, size_bytes)))
+                let Some(envelope) = self.envelope_of(offset, &tx_id, digest).await else {
+                    return Ok(None);
+                };
+                // Kept in memory a while longer for orderers that lag, and
+                // on disk until a block holds it.
+                self.payloads.ordered(digest, &envelope);
+                self.unwritten.push_back((offset, digest));
+                Ok(Some((envelope, size_bytes)))
             }
         }
     }
@@ -897,8 +906,16 @@ impl Sequencer {
     async fn write(&mut self, content: BlockContent, offset: i64, reason: CutReason) -> Result<()> {
         self.channel.metrics.block_cut(&self.channel.id, reason);
         let metadata = records::block_metadata(offset);
-        write_block(&self.channel, &self.writer, content, metadata, Seal::Signed)
-            .await
-            .map(drop)
+        write_block(&self.channel, &self.writer, content, metadata, Seal::Signed).await?;
+        // The envelopes of the records up to `offset` are in blocks now
+        // (or were discarded): the block store holds them.
+        let written = self
+            .unwritten
+            .iter()
+            .take_while(|(at, _)| *at <= offset)
+            .count();
+        self.payloads
+            .written(self.unwritten.drain(..written).map(|(_, digest)| digest));
+        Ok(())
     }
 }

@@ -4,20 +4,20 @@
 //! then the most recent ones for a while, for orderers that read the
 //! partition later (a restarted one catching up).
 //!
-//! They are kept on disk (a RocksDB at `kafka/<channel>/` in the data
-//! directory) as well as in memory, so that an orderer killed after it
-//! took an envelope still has it when it starts again: an envelope is
-//! lost only if every orderer that took it loses its disk. Envelopes that
-//! must survive a crash (those a client is about to hear SUCCESS for, and
-//! those another orderer hands over) are written with an fsync
-//! ([`Payloads::keep_durably`]); the bookkeeping (which are ordered, which
-//! were dropped) is written without one, since a lost update only keeps
-//! an envelope a while longer.
+//! Those that must survive a crash are also on disk (a RocksDB at
+//! `kafka/<channel>/` in the data directory): an envelope a client is
+//! about to hear SUCCESS for, and one another orderer hands over, are
+//! written with an fsync ([`Payloads::keep_durably`]) and stay there until
+//! this orderer has written the block that holds them
+//! ([`Payloads::written`]), when its block store has them. So an envelope
+//! is lost only if every orderer that took it loses its disk. Deletions
+//! are not synced: one lost in a crash only keeps an envelope a while
+//! longer. Most envelopes are deleted before RocksDB flushes its memtable,
+//! so they cost the disk a write-ahead log entry and no more.
 //!
-//! On disk: `e<digest>` holds an envelope; `q<sequence>` the digest, size
-//! and ordered flag of the envelope kept `sequence`-th, so that the order
-//! in which envelopes are dropped survives a restart without reading
-//! them.
+//! On disk: `e<digest>` holds an envelope; `q<sequence>` the digest and
+//! size of the envelope kept `sequence`-th, so that the order in which
+//! envelopes are dropped survives a restart without reading them.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -63,11 +63,12 @@ impl std::fmt::Debug for Payloads {
 #[derive(Debug)]
 struct Held {
     /// The bytes, unless the envelope was kept before this process
-    /// started: those are read from disk when asked for.
+    /// started and not ordered since: those are read from disk.
     envelope: Option<Bytes>,
     size: usize,
     ordered: bool,
-    sequence: u64,
+    /// Its place on disk, while it is there.
+    on_disk: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -89,9 +90,7 @@ struct Inner {
 struct Changes {
     /// Envelopes newly kept, with their sequence numbers.
     kept: Vec<(u64, Digest, Bytes)>,
-    /// Entries whose ordered flag turned on.
-    ordered: Vec<(u64, Digest, usize)>,
-    /// Entries dropped.
+    /// Entries no longer needed on disk.
     dropped: Vec<(u64, Digest)>,
 }
 
@@ -107,12 +106,11 @@ fn sequence_key(sequence: u64) -> [u8; 9] {
     key
 }
 
-/// A `q` entry's value: digest, size (little-endian u64), ordered flag.
-fn sequence_value(digest: &Digest, size: usize, ordered: bool) -> [u8; 41] {
-    let mut value = [0u8; 41];
+/// A `q` entry's value: digest, then size (little-endian u64).
+fn sequence_value(digest: &Digest, size: usize) -> [u8; 40] {
+    let mut value = [0u8; 40];
     value[..32].copy_from_slice(digest);
-    value[32..40].copy_from_slice(&(size as u64).to_le_bytes());
-    value[40] = u8::from(ordered);
+    value[32..].copy_from_slice(&(size as u64).to_le_bytes());
     value
 }
 
@@ -122,6 +120,9 @@ impl Payloads {
     pub fn open(path: &Path) -> Result<Self, String> {
         let mut options = rocksdb::Options::default();
         options.create_if_missing(true);
+        // Most envelopes are deleted before a flush; those flushed are
+        // signatures and certificates, not worth compressing.
+        options.set_compression_type(rocksdb::DBCompressionType::None);
         let db = rocksdb::DB::open(&options, path)
             .map_err(|e| format!("opening the envelope store at {}: {e}", path.display()))?;
         let mut inner = Inner::default();
@@ -144,16 +145,12 @@ impl Payloads {
                 unreadable.push(key.to_vec());
                 continue;
             };
-            let ordered = value.get(40) == Some(&1);
             inner.next_sequence = sequence + 1;
             if inner.by_digest.contains_key(&digest) {
                 unreadable.push(key.to_vec());
                 continue;
             }
-            inner.hold(digest, None, size as usize, sequence);
-            if ordered {
-                inner.mark_ordered(digest);
-            }
+            inner.hold(digest, None, size as usize, Some(sequence));
         }
         let payloads = Self {
             inner: Mutex::new(inner),
@@ -165,8 +162,7 @@ impl Payloads {
             inner.enforce_bounds(&mut changes);
             tracing::info!(
                 path = %path.display(),
-                unordered = inner.unordered_count,
-                ordered = inner.ordered.len(),
+                envelopes = inner.unordered_count,
                 "envelope store opened"
             );
         }
@@ -179,21 +175,19 @@ impl Payloads {
         Ok(payloads)
     }
 
-    /// Keeps `envelope`, whose digest is `digest`, without waiting for the
-    /// disk: for an envelope fetched from another orderer, which holds it.
+    /// Keeps `envelope`, whose digest is `digest`, in memory only: for an
+    /// envelope fetched from another orderer, which holds it.
     pub fn keep(&self, digest: Digest, envelope: Bytes) {
-        let changes = self.inner.lock().keep([(digest, envelope)]);
-        if let Err(error) = self.write(changes, false) {
-            tracing::warn!(%error, "keeping a fetched envelope on disk");
-        }
+        let changes = self.inner.lock().keep([(digest, envelope)], false);
+        self.write_or_warn(changes);
     }
 
     /// Keeps `envelopes` (with their digests), returning once they are on
     /// disk: what a SUCCESS, or another orderer, counts on. Blocks on the
     /// fsync.
     pub fn keep_durably(&self, envelopes: &[(Digest, Bytes)]) -> Result<(), String> {
-        let changes = self.inner.lock().keep(envelopes.iter().cloned());
-        // An envelope held already is written again, so that the fsync
+        let changes = self.inner.lock().keep(envelopes.iter().cloned(), true);
+        // An envelope on disk already is written again, so that the fsync
         // covers it whoever kept it first.
         let fresh: std::collections::HashSet<Digest> =
             changes.kept.iter().map(|(_, digest, _)| *digest).collect();
@@ -228,19 +222,34 @@ impl Payloads {
     }
 
     /// Marks the envelope of `digest` as ordered (its ID was read from the
-    /// partition): it is kept among the most recent ones and dropped once
-    /// older than the retention allows.
-    pub fn ordered(&self, digest: Digest) {
+    /// partition): it is kept in memory among the most recent ones, for
+    /// orderers that lag, and dropped once older than the retention
+    /// allows. `envelope` is its bytes, held in memory from now on.
+    pub fn ordered(&self, digest: Digest, envelope: &Bytes) {
+        let changes = self.inner.lock().mark_ordered(digest, envelope);
+        self.write_or_warn(changes);
+    }
+
+    /// Drops from disk the envelopes of `digests`, now in a block this
+    /// orderer wrote: its block store holds them.
+    pub fn written(&self, digests: impl IntoIterator<Item = Digest>) {
         let mut changes = Changes::default();
         {
             let mut inner = self.inner.lock();
-            if let Some(held) = inner.mark_ordered(digest) {
-                changes.ordered.push(held);
+            for digest in digests {
+                if let Some(held) = inner.by_digest.get_mut(&digest)
+                    && let Some(sequence) = held.on_disk.take()
+                {
+                    changes.dropped.push((sequence, digest));
+                }
             }
-            inner.enforce_bounds(&mut changes);
         }
+        self.write_or_warn(changes);
+    }
+
+    fn write_or_warn(&self, changes: Changes) {
         if let Err(error) = self.write(changes, false) {
-            tracing::warn!(%error, "recording an ordered envelope in the envelope store");
+            tracing::warn!(%error, "updating the envelope store");
         }
     }
 
@@ -261,11 +270,8 @@ impl Payloads {
             batch.put(envelope_key(digest), envelope);
             batch.put(
                 sequence_key(*sequence),
-                sequence_value(digest, envelope.len(), false),
+                sequence_value(digest, envelope.len()),
             );
-        }
-        for (sequence, digest, size) in &changes.ordered {
-            batch.put(sequence_key(*sequence), sequence_value(digest, *size, true));
         }
         for (sequence, digest) in &changes.dropped {
             batch.delete(envelope_key(digest));
@@ -282,23 +288,39 @@ impl Payloads {
 }
 
 impl Inner {
-    /// Holds what is not held yet; the changes to write.
-    fn keep(&mut self, envelopes: impl IntoIterator<Item = (Digest, Bytes)>) -> Changes {
+    /// Holds what is not held yet, `on_disk` or in memory only; the
+    /// changes to write. An envelope held in memory only is put on disk
+    /// when kept durably.
+    fn keep(
+        &mut self,
+        envelopes: impl IntoIterator<Item = (Digest, Bytes)>,
+        on_disk: bool,
+    ) -> Changes {
         let mut changes = Changes::default();
         for (digest, envelope) in envelopes {
-            if self.by_digest.contains_key(&digest) {
-                continue;
+            match self.by_digest.get_mut(&digest) {
+                Some(held) if held.on_disk.is_some() || !on_disk => continue,
+                Some(held) => {
+                    let sequence = self.next_sequence;
+                    self.next_sequence += 1;
+                    held.on_disk = Some(sequence);
+                    changes.kept.push((sequence, digest, envelope));
+                }
+                None => {
+                    let sequence = on_disk.then_some(self.next_sequence);
+                    if let Some(sequence) = sequence {
+                        self.next_sequence += 1;
+                        changes.kept.push((sequence, digest, envelope.clone()));
+                    }
+                    self.hold(digest, Some(envelope.clone()), envelope.len(), sequence);
+                }
             }
-            let sequence = self.next_sequence;
-            self.next_sequence += 1;
-            self.hold(digest, Some(envelope.clone()), envelope.len(), sequence);
-            changes.kept.push((sequence, digest, envelope));
         }
         self.enforce_bounds(&mut changes);
         changes
     }
 
-    fn hold(&mut self, digest: Digest, envelope: Option<Bytes>, size: usize, sequence: u64) {
+    fn hold(&mut self, digest: Digest, envelope: Option<Bytes>, size: usize, on_disk: Option<u64>) {
         self.unordered.push_back(digest);
         self.unordered_count += 1;
         self.unordered_bytes += size;
@@ -308,29 +330,36 @@ impl Inner {
                 envelope,
                 size,
                 ordered: false,
-                sequence,
+                on_disk,
             },
         );
     }
 
-    /// Marks `digest` ordered; its sequence, digest and size if it was
-    /// held and not ordered yet.
-    fn mark_ordered(&mut self, digest: Digest) -> Option<(u64, Digest, usize)> {
-        let held = self.by_digest.get_mut(&digest)?;
+    /// Marks `digest` ordered, holding `envelope` in memory; the changes
+    /// to write.
+    fn mark_ordered(&mut self, digest: Digest, envelope: &Bytes) -> Changes {
+        let mut changes = Changes::default();
+        let Some(held) = self.by_digest.get_mut(&digest) else {
+            return changes;
+        };
+        if held.envelope.is_none() {
+            held.envelope = Some(envelope.clone());
+        }
         if held.ordered {
-            return None;
+            return changes;
         }
         held.ordered = true;
-        let (size, sequence) = (held.size, held.sequence);
+        let size = held.size;
         self.unordered_count -= 1;
         self.unordered_bytes -= size;
         self.ordered.push_back(digest);
         self.ordered_bytes += size;
-        Some((sequence, digest, size))
+        self.enforce_bounds(&mut changes);
+        changes
     }
 
-    /// Drops the oldest envelopes past the bounds, recording them in
-    /// `changes`.
+    /// Drops the oldest envelopes past the bounds, recording in `changes`
+    /// those on disk.
     fn enforce_bounds(&mut self, changes: &mut Changes) {
         while self.unordered_bytes > UNORDERED_BYTES_MAX {
             let Some(oldest) = self.unordered.pop_front() else {
@@ -343,7 +372,9 @@ impl Inner {
             if unordered && let Some(dropped) = self.by_digest.remove(&oldest) {
                 self.unordered_count -= 1;
                 self.unordered_bytes -= dropped.size;
-                changes.dropped.push((dropped.sequence, oldest));
+                if let Some(sequence) = dropped.on_disk {
+                    changes.dropped.push((sequence, oldest));
+                }
                 tracing::warn!(
                     "dropping an envelope whose ID was never ordered, the oldest of more than {UNORDERED_BYTES_MAX} bytes held"
                 );
@@ -355,7 +386,9 @@ impl Inner {
             };
             if let Some(dropped) = self.by_digest.remove(&oldest) {
                 self.ordered_bytes -= dropped.size;
-                changes.dropped.push((dropped.sequence, oldest));
+                if let Some(sequence) = dropped.on_disk {
+                    changes.dropped.push((sequence, oldest));
+                }
             }
         }
         // The queue of unordered digests, swept of ordered ones once they
@@ -383,12 +416,12 @@ mod tests {
         let payloads = Payloads::default();
         let first = Bytes::from_static(b"first");
         payloads.keep(digest(&first), first.clone());
-        payloads.ordered(digest(&first));
+        payloads.ordered(digest(&first), &first);
         assert_eq!(payloads.get(&digest(&first)), Some(first.clone()));
         for n in 0..ORDERED_KEPT_MAX {
             let envelope = Bytes::from(n.to_le_bytes().to_vec());
             payloads.keep(digest(&envelope), envelope.clone());
-            payloads.ordered(digest(&envelope));
+            payloads.ordered(digest(&envelope), &envelope);
         }
         assert_eq!(payloads.get(&digest(&first)), None);
         let newest = Bytes::from((ORDERED_KEPT_MAX - 1).to_le_bytes().to_vec());
@@ -398,11 +431,11 @@ mod tests {
         payloads.keep(digest(&pending), pending.clone());
         let last = Bytes::from_static(b"last");
         payloads.keep(digest(&last), last.clone());
-        payloads.ordered(digest(&last));
+        payloads.ordered(digest(&last), &last);
         assert_eq!(payloads.get(&digest(&pending)), Some(pending.clone()));
         // Kept or ordered twice (a resubmitted envelope): counted once.
         payloads.keep(digest(&last), last.clone());
-        payloads.ordered(digest(&last));
+        payloads.ordered(digest(&last), &last);
         let inner = payloads.inner.lock();
         assert_eq!(inner.unordered_count, 1);
         assert_eq!(inner.unordered_bytes, pending.len());
@@ -436,9 +469,10 @@ mod tests {
     }
 
     #[test]
-    fn envelopes_kept_on_disk_survive_a_restart_with_their_order_and_flags() {
-        // Goal: an orderer started again still holds what it took, knows
-        // which were ordered, and drops in the same order as before.
+    fn envelopes_kept_durably_survive_a_restart_until_their_block_is_written() {
+        // Goal: an orderer started again still holds what it took and has
+        // not yet written into a block; what it fetched (others hold it)
+        // and what its blocks hold are gone from disk.
         let dir = tempfile::tempdir().unwrap();
         let envelopes: Vec<(Digest, Bytes)> = (0..5u8)
             .map(|n| {
@@ -449,56 +483,62 @@ mod tests {
         {
             let payloads = Payloads::open(dir.path()).unwrap();
             payloads.keep_durably(&envelopes[..3]).unwrap();
+            // Fetched: memory only.
             payloads.keep(envelopes[3].0, envelopes[3].1.clone());
-            payloads.ordered(envelopes[1].0);
+            // Ordered, still on disk until its block is written.
+            payloads.ordered(envelopes[1].0, &envelopes[1].1);
+            payloads.ordered(envelopes[0].0, &envelopes[0].1);
+            payloads.written([envelopes[0].0]);
             // Kept again durably (a client sent it twice): once on disk.
             payloads.keep_durably(&envelopes[1..2]).unwrap();
+            // Still served from memory after its block was written.
+            assert_eq!(payloads.get(&envelopes[0].0), Some(envelopes[0].1.clone()));
         }
         let payloads = Payloads::open(dir.path()).unwrap();
-        for (digest, envelope) in &envelopes[..4] {
+        for (digest, envelope) in &envelopes[1..3] {
             assert_eq!(payloads.get(digest).as_ref(), Some(envelope));
         }
-        assert_eq!(payloads.get(&envelopes[4].0), None);
+        for (digest, _) in [&envelopes[0], &envelopes[3], &envelopes[4]] {
+            assert_eq!(payloads.get(digest), None);
+        }
         {
             let inner = payloads.inner.lock();
-            assert_eq!(inner.unordered_count, 3);
+            assert_eq!(inner.unordered_count, 2);
             assert_eq!(
                 inner.unordered_bytes,
-                [0, 2, 3]
-                    .map(|n| envelopes[n].1.len())
-                    .iter()
-                    .sum::<usize>()
+                envelopes[1].1.len() + envelopes[2].1.len()
             );
-            assert_eq!(inner.ordered, [envelopes[1].0]);
-            assert_eq!(inner.next_sequence, 4);
+            assert_eq!(inner.next_sequence, 3);
         }
         // Kept after the restart: numbered after the earlier ones.
         payloads.keep_durably(&envelopes[4..]).unwrap();
         drop(payloads);
         let payloads = Payloads::open(dir.path()).unwrap();
         assert_eq!(payloads.get(&envelopes[4].0), Some(envelopes[4].1.clone()));
-        assert_eq!(payloads.inner.lock().next_sequence, 5);
+        assert_eq!(payloads.inner.lock().next_sequence, 4);
     }
 
     #[test]
     fn envelopes_dropped_past_the_bounds_leave_the_disk_too() {
-        // Goal: the store on disk is bounded as memory is; a dropped
-        // envelope does not come back after a restart.
+        // Goal: the store on disk is bounded as memory is: an ordered
+        // envelope dropped from memory before its block was written does
+        // not come back after a restart.
         let dir = tempfile::tempdir().unwrap();
         let payloads = Payloads::open(dir.path()).unwrap();
         let first = Bytes::from_static(b"first");
         payloads
             .keep_durably(&[(digest(&first), first.clone())])
             .unwrap();
-        payloads.ordered(digest(&first));
+        payloads.ordered(digest(&first), &first);
         for n in 0..ORDERED_KEPT_MAX {
             let envelope = Bytes::from(n.to_le_bytes().to_vec());
             payloads.keep(digest(&envelope), envelope.clone());
-            payloads.ordered(digest(&envelope));
+            payloads.ordered(digest(&envelope), &envelope);
         }
+        assert_eq!(payloads.get(&digest(&first)), None);
         drop(payloads);
         let payloads = Payloads::open(dir.path()).unwrap();
         assert_eq!(payloads.get(&digest(&first)), None);
-        assert_eq!(payloads.inner.lock().ordered.len(), ORDERED_KEPT_MAX);
+        assert_eq!(payloads.inner.lock().by_digest.len(), 0);
     }
 }
