@@ -15,9 +15,9 @@
 //! longer. Most envelopes are deleted before RocksDB flushes its memtable,
 //! so they cost the disk a write-ahead log entry and no more.
 //!
-//! On disk: `e<digest>` holds an envelope; `q<sequence>` the digest and
-//! size of the envelope kept `sequence`-th, so that the order in which
-//! envelopes are dropped survives a restart without reading them.
+//! On disk, each envelope is the value of its key: the sequence number in
+//! which it was kept (big-endian) then its digest, so that the order in
+//! which envelopes are dropped survives a restart.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -35,12 +35,6 @@ const ORDERED_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// is never published (its orderer refused it after keeping it, or failed
 /// before publishing) must not stay forever. Far above what is in flight.
 const UNORDERED_BYTES_MAX: usize = 512 * 1024 * 1024;
-
-/// The prefix of an envelope's key (then its digest).
-const ENVELOPE: u8 = b'e';
-/// The prefix of a kept envelope's place in the order of keeping (then
-/// the sequence number, big-endian).
-const SEQUENCE: u8 = b'q';
 
 /// A channel's envelopes, by the SHA-256 of their bytes.
 #[derive(Default)]
@@ -94,24 +88,12 @@ struct Changes {
     dropped: Vec<(u64, Digest)>,
 }
 
-fn envelope_key(digest: &Digest) -> [u8; 33] {
-    let mut key = [ENVELOPE; 33];
-    key[1..].copy_from_slice(digest);
+/// The key of the envelope of `digest` kept `sequence`-th.
+fn envelope_key(sequence: u64, digest: &Digest) -> [u8; 40] {
+    let mut key = [0u8; 40];
+    key[..8].copy_from_slice(&sequence.to_be_bytes());
+    key[8..].copy_from_slice(digest);
     key
-}
-
-fn sequence_key(sequence: u64) -> [u8; 9] {
-    let mut key = [SEQUENCE; 9];
-    key[1..].copy_from_slice(&sequence.to_be_bytes());
-    key
-}
-
-/// A `q` entry's value: digest, then size (little-endian u64).
-fn sequence_value(digest: &Digest, size: usize) -> [u8; 40] {
-    let mut value = [0u8; 40];
-    value[..32].copy_from_slice(digest);
-    value[32..].copy_from_slice(&(size as u64).to_le_bytes());
-    value
 }
 
 impl Payloads {
@@ -127,20 +109,15 @@ impl Payloads {
             .map_err(|e| format!("opening the envelope store at {}: {e}", path.display()))?;
         let mut inner = Inner::default();
         let mut unreadable = Vec::new();
-        for item in db.prefix_iterator([SEQUENCE]) {
+        for item in db.iterator(rocksdb::IteratorMode::Start) {
             let (key, value) =
                 item.map_err(|e| format!("reading the envelope store at {}: {e}", path.display()))?;
-            if key.first() != Some(&SEQUENCE) {
-                break;
-            }
-            let (Ok(sequence), Ok(digest), Ok(size)) = (
-                key[1..].try_into().map(u64::from_be_bytes),
-                Digest::try_from(value.get(..32).unwrap_or_default()),
-                value
-                    .get(32..40)
+            let (Ok(sequence), Ok(digest)) = (
+                key.get(..8)
                     .unwrap_or_default()
                     .try_into()
-                    .map(u64::from_le_bytes),
+                    .map(u64::from_be_bytes),
+                Digest::try_from(key.get(8..).unwrap_or_default()),
             ) else {
                 unreadable.push(key.to_vec());
                 continue;
@@ -150,7 +127,7 @@ impl Payloads {
                 unreadable.push(key.to_vec());
                 continue;
             }
-            inner.hold(digest, None, size as usize, Some(sequence));
+            inner.hold(digest, None, value.len(), Some(sequence));
         }
         let payloads = Self {
             inner: Mutex::new(inner),
@@ -187,32 +164,20 @@ impl Payloads {
     /// fsync.
     pub fn keep_durably(&self, envelopes: &[(Digest, Bytes)]) -> Result<(), String> {
         let changes = self.inner.lock().keep(envelopes.iter().cloned(), true);
-        // An envelope on disk already is written again, so that the fsync
-        // covers it whoever kept it first.
-        let fresh: std::collections::HashSet<Digest> =
-            changes.kept.iter().map(|(_, digest, _)| *digest).collect();
-        let again = envelopes
-            .iter()
-            .filter(|(digest, _)| !fresh.contains(digest));
-        let mut batch = rocksdb::WriteBatch::default();
-        for (digest, envelope) in again {
-            batch.put(envelope_key(digest), envelope);
-        }
-        self.write_with(changes, batch, true)
+        self.write(changes, true)
     }
 
     /// The envelope of `digest`, if held.
     pub fn get(&self, digest: &Digest) -> Option<Bytes> {
-        match self.inner.lock().by_digest.get(digest) {
-            None => return None,
-            Some(Held {
+        let sequence = match self.inner.lock().by_digest.get(digest)? {
+            Held {
                 envelope: Some(envelope),
                 ..
-            }) => return Some(envelope.clone()),
-            Some(Held { envelope: None, .. }) => {}
-        }
+            } => return Some(envelope.clone()),
+            Held { on_disk, .. } => (*on_disk)?,
+        };
         let disk = self.disk.as_ref()?;
-        match disk.get(envelope_key(digest)) {
+        match disk.get(envelope_key(sequence, digest)) {
             Ok(found) => found.map(Bytes::from),
             Err(error) => {
                 tracing::warn!(%error, "reading an envelope from the envelope store");
@@ -254,28 +219,15 @@ impl Payloads {
     }
 
     fn write(&self, changes: Changes, sync: bool) -> Result<(), String> {
-        self.write_with(changes, rocksdb::WriteBatch::default(), sync)
-    }
-
-    fn write_with(
-        &self,
-        changes: Changes,
-        mut batch: rocksdb::WriteBatch,
-        sync: bool,
-    ) -> Result<(), String> {
         let Some(disk) = &self.disk else {
             return Ok(());
         };
+        let mut batch = rocksdb::WriteBatch::default();
         for (sequence, digest, envelope) in &changes.kept {
-            batch.put(envelope_key(digest), envelope);
-            batch.put(
-                sequence_key(*sequence),
-                sequence_value(digest, envelope.len()),
-            );
+            batch.put(envelope_key(*sequence, digest), envelope);
         }
         for (sequence, digest) in &changes.dropped {
-            batch.delete(envelope_key(digest));
-            batch.delete(sequence_key(*sequence));
+            batch.delete(envelope_key(*sequence, digest));
         }
         if batch.is_empty() {
             return Ok(());
@@ -290,7 +242,8 @@ impl Payloads {
 impl Inner {
     /// Holds what is not held yet, `on_disk` or in memory only; the
     /// changes to write. An envelope held in memory only is put on disk
-    /// when kept durably.
+    /// when kept durably, and one on disk already is written again, so
+    /// that the caller's fsync covers it whoever kept it first.
     fn keep(
         &mut self,
         envelopes: impl IntoIterator<Item = (Digest, Bytes)>,
@@ -299,7 +252,11 @@ impl Inner {
         let mut changes = Changes::default();
         for (digest, envelope) in envelopes {
             match self.by_digest.get_mut(&digest) {
-                Some(held) if held.on_disk.is_some() || !on_disk => continue,
+                Some(_) if !on_disk => continue,
+                Some(Held {
+                    on_disk: Some(sequence),
+                    ..
+                }) => changes.kept.push((*sequence, digest, envelope)),
                 Some(held) => {
                     let sequence = self.next_sequence;
                     self.next_sequence += 1;
