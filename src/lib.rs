@@ -25,7 +25,7 @@ pub mod fuzzing;
 
 /// A free loopback port outside the kernel's ephemeral range, for the
 /// integration tests' nodes, as `weft bench` takes its own.
-pub use network::free_port;
+pub use network::{free_port, reserve_ports};
 
 /// Completes on Ctrl-C or SIGTERM: how a node is asked to stop.
 async fn shutdown_signal() {

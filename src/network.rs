@@ -480,16 +480,43 @@ pub fn check_brokers(brokers: &[String]) -> Result<()> {
 /// How often `weft network up` looks at its nodes.
 const SUPERVISE_EVERY: Duration = Duration::from_millis(500);
 
+/// Ports are reserved in blocks of [`PORT_BLOCK`] from [`FIRST_PORT_BLOCK`]
+/// (where the bases [`free_base_port`] tries start), each by a lock file,
+/// so that processes started side by side (tests run benches and nodes
+/// concurrently) never hand out the same port: a network's ports span
+/// several blocks, and a port free when probed can be taken by another
+/// process before the node binds it.
+const PORT_BLOCK: u16 = 1_000;
+const FIRST_PORT_BLOCK: u16 = 10_050;
+
+/// The block `port` belongs to, if any.
+fn port_block(port: u16) -> Option<u16> {
+    port.checked_sub(FIRST_PORT_BLOCK)
+        .map(|offset| FIRST_PORT_BLOCK + offset / PORT_BLOCK * PORT_BLOCK)
+}
+
+/// The blocks no port of which the kernel gives outgoing connections.
+fn usable_port_blocks() -> Vec<u16> {
+    let ephemeral = ephemeral_ports();
+    (FIRST_PORT_BLOCK..=u16::MAX - PORT_BLOCK)
+        .step_by(usize::from(PORT_BLOCK))
+        .filter(|block| {
+            let last = block + (PORT_BLOCK - 1);
+            last < *ephemeral.start() || *block > *ephemeral.end()
+        })
+        .collect()
+}
+
 /// A base port from which every port of a new network with `args` is
 /// free on this machine (for networks that need not be found at Fabric's
 /// usual ports, such as the one `weft bench` starts), and outside the
 /// ports the kernel gives outgoing connections: a port in that range that
 /// is free when probed may be taken by any client's connection before the
-/// node binds it.
+/// node binds it. Every block the network's ports touch is reserved.
 pub fn free_base_port(args: &UpArgs) -> Result<u16> {
     let ephemeral = ephemeral_ports();
     let mut candidates = Vec::new();
-    for base in (10_050..=64_050).step_by(1_000) {
+    for base in usable_port_blocks() {
         let plan = Plan {
             base_port: base,
             ..args.new_plan()?
@@ -503,78 +530,123 @@ pub fn free_base_port(args: &UpArgs) -> Result<u16> {
         }
     }
     // Where the search starts depends on the process, so that benches
-    // started at the same moment (tests run them side by side) seldom
-    // probe the same range first; a range is taken only with its lock, so
-    // two that do cannot both take it before either binds its ports.
+    // started at the same moment seldom probe the same range first.
     let first = std::process::id() as usize % candidates.len().max(1);
     let chosen = candidates[first..]
         .iter()
         .chain(&candidates[..first])
-        .find(|(base, ports)| {
+        .find(|(_, ports)| {
+            let blocks: std::collections::BTreeSet<u16> = ports
+                .iter()
+                .filter_map(|address| port_block(address.port()))
+                .collect();
             ports
                 .iter()
                 .all(|address| std::net::TcpListener::bind(address).is_ok())
-                && reserve_port_range(*base)
+                && reserve_port_blocks(&blocks)
         });
     match chosen {
         Some((base, _)) => Ok(*base),
         None => bail!(
-            "no range of free ports found between 10050 and 65535 outside the ephemeral ports {}-{}",
+            "no range of free ports found between {FIRST_PORT_BLOCK} and 65535 outside the ephemeral ports {}-{}",
             ephemeral.start(),
             ephemeral.end()
         ),
     }
 }
 
-/// Takes the range of ports from `base` for this process, for as long as
-/// it lives: an exclusive lock on a file named after the range, which the
-/// system releases when the process ends, however it ends. `false` when
-/// another process holds it. Where no lock file can be made, the range is
-/// taken on the bind probe alone.
-fn reserve_port_range(base: u16) -> bool {
-    static HELD: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
+/// Takes the blocks `ports` fall in for this process (see
+/// [`free_base_port`]): `false` when another process holds one of them.
+/// For callers that choose their own ports, such as tests that start a
+/// network at a base of their choosing.
+pub fn reserve_ports(ports: impl IntoIterator<Item = u16>) -> bool {
+    reserve_port_blocks(&ports.into_iter().filter_map(port_block).collect())
+}
+
+/// The port blocks this process holds, with their lock files.
+static HELD_PORT_BLOCKS: std::sync::Mutex<Vec<(u16, std::fs::File)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Takes `blocks` for this process, for as long as it lives (exclusive
+/// locks on files named after them, which the system releases when the
+/// process ends, however it ends): all of them, or none when another
+/// process holds one. Blocks this process holds already count as taken.
+/// Where no lock file can be made, the blocks are taken on the bind probe
+/// alone.
+fn reserve_port_blocks(blocks: &std::collections::BTreeSet<u16>) -> bool {
+    let mut held = HELD_PORT_BLOCKS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = std::env::temp_dir().join("weft-port-ranges");
-    let lock = std::fs::create_dir_all(&dir).and_then(|()| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(base.to_string()))
-    });
-    let Ok(file) = lock else {
-        return true;
-    };
-    if file.try_lock().is_err() {
-        return false;
+    let mut taken = Vec::new();
+    for &block in blocks {
+        if held.iter().any(|(mine, _)| *mine == block) {
+            continue;
+        }
+        let lock = std::fs::create_dir_all(&dir).and_then(|()| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(dir.join(block.to_string()))
+        });
+        let Ok(file) = lock else {
+            return true;
+        };
+        if file.try_lock().is_err() {
+            // Dropping `taken` releases what this call locked.
+            return false;
+        }
+        taken.push((block, file));
     }
-    HELD.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .push(file);
+    held.extend(taken);
     true
 }
 
 /// A port free on loopback now, outside the ports the kernel gives
 /// outgoing connections (see [`free_base_port`]), for a listener whose
-/// address must be written down before it binds.
+/// address must be written down before it binds. Ports come from a block
+/// this process reserved, one after the other, so no other process hands
+/// them out.
 pub fn free_port() -> Result<u16> {
-    let ephemeral = ephemeral_ports();
-    let candidates: Vec<u16> = (10_000..=u16::MAX)
-        .filter(|port| !ephemeral.contains(port))
-        .collect();
-    // Start where this process's other probes will not, as above.
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let offset =
-        std::process::id() as usize * 97 + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    (0..candidates.len())
-        .map(|step| candidates[(offset + step) % candidates.len()])
-        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "no free port on 127.0.0.1 outside the ephemeral ports {}-{}",
-                ephemeral.start(),
-                ephemeral.end()
-            )
-        })
+    static NEXT: std::sync::Mutex<Option<(u16, u16)>> = std::sync::Mutex::new(None);
+    let mut next = NEXT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let blocks = usable_port_blocks();
+    // Where the search for a block starts depends on the process, as
+    // above.
+    let first = std::process::id() as usize * 7 % blocks.len().max(1);
+    let mut fresh_blocks = blocks[first..].iter().chain(&blocks[..first]);
+    loop {
+        if let Some((block, offset)) = next.as_mut() {
+            while *offset < PORT_BLOCK {
+                let port = *block + *offset;
+                *offset += 1;
+                if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                    return Ok(port);
+                }
+            }
+        }
+        // A block this process reserved for a network is that network's.
+        let block = fresh_blocks
+            .find(|block| {
+                let mine = HELD_PORT_BLOCKS
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .iter()
+                    .any(|(held, _)| held == *block);
+                !mine && reserve_port_blocks(&std::collections::BTreeSet::from([**block]))
+            })
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no block of free ports on 127.0.0.1 outside the ephemeral ports {}-{}",
+                    ephemeral_ports().start(),
+                    ephemeral_ports().end()
+                )
+            })?;
+        *next = Some((*block, 0));
+    }
 }
 
 /// The ports the kernel gives outgoing connections

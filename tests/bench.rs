@@ -474,11 +474,14 @@ impl Drop for NetworkUp {
 fn free_base_port(offset: u16) -> u16 {
     let start = 10_000 + (std::process::id() % 10) as u16 * 400 + offset;
     for candidate in (start..15_000).step_by(31) {
-        let free = [0, 2000]
+        let ports = [0, 2000]
             .into_iter()
-            .flat_map(|span| (0..26).map(move |port| candidate + span + port))
+            .flat_map(|span| (0..26).map(move |port| candidate + span + port));
+        let free = ports
+            .clone()
             .all(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
-        if free {
+        // Reserved, so that no bench run beside it takes them.
+        if free && weft::reserve_ports(ports) {
             return candidate;
         }
     }
