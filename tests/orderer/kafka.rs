@@ -177,6 +177,71 @@ async fn a_txid_is_published_only_once_two_orderers_hold_its_envelope_on_disk() 
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_orderer_back_after_the_others_ordered_and_restarted_takes_envelopes_from_their_blocks()
+{
+    // Goal (TxID mode): an orderer that was down while the others ordered
+    // envelopes and then restarted (so that none keeps them any more, on
+    // disk or in memory) catches up all the same, from their blocks.
+    let broker = Broker::start();
+    let mut network = Network::with_batch_timeout("200ms");
+    let transactor = Arc::new(network.transactor());
+    let dir = tempfile::tempdir().unwrap();
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let options = KafkaOptions {
+        payloads: Payloads::TxId as i32,
+        orderers: ports
+            .iter()
+            .map(|(_, cluster)| format!("127.0.0.1:{cluster}"))
+            .collect(),
+        ..Default::default()
+    };
+    network.genesis = network.genesis_with_kafka(&[broker.address()], &options);
+    let genesis = network.genesis.clone();
+    let reader = &network.orderer.clone_signer();
+    let mut nodes = orderer_processes(&network, dir.path(), &genesis, &ports);
+    for node in &mut nodes {
+        node.spawn();
+    }
+    let (warm, envelope) = transactor.transaction("warm");
+    ordered_by(&nodes[0], envelope).await;
+    chains_holding(&nodes[..2], reader, &[warm]).await;
+    nodes[2].kill();
+
+    let mut ordered = Vec::new();
+    for n in 0..5 {
+        let (tx_id, envelope) = transactor.transaction(&format!("while-away-{n}"));
+        ordered_by(&nodes[0], envelope).await;
+        ordered.push(tx_id);
+    }
+    let chains = chains_holding(&nodes[..2], reader, &ordered).await;
+    for node in &mut nodes[..2] {
+        node.kill();
+        node.spawn();
+    }
+    nodes[2].spawn();
+    let height = chains[0].len() as u64;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while try_height_of(&nodes[2], reader).await.unwrap_or_default() < height {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the orderer that was away never caught up to height {height}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let caught_up = blocks_of(&nodes[2], reader, height).await;
+    assert_eq!(hashes(&caught_up), hashes(&chains[0]));
+    assert!(
+        nodes[2]
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|line| line.contains("from another orderer's blocks")),
+        "the envelopes came from somewhere else"
+    );
+}
+
 /// Sends `envelope` to `node` until it answers SUCCESS, while it answers
 /// SERVICE_UNAVAILABLE (starting, its Kafka topic not serving yet).
 async fn ordered_by(node: &OrdererNode, envelope: Envelope) {

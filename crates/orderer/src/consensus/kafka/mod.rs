@@ -27,7 +27,8 @@
 //!   signed by itself. Each block records the offset of its last record
 //!   (`orderer.KafkaMetadata` as its consenter metadata), where a
 //!   restarted orderer resumes. An ID whose envelope this orderer lacks is
-//!   fetched from the others (`Fetch`) before the block is written.
+//!   fetched from the others (`Fetch`) before the block is written, or
+//!   taken from the blocks they wrote (`Pull`) when none keeps it.
 //!
 //! Whether an envelope can be had is never decided: a sequencer that
 //! reads an ID whose envelope no orderer holds waits for it, so every
@@ -891,6 +892,9 @@ impl Sequencer {
                     }
                 }
             }
+            if self.take_from_written_blocks(&wanted).await {
+                continue;
+            }
             if rounds.is_multiple_of(50) {
                 tracing::warn!(channel = %self.channel.id, offset, tx_id, "no orderer holds the envelope of an ordered TxID; every orderer waits for it before this block; sending the envelope again to any orderer supplies it");
             }
@@ -900,6 +904,42 @@ impl Sequencer {
                 () = tokio::time::sleep(FETCH_RETRY) => {}
             }
         }
+    }
+
+    /// Takes the envelopes of the next blocks from another orderer that
+    /// wrote them (`Pull`): an envelope its holders no longer keep (they
+    /// ordered it long ago, or restarted since) is still in their blocks,
+    /// and the block this orderer is building holds the same envelopes on
+    /// every orderer. Each is kept under its own digest, so a block that
+    /// is not what it should be cannot supply a wrong envelope. Whether
+    /// `wanted` is now held.
+    async fn take_from_written_blocks(&self, wanted: &Digest) -> bool {
+        let next = self.next_number();
+        for other in &self.others {
+            let blocks = match self
+                .transport
+                .pull(other, &self.channel.id, next, next + 2)
+                .await
+            {
+                Ok(blocks) => blocks,
+                Err(reason) => {
+                    tracing::debug!(channel = %self.channel.id, %reason, "pulling blocks for their envelopes");
+                    continue;
+                }
+            };
+            for envelope in blocks
+                .into_iter()
+                .filter_map(|block| block.data)
+                .flat_map(|data| data.data)
+            {
+                self.payloads.keep(digest(&envelope), envelope);
+            }
+            if self.payloads.get(wanted).is_some() {
+                tracing::info!(channel = %self.channel.id, block = next, from = %other, "took envelopes no orderer keeps from another orderer's blocks");
+                return true;
+            }
+        }
+        false
     }
 
     /// Writes the next block, recording `offset` as its last record.
