@@ -37,22 +37,9 @@ async fn a_txid_is_published_only_once_two_orderers_hold_its_envelope_on_disk() 
     let mut network = Network::with_batch_timeout("8s");
     let transactor = Arc::new(network.transactor());
     let dir = tempfile::tempdir().unwrap();
-    let ports: Vec<(u16, u16)> = (0..2).map(|_| (free_port(), free_port())).collect();
-    let options = KafkaOptions {
-        payloads: Payloads::TxId as i32,
-        orderers: ports
-            .iter()
-            .map(|(_, cluster)| format!("127.0.0.1:{cluster}"))
-            .collect(),
-        ..Default::default()
-    };
-    network.genesis = network.genesis_with_kafka(&[broker.address()], &options);
+    let mut nodes = kafka_orderers(&mut network, &broker, dir.path(), 2, Payloads::TxId);
     let genesis = network.genesis.clone();
     let reader = &network.orderer.clone_signer();
-    let mut nodes = orderer_processes(&network, dir.path(), &genesis, &ports);
-    for node in &mut nodes {
-        node.spawn();
-    }
     let mut ordered = Vec::new();
     for key in ["warm-0", "warm-1"] {
         let (tx_id, envelope) = transactor.transaction(key);
@@ -123,7 +110,7 @@ async fn a_txid_is_published_only_once_two_orderers_hold_its_envelope_on_disk() 
         node.kill();
     }
     assert_eq!(
-        blocks_of_after_restart(&mut nodes, reader).await,
+        height_after_restart(&mut nodes, reader).await,
         height,
         "a block was cut before the kill; the step tested nothing"
     );
@@ -140,7 +127,7 @@ async fn a_txid_is_published_only_once_two_orderers_hold_its_envelope_on_disk() 
         node.kill();
         std::fs::remove_dir_all(dir.path().join(format!("data{index}")).join("kafka")).unwrap();
     }
-    assert_eq!(blocks_of_after_restart(&mut nodes, reader).await, height);
+    assert_eq!(height_after_restart(&mut nodes, reader).await, height);
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(
         same_height(&nodes, reader).await,
@@ -187,22 +174,8 @@ async fn an_orderer_back_after_the_others_ordered_and_restarted_takes_envelopes_
     let mut network = Network::with_batch_timeout("200ms");
     let transactor = Arc::new(network.transactor());
     let dir = tempfile::tempdir().unwrap();
-    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
-    let options = KafkaOptions {
-        payloads: Payloads::TxId as i32,
-        orderers: ports
-            .iter()
-            .map(|(_, cluster)| format!("127.0.0.1:{cluster}"))
-            .collect(),
-        ..Default::default()
-    };
-    network.genesis = network.genesis_with_kafka(&[broker.address()], &options);
-    let genesis = network.genesis.clone();
+    let mut nodes = kafka_orderers(&mut network, &broker, dir.path(), 3, Payloads::TxId);
     let reader = &network.orderer.clone_signer();
-    let mut nodes = orderer_processes(&network, dir.path(), &genesis, &ports);
-    for node in &mut nodes {
-        node.spawn();
-    }
     let (warm, envelope) = transactor.transaction("warm");
     ordered_by(&nodes[0], envelope).await;
     chains_holding(&nodes[..2], reader, &[warm]).await;
@@ -240,6 +213,34 @@ async fn an_orderer_back_after_the_others_ordered_and_restarted_takes_envelopes_
             .any(|line| line.contains("from another orderer's blocks")),
         "the envelopes came from somewhere else"
     );
+}
+
+/// `count` orderer processes (configs in `dir`) started on a channel of
+/// `network` ordered through `broker` with `payloads`, every orderer
+/// named by its cluster endpoint; `network.genesis` becomes its genesis
+/// block.
+fn kafka_orderers(
+    network: &mut Network,
+    broker: &Broker,
+    dir: &std::path::Path,
+    count: usize,
+    payloads: Payloads,
+) -> Vec<OrdererNode> {
+    let ports: Vec<(u16, u16)> = (0..count).map(|_| (free_port(), free_port())).collect();
+    let options = KafkaOptions {
+        payloads: payloads as i32,
+        orderers: ports
+            .iter()
+            .map(|(_, cluster)| format!("127.0.0.1:{cluster}"))
+            .collect(),
+        ..Default::default()
+    };
+    network.genesis = network.genesis_with_kafka(&[broker.address()], &options);
+    let mut nodes = orderer_processes(network, dir, &network.genesis, &ports);
+    for node in &mut nodes {
+        node.spawn();
+    }
+    nodes
 }
 
 /// Sends `envelope` to `node` until it answers SUCCESS, while it answers
@@ -282,7 +283,7 @@ async fn broadcast_all(node: &OrdererNode, envelopes: &[Envelope]) {
 }
 
 /// Starts the killed `nodes` again; the height they agree on.
-async fn blocks_of_after_restart(nodes: &mut [OrdererNode], reader: &Signer) -> u64 {
+async fn height_after_restart(nodes: &mut [OrdererNode], reader: &Signer) -> u64 {
     for node in nodes.iter_mut() {
         node.spawn();
     }
@@ -301,21 +302,8 @@ async fn orders_through_kafka(
     let mut network = Network::with_batch_timeout("200ms");
     let transactor = Arc::new(network.transactor());
     let dir = tempfile::tempdir().unwrap();
-    let ports: Vec<(u16, u16)> = (0..2).map(|_| (free_port(), free_port())).collect();
-    let options = KafkaOptions {
-        payloads: payloads as i32,
-        orderers: ports
-            .iter()
-            .map(|(_, cluster)| format!("127.0.0.1:{cluster}"))
-            .collect(),
-        ..Default::default()
-    };
-    network.genesis = network.genesis_with_kafka(&[broker.address()], &options);
+    let mut nodes = kafka_orderers(&mut network, broker, dir.path(), 2, payloads);
     let genesis = network.genesis.clone();
-    let mut nodes = orderer_processes(&network, dir.path(), &genesis, &ports);
-    for node in &mut nodes {
-        node.spawn();
-    }
 
     // Both orderers take broadcasts; the second is killed under load and
     // started again while the load goes on.
