@@ -21,6 +21,7 @@ use serde::Deserialize;
 use weft_ledger::Durability;
 use weft_orderer::{ClientLimits, ClusterConfig, ConsensusMode, NodeConfig, Orderer};
 use weft_protos::common::Block;
+use weft_protos::serve::Keepalive;
 
 use crate::ops::{self, FailedCheck};
 use crate::settings::{GoDuration, load_yaml, read_file, resolve};
@@ -89,6 +90,28 @@ pub struct NodeSection {
     pub tls: TlsSection,
     #[serde(default)]
     pub limits: LimitsSection,
+    #[serde(default)]
+    pub keepalive: KeepaliveSection,
+}
+
+/// How the orderer probes its clients' and the other consenters'
+/// connections (Fabric's `General.Keepalive.ServerInterval` and
+/// `ServerTimeout`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct KeepaliveSection {
+    pub interval: GoDuration,
+    pub timeout: GoDuration,
+}
+
+impl Default for KeepaliveSection {
+    fn default() -> Self {
+        let defaults = Keepalive::SERVER_DEFAULT;
+        Self {
+            interval: GoDuration(defaults.interval),
+            timeout: GoDuration(defaults.timeout),
+        }
+    }
 }
 
 /// What the orderer serves at once (`orderer.limits`; docs/security.md).
@@ -98,6 +121,9 @@ pub struct LimitsSection {
     /// Connections open at once on each listener.
     pub connections: usize,
     pub concurrency: ConcurrencySection,
+    /// How long a Broadcast stream may go without an envelope; 0 leaves
+    /// idle streams open.
+    pub broadcast_idle_timeout: GoDuration,
 }
 
 /// Streams open at once across all connections; 0 lifts the limit.
@@ -113,6 +139,7 @@ impl Default for LimitsSection {
         Self {
             connections: ClientLimits::default().connections,
             concurrency: ConcurrencySection::default(),
+            broadcast_idle_timeout: GoDuration(ClientLimits::BROADCAST_IDLE_MAX_DEFAULT),
         }
     }
 }
@@ -265,6 +292,18 @@ impl Settings {
         if limits.connections == 0 {
             bail!("{}: must be at least 1", at("orderer.limits.connections"));
         }
+        let keepalive = &file.orderer.keepalive;
+        for (key, duration) in [
+            ("interval", keepalive.interval),
+            ("timeout", keepalive.timeout),
+        ] {
+            if duration.0.is_zero() {
+                bail!(
+                    "{}: must be more than zero",
+                    at(&format!("orderer.keepalive.{key}"))
+                );
+            }
+        }
         Ok(Self {
             id: file.orderer.id,
             listen_address: file.orderer.listen_address,
@@ -284,6 +323,12 @@ impl Settings {
                     connections: limits.connections,
                     broadcast_streams: limits.concurrency.broadcast,
                     deliver_streams: limits.concurrency.deliver,
+                    keepalive: Keepalive {
+                        interval: keepalive.interval.0,
+                        timeout: keepalive.timeout.0,
+                    },
+                    broadcast_idle_max: Some(limits.broadcast_idle_timeout.0)
+                        .filter(|idle| !idle.is_zero()),
                 },
             },
             signer,

@@ -108,6 +108,7 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         queue_blocks: config.committer.queue_blocks,
         backoff_max: config.committer.reconnect_backoff_max.0,
         checkpoint_interval: config.ledger.checkpoint_interval.0,
+        keepalive: config.peer.keepalive.delivery_client.keepalive(),
         tls: config.tls.as_ref().map(|tls| tls.client.clone()),
         tls_cert_hash: config
             .tls
@@ -194,8 +195,9 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
             broadcast: config.gateway.broadcast_timeout.0,
             dial: config.gateway.dial_timeout.0,
         },
+        keepalive: config.peer.keepalive.client.keepalive(),
     };
-    let mut grpc_server = weft_protos::serve::server();
+    let mut grpc_server = weft_protos::serve::server(config.peer.keepalive.server());
     if let Some(tls) = &config.tls {
         grpc_server = grpc_server
             .tls_config(tls.server.clone())

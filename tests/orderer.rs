@@ -56,6 +56,8 @@ mod failing_disk;
 mod kafka;
 #[path = "support/kafka.rs"]
 mod kafka_broker;
+#[path = "orderer/keepalive.rs"]
+mod keepalive;
 #[path = "support/raw.rs"]
 mod raw;
 
@@ -1891,6 +1893,15 @@ fn a_bad_orderer_config_names_the_file_and_key() {
         (
             format!("{good}channels:\n  - genesisBlock: missing.block\n"),
             "channels[0].genesisBlock",
+        ),
+        // Past the MSP check from here on.
+        (
+            format!("{good}  keepalive:\n    timeout: 0s\n"),
+            "orderer.keepalive.timeout: must be more than zero",
+        ),
+        (
+            format!("{good}  limits:\n    broadcastIdleTimeout: soon\n"),
+            "orderer.limits.broadcastIdleTimeout",
         ),
     ];
     for (text, expected) in cases {

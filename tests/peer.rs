@@ -1252,6 +1252,12 @@ fn a_bad_peer_config_names_the_file_and_key() {
              tlsClientCert: client.pem\n",
             "chaincode.external[0].tlsRootCert: a client certificate needs TLS",
         ),
+        (
+            "peer:\n  id: p\n  listenAddress: 127.0.0.1:0\n  localMspId: Org1MSP\n  \
+             mspConfigPath: msp\n  fileSystemPath: data\n  keepalive:\n    deliveryClient:\n      \
+             timeout: 0s\norderers: [\"127.0.0.1:1\"]\n",
+            "peer.keepalive.deliveryClient.timeout: must be more than zero",
+        ),
     ] {
         std::fs::write(&config, text).unwrap();
         let output = Command::new(env!("CARGO_BIN_EXE_weft"))

@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
 use serde::Deserialize;
@@ -13,6 +14,7 @@ use crate::settings::{GoDuration, load_yaml, resolve};
 use crate::tls::TlsSection;
 use weft_orderer::NodeTls;
 use weft_peer_endorser::ChaincodeTls;
+use weft_protos::serve::Keepalive;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -52,6 +54,83 @@ pub struct PeerSection {
     pub tls: TlsSection,
     #[serde(default)]
     pub limits: LimitsSection,
+    #[serde(default)]
+    pub keepalive: KeepaliveSection,
+}
+
+/// Fabric's `peer.keepalive`: how the peer probes the connections of its
+/// clients (`interval`, `timeout`), its connections to other peers and
+/// orderers for the Gateway (`client`), and to the orderers it fetches
+/// blocks from (`deliveryClient`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct KeepaliveSection {
+    pub interval: GoDuration,
+    pub timeout: GoDuration,
+    pub client: KeepaliveProbes,
+    pub delivery_client: KeepaliveProbes,
+}
+
+/// How often a connection is probed, and how long a probe may go
+/// unanswered.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct KeepaliveProbes {
+    pub interval: GoDuration,
+    pub timeout: GoDuration,
+}
+
+impl Default for KeepaliveSection {
+    fn default() -> Self {
+        let server = Keepalive::SERVER_DEFAULT;
+        Self {
+            interval: GoDuration(server.interval),
+            timeout: GoDuration(server.timeout),
+            client: KeepaliveProbes::default(),
+            delivery_client: KeepaliveProbes::default(),
+        }
+    }
+}
+
+impl Default for KeepaliveProbes {
+    fn default() -> Self {
+        let client = Keepalive::CLIENT_DEFAULT;
+        Self {
+            interval: GoDuration(client.interval),
+            timeout: GoDuration(client.timeout),
+        }
+    }
+}
+
+impl KeepaliveProbes {
+    pub fn keepalive(&self) -> Keepalive {
+        Keepalive {
+            interval: self.interval.0,
+            timeout: self.timeout.0,
+        }
+    }
+}
+
+impl KeepaliveSection {
+    /// How the peer's gRPC server probes its clients.
+    pub fn server(&self) -> Keepalive {
+        Keepalive {
+            interval: self.interval.0,
+            timeout: self.timeout.0,
+        }
+    }
+
+    /// Every duration with its key under `peer.keepalive`.
+    fn durations(&self) -> [(&'static str, Duration); 6] {
+        [
+            ("interval", self.interval.0),
+            ("timeout", self.timeout.0),
+            ("client.interval", self.client.interval.0),
+            ("client.timeout", self.client.timeout.0),
+            ("deliveryClient.interval", self.delivery_client.interval.0),
+            ("deliveryClient.timeout", self.delivery_client.timeout.0),
+        ]
+    }
 }
 
 /// What the peer serves at once (`peer.limits`; docs/security.md).
@@ -435,6 +514,11 @@ impl PeerConfig {
         }
         if config.peer.limits.connections == 0 {
             bail!("{file}: peer.limits.connections: must be at least 1");
+        }
+        for (key, duration) in config.peer.keepalive.durations() {
+            if duration.is_zero() {
+                bail!("{file}: peer.keepalive.{key}: must be more than zero");
+            }
         }
         for (key, timeout) in [
             ("endorsementTimeout", &config.gateway.endorsement_timeout),

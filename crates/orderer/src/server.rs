@@ -25,7 +25,7 @@ use weft_ledger::deliver::TlsBinding;
 use weft_ledger::{BlockStore, Durability, StoreConfig};
 use weft_protos::common::{Block, Envelope};
 use weft_protos::orderer::atomic_broadcast_server::{AtomicBroadcast, AtomicBroadcastServer};
-use weft_protos::serve::{CallLimits, ConnectionLimits, REQUEST_START_MAX};
+use weft_protos::serve::{CallLimits, ConnectionLimits, Keepalive, REQUEST_START_MAX};
 use weft_protos::tx::Sign;
 use weft_protos::view::Limits;
 
@@ -87,15 +87,27 @@ pub struct NodeConfig {
     pub limits: ClientLimits,
 }
 
-/// What a node serves at once (docs/security.md, "Limits"): connections
-/// on each listener (the next waits to be accepted), and Broadcast and
-/// Deliver streams open across all connections (the next is refused
-/// RESOURCE_EXHAUSTED; 0 lifts the limit).
+/// What a node serves at once, and for how long (docs/security.md,
+/// "Limits"): connections on each listener (the next waits to be
+/// accepted), Broadcast and Deliver streams open across all connections
+/// (the next is refused RESOURCE_EXHAUSTED; 0 lifts the limit), how
+/// connections are probed, and how long a Broadcast stream may go without
+/// an envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientLimits {
     pub connections: usize,
     pub broadcast_streams: usize,
     pub deliver_streams: usize,
+    /// Probes of both listeners' connections.
+    pub keepalive: Keepalive,
+    /// A Broadcast stream that sends no envelope for this long is ended
+    /// DEADLINE_EXCEEDED; `None` leaves idle streams open.
+    pub broadcast_idle_max: Option<Duration>,
+}
+
+impl ClientLimits {
+    /// How long a Broadcast stream may stay idle unless configured.
+    pub const BROADCAST_IDLE_MAX_DEFAULT: Duration = Duration::from_secs(300);
 }
 
 impl Default for ClientLimits {
@@ -104,6 +116,8 @@ impl Default for ClientLimits {
             connections: weft_protos::serve::CONNECTIONS_MAX_DEFAULT,
             broadcast_streams: 2500,
             deliver_streams: 2500,
+            keepalive: Keepalive::SERVER_DEFAULT,
+            broadcast_idle_max: Some(Self::BROADCAST_IDLE_MAX_DEFAULT),
         }
     }
 }
@@ -163,9 +177,13 @@ impl NodeConfig {
     }
 }
 
-/// A gRPC server builder, serving `tls` when the node has it.
-fn grpc_server(tls: Option<&ServerTlsConfig>) -> Result<tonic::transport::Server> {
-    let builder = weft_protos::serve::server();
+/// A gRPC server builder probing connections as `keepalive` says,
+/// serving `tls` when the node has it.
+fn grpc_server(
+    tls: Option<&ServerTlsConfig>,
+    keepalive: Keepalive,
+) -> Result<tonic::transport::Server> {
+    let builder = weft_protos::serve::server(keepalive);
     Ok(match tls {
         None => builder,
         Some(tls) => builder.tls_config(tls.clone())?,
@@ -381,22 +399,25 @@ impl Orderer {
                 let mut stop = shutdown_signal.clone();
                 tracing::info!(address = %cluster_address, endpoint = %cluster.endpoint, "orderer serving cluster traffic");
                 Some(tokio::spawn(
-                    grpc_server(config.tls.as_ref().map(|tls| &tls.cluster))?
-                        .add_service(
-                            ClusterServer::new(service)
-                                .max_decoding_message_size(config.message_bytes_max)
-                                .max_encoding_message_size(config.message_bytes_max),
-                        )
-                        .serve_with_incoming_shutdown(
-                            weft_protos::serve::incoming(
-                                cluster.listener,
-                                ConnectionLimits::new(config.limits.connections),
-                                "cluster",
-                            ),
-                            async move {
-                                let _ = stop.wait_for(|stop| *stop).await;
-                            },
+                    grpc_server(
+                        config.tls.as_ref().map(|tls| &tls.cluster),
+                        config.limits.keepalive,
+                    )?
+                    .add_service(
+                        ClusterServer::new(service)
+                            .max_decoding_message_size(config.message_bytes_max)
+                            .max_encoding_message_size(config.message_bytes_max),
+                    )
+                    .serve_with_incoming_shutdown(
+                        weft_protos::serve::incoming(
+                            cluster.listener,
+                            ConnectionLimits::new(config.limits.connections),
+                            "cluster",
                         ),
+                        async move {
+                            let _ = stop.wait_for(|stop| *stop).await;
+                        },
+                    ),
                 ))
             }
             None => None,
@@ -454,31 +475,36 @@ impl Orderer {
                 .as_ref()
                 .is_some_and(|tls| tls.client_auth_required),
         };
+        let mut call_limits = CallLimits::new(&[
+            (BROADCAST_PATH, config.limits.broadcast_streams),
+            (DELIVER_PATH, config.limits.deliver_streams),
+        ])
+        .ending_calls_without_a_request(&[DELIVER_PATH], REQUEST_START_MAX);
+        if let Some(idle_max) = config.limits.broadcast_idle_max {
+            call_limits = call_limits.ending_idle_calls(&[BROADCAST_PATH], idle_max);
+        }
         let mut stop = shutdown_signal;
         let server = tokio::spawn(
-            grpc_server(config.tls.as_ref().map(|tls| &tls.server))?
-                .layer(
-                    CallLimits::new(&[
-                        (BROADCAST_PATH, config.limits.broadcast_streams),
-                        (DELIVER_PATH, config.limits.deliver_streams),
-                    ])
-                    .ending_calls_without_a_request(&[DELIVER_PATH], REQUEST_START_MAX),
-                )
-                .add_service(
-                    AtomicBroadcastServer::new(service)
-                        .max_decoding_message_size(config.message_bytes_max)
-                        .max_encoding_message_size(config.message_bytes_max),
-                )
-                .serve_with_incoming_shutdown(
-                    weft_protos::serve::incoming(
-                        listener,
-                        ConnectionLimits::new(config.limits.connections),
-                        "orderer",
-                    ),
-                    async move {
-                        let _ = stop.wait_for(|stop| *stop).await;
-                    },
+            grpc_server(
+                config.tls.as_ref().map(|tls| &tls.server),
+                config.limits.keepalive,
+            )?
+            .layer(call_limits)
+            .add_service(
+                AtomicBroadcastServer::new(service)
+                    .max_decoding_message_size(config.message_bytes_max)
+                    .max_encoding_message_size(config.message_bytes_max),
+            )
+            .serve_with_incoming_shutdown(
+                weft_protos::serve::incoming(
+                    listener,
+                    ConnectionLimits::new(config.limits.connections),
+                    "orderer",
                 ),
+                async move {
+                    let _ = stop.wait_for(|stop| *stop).await;
+                },
+            ),
         );
         tracing::info!(%address, "orderer serving AtomicBroadcast");
         Ok(Self {

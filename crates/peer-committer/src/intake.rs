@@ -47,6 +47,7 @@ use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
 use weft_protos::orderer::deliver_response::Type as Response;
 use weft_protos::protos::deliver_client::DeliverClient;
 use weft_protos::protos::deliver_response::Type as PeerResponse;
+use weft_protos::serve::Keepalive;
 
 /// Blocks from a Deliver stream, or why it stopped.
 type BlockStream =
@@ -96,6 +97,10 @@ pub struct IntakeConfig {
     /// The longest wait before reconnecting.
     pub backoff_max: Duration,
     pub connect_timeout: Duration,
+    /// Probes of the connection blocks come over: a source that stops
+    /// answering (a stopped process, a dead machine) is left for the next
+    /// endpoint after `interval` + `timeout` instead of being waited for.
+    pub keepalive: Keepalive,
     /// TLS towards the source's endpoints (their CA certificates); `None`
     /// dials in plaintext.
     pub tls: Option<ClientTlsConfig>,
@@ -111,8 +116,8 @@ pub struct IntakeConfig {
 
 impl IntakeConfig {
     /// Defaults for fetching from `orderers`: depth 4, 64 queued blocks,
-    /// backoff 100 ms up to 10 s, connect timeout 5 s, a state checkpoint
-    /// every second.
+    /// backoff 100 ms up to 10 s, connect timeout 5 s, Fabric's client
+    /// keepalive, a state checkpoint every second.
     pub fn new(orderers: Vec<String>) -> Self {
         Self {
             source: BlockSource::Orderers,
@@ -122,6 +127,7 @@ impl IntakeConfig {
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
+            keepalive: Keepalive::CLIENT_DEFAULT,
             tls: None,
             tls_cert_hash: Bytes::new(),
             checkpoint_interval: Duration::from_secs(1),
@@ -481,7 +487,8 @@ impl Fetcher {
             delivered: false,
         };
         let connection = match weft_protos::dial::endpoint(endpoint, self.config.tls.as_ref()) {
-            Ok(endpoint) => endpoint.connect_timeout(self.config.connect_timeout),
+            Ok(endpoint) => weft_protos::dial::with_keepalive(endpoint, self.config.keepalive)
+                .connect_timeout(self.config.connect_timeout),
             Err(error) => return failed(format!("bad endpoint: {error}")),
         };
         let connection = match connection.connect().await {

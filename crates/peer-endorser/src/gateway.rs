@@ -69,7 +69,7 @@ const READERS_POLICY: &str = "/Channel/Application/Readers";
 const EVENTS_BUFFERED_MAX: usize = 16;
 
 /// Where the Gateway finds the rest of the network.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct GatewayConfig {
     /// This peer's organisation.
     pub local_msp_id: String,
@@ -84,6 +84,9 @@ pub struct GatewayConfig {
     /// `None` dials in plaintext.
     pub tls: Option<ClientTlsConfig>,
     pub timeouts: Timeouts,
+    /// Probes of the connections to those peers and orderers (Fabric's
+    /// `peer.keepalive.client`).
+    pub keepalive: weft_protos::serve::Keepalive,
 }
 
 /// How long the Gateway waits for other nodes (Fabric's
@@ -151,8 +154,9 @@ impl GatewayService {
         if let Some(channel) = links.get(address) {
             return Ok(channel.clone());
         }
-        let channel = weft_protos::dial::endpoint(address, self.config.tls.as_ref())
-            .map_err(|e| Status::internal(format!("{address}: {e}")))?
+        let endpoint = weft_protos::dial::endpoint(address, self.config.tls.as_ref())
+            .map_err(|e| Status::internal(format!("{address}: {e}")))?;
+        let channel = weft_protos::dial::with_keepalive(endpoint, self.config.keepalive)
             .connect_timeout(self.config.timeouts.dial)
             .connect_lazy();
         links.insert(address.to_owned(), channel.clone());

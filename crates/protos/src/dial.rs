@@ -8,6 +8,8 @@
 
 use tonic::transport::{ClientTlsConfig, Endpoint};
 
+use crate::serve::Keepalive;
+
 /// The endpoint of `address` (`host:port`), over TLS when `tls` is given.
 pub fn endpoint(
     address: &str,
@@ -17,6 +19,17 @@ pub fn endpoint(
         None => Endpoint::from_shared(format!("http://{address}")),
         Some(tls) => Endpoint::from_shared(format!("https://{address}"))?.tls_config(tls.clone()),
     }
+}
+
+/// `endpoint`, probing its connection as `keepalive` says, also while no
+/// call is under way: a node that stopped answering (a stopped process, a
+/// dead machine behind a live network) fails the calls on it instead of
+/// leaving them waiting forever.
+pub fn with_keepalive(endpoint: Endpoint, keepalive: Keepalive) -> Endpoint {
+    endpoint
+        .http2_keep_alive_interval(keepalive.interval)
+        .keep_alive_timeout(keepalive.timeout)
+        .keep_alive_while_idle(true)
 }
 
 #[cfg(test)]

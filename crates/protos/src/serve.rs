@@ -2,7 +2,7 @@
 //! clients slows them down instead of growing the node (docs/security.md,
 //! "Limits"):
 //!
-//! - [`server`]: the HTTP/2 settings (streams per connection, keepalive);
+//! - [`server`]: the HTTP/2 settings (streams per connection, [`Keepalive`]);
 //! - [`incoming`]: the accept loop, which keeps at most
 //!   [`ConnectionLimits::connections_max`] connections open (the next
 //!   waits in the kernel's queue until one closes) and closes a connection
@@ -39,12 +39,34 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 /// on one connection slows its sender instead of growing the node.
 pub const STREAMS_PER_CONNECTION_MAX: u32 = 1024;
 
-/// How often an idle connection is probed, and how long the probe may go
-/// unanswered before the connection is closed: a client that vanished
-/// (its machine died, a network cut) stops holding its streams. Fabric's
-/// defaults (`peer.keepalive.interval`, `timeout`).
-pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(7200);
-pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// HTTP/2 keepalive: how long a connection may go without hearing from
+/// the other side before it is probed with a PING, and how long the PING
+/// may go unanswered before the connection is closed. A server closes the
+/// connection of a client that vanished (its machine died, a network
+/// cut, a stopped process), freeing its streams; a client leaves a server
+/// that stopped answering for the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    pub interval: Duration,
+    pub timeout: Duration,
+}
+
+impl Keepalive {
+    /// Fabric's server defaults (`peer.keepalive.interval`, `timeout`;
+    /// the orderer's `General.Keepalive.ServerInterval`, `ServerTimeout`).
+    pub const SERVER_DEFAULT: Self = Self {
+        interval: Duration::from_secs(7200),
+        timeout: Duration::from_secs(20),
+    };
+
+    /// Fabric's client defaults (`peer.keepalive.client` and
+    /// `deliveryClient`: every 60 s, answered within 20 s), which Fabric's
+    /// servers accept (they refuse PINGs more often than every 60 s).
+    pub const CLIENT_DEFAULT: Self = Self {
+        interval: Duration::from_secs(60),
+        timeout: Duration::from_secs(20),
+    };
+}
 
 /// How long a new connection may stay silent, and a TLS handshake may
 /// take: Fabric's gRPC servers' `ConnectionTimeout` default.
@@ -60,13 +82,14 @@ pub const REQUEST_START_MAX: Duration = Duration::from_secs(10);
 pub const CONNECTIONS_MAX_DEFAULT: usize = 4096;
 
 /// A gRPC server with the limits every weft node serves with
-/// ([`STREAMS_PER_CONNECTION_MAX`], keepalive probes). Serve it with
-/// [`incoming`] to bound its connections too.
-pub fn server() -> tonic::transport::Server {
+/// ([`STREAMS_PER_CONNECTION_MAX`]), probing its connections as
+/// `keepalive` says. Serve it with [`incoming`] to bound its connections
+/// too.
+pub fn server(keepalive: Keepalive) -> tonic::transport::Server {
     tonic::transport::Server::builder()
         .max_concurrent_streams(Some(STREAMS_PER_CONNECTION_MAX))
-        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .http2_keepalive_interval(Some(keepalive.interval))
+        .http2_keepalive_timeout(Some(keepalive.timeout))
 }
 
 /// Bounds on the connections of one listener.
@@ -251,16 +274,20 @@ impl Connected for Connection {
     }
 }
 
-/// Per-service limits on calls under way across all connections, and the
-/// time a call may wait for its first request: a `tower` layer for a
+/// Per-service limits on calls under way across all connections, and how
+/// long a call may wait for its client's requests: a `tower` layer for a
 /// tonic server (`Server::layer`).
 #[derive(Debug, Clone)]
 pub struct CallLimits {
     limits: Arc<Vec<ServiceLimit>>,
-    /// The services (or methods) whose calls must send a first request in
-    /// time, and that time.
+    /// The services (or methods) whose calls must send a first request
+    /// within `request_start_max` of opening.
     must_start: Arc<Vec<String>>,
     request_start_max: Duration,
+    /// The services (or methods) whose calls are ended when no request
+    /// arrives for `idle_max`.
+    idle_ended: Arc<Vec<String>>,
+    idle_max: Duration,
 }
 
 #[derive(Debug)]
@@ -293,6 +320,8 @@ impl CallLimits {
             ),
             must_start: Arc::default(),
             request_start_max: REQUEST_START_MAX,
+            idle_ended: Arc::default(),
+            idle_max: Duration::MAX,
         }
     }
 
@@ -300,12 +329,26 @@ impl CallLimits {
     /// DEADLINE_EXCEEDED when their client sends no request within
     /// `within` of opening them. For services whose clients always send
     /// at once (a Deliver stream is useless until it is told what to
-    /// send); not for Broadcast, whose clients may open a stream long
-    /// before their first transaction.
+    /// send); not for Broadcast, whose clients may open a stream ahead of
+    /// their first transaction.
     pub fn ending_calls_without_a_request(self, services: &[&str], within: Duration) -> Self {
         Self {
             must_start: Arc::new(services.iter().map(|&service| service.to_owned()).collect()),
             request_start_max: within,
+            ..self
+        }
+    }
+
+    /// The same limits, and calls to `services` (or methods) ended with
+    /// DEADLINE_EXCEEDED once no request of theirs arrived for `idle_max`
+    /// (since the call opened or since the last one): a stream a client
+    /// forgot stops holding its place among its service's calls. For
+    /// services whose clients send as long as they use the stream
+    /// (Broadcast), not for those that wait for the server (Deliver).
+    pub fn ending_idle_calls(self, services: &[&str], idle_max: Duration) -> Self {
+        Self {
+            idle_ended: Arc::new(services.iter().map(|&service| service.to_owned()).collect()),
+            idle_max,
             ..self
         }
     }
@@ -388,14 +431,13 @@ where
             Err(status) => return Box::pin(std::future::ready(Ok(status.into_http()))),
         };
         let path = request.uri().path();
-        let must_start = self
-            .limits
-            .must_start
-            .iter()
-            .any(|service| is_under(path, service));
-        let request = if must_start {
-            let within = self.limits.request_start_max;
-            request.map(|body| Body::new(FirstFrameWithin::new(body, within)))
+        let named = |services: &[String]| services.iter().any(|service| is_under(path, service));
+        let pacing = RequestPacing {
+            first_within: named(&self.limits.must_start).then_some(self.limits.request_start_max),
+            idle_max: named(&self.limits.idle_ended).then_some(self.limits.idle_max),
+        };
+        let request = if pacing.first_within.is_some() || pacing.idle_max.is_some() {
+            request.map(|body| Body::new(PacedRequests::new(body, pacing)))
         } else {
             request
         };
@@ -434,25 +476,57 @@ impl<B: HttpBody + Unpin> HttpBody for HoldingSlot<B> {
     }
 }
 
-/// A request body that fails with DEADLINE_EXCEEDED if its first frame
-/// does not arrive in time.
-struct FirstFrameWithin {
-    body: Body,
-    within: Duration,
-    first_frame: FirstArrival,
+/// How long a call's client may take to send: its first request within
+/// `first_within` of opening the call (or within `idle_max` when that is
+/// not set), and each next one within `idle_max` of the last.
+#[derive(Debug, Clone, Copy)]
+struct RequestPacing {
+    first_within: Option<Duration>,
+    idle_max: Option<Duration>,
 }
 
-impl FirstFrameWithin {
-    fn new(body: Body, within: Duration) -> Self {
+/// A request body that fails with DEADLINE_EXCEEDED when a frame does not
+/// arrive within its [`RequestPacing`].
+struct PacedRequests {
+    body: Body,
+    pacing: RequestPacing,
+    /// When the next frame is due; `None` once none is.
+    deadline: Option<Pin<Box<Sleep>>>,
+    received: bool,
+}
+
+impl PacedRequests {
+    fn new(body: Body, pacing: RequestPacing) -> Self {
+        let deadline = pacing
+            .first_within
+            .or(pacing.idle_max)
+            .map(|within| Box::pin(tokio::time::sleep(within)));
         Self {
             body,
-            within,
-            first_frame: FirstArrival::within(within),
+            pacing,
+            deadline,
+            received: false,
         }
+    }
+
+    /// The status a missed deadline ends the call with.
+    fn missed(&self) -> tonic::Status {
+        let seconds = |within: Option<Duration>| within.map_or(0.0, |within| within.as_secs_f64());
+        tonic::Status::deadline_exceeded(if self.received {
+            format!(
+                "no request arrived within {}s of the last one",
+                seconds(self.pacing.idle_max)
+            )
+        } else {
+            format!(
+                "no request arrived within {}s of opening the call",
+                seconds(self.pacing.first_within.or(self.pacing.idle_max))
+            )
+        })
     }
 }
 
-impl HttpBody for FirstFrameWithin {
+impl HttpBody for PacedRequests {
     type Data = Bytes;
     type Error = tonic::Status;
 
@@ -461,14 +535,39 @@ impl HttpBody for FirstFrameWithin {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, tonic::Status>>> {
         let this = self.get_mut();
-        let frame = Pin::new(&mut this.body).poll_frame(cx);
-        if this.first_frame.missed(frame.is_ready(), cx) {
-            return Poll::Ready(Some(Err(tonic::Status::deadline_exceeded(format!(
-                "no request arrived within {}s of opening the call",
-                this.within.as_secs_f64()
-            )))));
+        match Pin::new(&mut this.body).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                this.received = true;
+                match (this.pacing.idle_max, this.deadline.as_mut()) {
+                    (Some(idle_max), Some(deadline)) => {
+                        deadline
+                            .as_mut()
+                            .reset(tokio::time::Instant::now() + idle_max);
+                    }
+                    (Some(idle_max), None) => {
+                        this.deadline = Some(Box::pin(tokio::time::sleep(idle_max)));
+                    }
+                    (None, _) => this.deadline = None,
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(other) => {
+                // The client ended its side, or it failed: nothing is due.
+                this.deadline = None;
+                Poll::Ready(other)
+            }
+            Poll::Pending => {
+                let due = this
+                    .deadline
+                    .as_mut()
+                    .is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
+                if due {
+                    this.deadline = None;
+                    return Poll::Ready(Some(Err(this.missed())));
+                }
+                Poll::Pending
+            }
         }
-        frame
     }
 
     fn is_end_stream(&self) -> bool {

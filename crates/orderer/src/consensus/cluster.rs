@@ -157,10 +157,13 @@ impl Transport {
         let _runtime = self.runtime.enter();
         let channel = match &self.tls {
             Some(dialer) => dialer.channel(endpoint, CONNECT_TIMEOUT)?,
-            None => weft_protos::dial::endpoint(endpoint, None)
-                .map_err(|e| format!("consenter endpoint {endpoint:?} is not usable: {e}"))?
-                .connect_timeout(CONNECT_TIMEOUT)
-                .connect_lazy(),
+            None => weft_protos::dial::with_keepalive(
+                weft_protos::dial::endpoint(endpoint, None)
+                    .map_err(|e| format!("consenter endpoint {endpoint:?} is not usable: {e}"))?,
+                weft_protos::serve::Keepalive::CLIENT_DEFAULT,
+            )
+            .connect_timeout(CONNECT_TIMEOUT)
+            .connect_lazy(),
         };
         let client = ClusterClient::new(channel)
             .max_decoding_message_size(self.message_bytes_max)

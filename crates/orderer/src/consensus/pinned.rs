@@ -120,10 +120,13 @@ impl PinnedDialer {
             }
         });
         // TLS is done by the connector: the endpoint itself is plain.
-        Ok(Endpoint::from_shared(format!("http://{endpoint}"))
-            .map_err(|e| format!("consenter endpoint {endpoint:?}: {e}"))?
-            .connect_timeout(connect_timeout)
-            .connect_with_connector_lazy(connect))
+        let plain = Endpoint::from_shared(format!("http://{endpoint}"))
+            .map_err(|e| format!("consenter endpoint {endpoint:?}: {e}"))?;
+        Ok(
+            weft_protos::dial::with_keepalive(plain, weft_protos::serve::Keepalive::CLIENT_DEFAULT)
+                .connect_timeout(connect_timeout)
+                .connect_with_connector_lazy(connect),
+        )
     }
 
     /// A TLS connection to the consenter at `endpoint`, its certificate
