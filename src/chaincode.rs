@@ -40,7 +40,7 @@ use weft_protos::protos::endorser_client::EndorserClient;
 use weft_protos::protos::{ApplicationPolicy, ProposalResponse, TxValidationCode};
 use weft_protos::tx::{Invocation, Proposal};
 
-use crate::client::{Dialer, next_block, subscribe};
+use crate::client::{Dialer, TlsArgs, next_block, subscribe};
 use crate::settings::read_file;
 
 /// How long a peer may take to commit a lifecycle transaction.
@@ -105,17 +105,8 @@ pub struct DeployArgs {
     /// each organisation's Admin signs its approval.
     #[arg(long)]
     crypto: PathBuf,
-    /// A TLS CA certificate (PEM) of the peers or the orderer; repeat for
-    /// each. With any, every connection is made over TLS trusting these.
-    #[arg(long = "tls-ca")]
-    tls_cas: Vec<PathBuf>,
-    /// A client TLS certificate (PEM) to present to nodes that require
-    /// mutual TLS (their `tls.clientAuthRequired`), with --tls-key.
-    #[arg(long = "tls-cert", requires_all = ["tls_key", "tls_cas"])]
-    tls_cert: Option<PathBuf>,
-    /// The private key (PKCS#8 PEM) of --tls-cert.
-    #[arg(long = "tls-key", requires = "tls_cert")]
-    tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    tls: TlsArgs,
 }
 
 impl DeployArgs {
@@ -163,29 +154,6 @@ impl DeployArgs {
         }
         files.sort();
         Ok(files)
-    }
-
-    /// How to reach the peers and the orderer: in plaintext without
-    /// --tls-ca; over TLS trusting those CAs, presenting --tls-cert if given.
-    fn dialer(&self) -> Result<Dialer> {
-        if self.tls_cas.is_empty() {
-            return Ok(Dialer::default());
-        }
-        let roots = self
-            .tls_cas
-            .iter()
-            .map(|path| read_file("--tls-ca", path))
-            .collect::<Result<Vec<_>>>()?;
-        let dialer = Dialer::tls(roots);
-        match (&self.tls_cert, &self.tls_key) {
-            (Some(certificate), Some(key)) => dialer
-                .presenting(
-                    read_file("--tls-cert", certificate)?,
-                    read_file("--tls-key", key)?,
-                )
-                .context("--tls-cert"),
-            _ => Ok(dialer),
-        }
     }
 }
 
@@ -271,7 +239,7 @@ pub fn deploy(args: &DeployArgs) -> Result<()> {
         validation_parameter,
         approvers,
         orderer: args.orderer,
-        dialer: args.dialer()?,
+        dialer: args.tls.dialer()?,
         package: match &args.address {
             Some(address) => {
                 let label = args

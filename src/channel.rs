@@ -9,6 +9,7 @@
 //! policies). Values, policies and groups are laid out as configtxgen lays
 //! them out, so Fabric's tools read our blocks and we read theirs.
 
+pub mod consenter;
 pub mod profile;
 
 use std::collections::BTreeMap;

@@ -137,6 +137,27 @@ enum ChannelCommand {
         #[arg(long)]
         output: PathBuf,
     },
+    /// Change a Raft channel's consenters, one per config update.
+    #[command(subcommand)]
+    Consenter(ConsenterCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ConsenterCommand {
+    /// Add a consenter; then start it from the config block this writes
+    /// (--output), as its orderer.yaml's channels[].genesisBlock.
+    Add {
+        #[command(flatten)]
+        args: crate::channel::consenter::ConsenterArgs,
+        #[command(flatten)]
+        tls: crate::channel::consenter::ConsenterTls,
+    },
+    /// Remove a consenter: it stops ordering the channel once the config
+    /// block is written.
+    Remove {
+        #[command(flatten)]
+        args: crate::channel::consenter::ConsenterArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -172,6 +193,14 @@ pub fn run(cli: Cli) -> Result<()> {
                 bytes.len()
             );
             Ok(())
+        }
+        Command::Channel(ChannelCommand::Consenter(ConsenterCommand::Add { args, tls })) => {
+            use crate::channel::consenter::{Change, run};
+            run(&args, &Change::Add(tls))
+        }
+        Command::Channel(ChannelCommand::Consenter(ConsenterCommand::Remove { args })) => {
+            use crate::channel::consenter::{Change, run};
+            run(&args, &Change::Remove)
         }
         Command::Block(BlockCommand::Inspect { file }) => block::inspect(&file),
         Command::Peer(PeerCommand::Start { config }) => crate::peer::start(&config),

@@ -3,13 +3,14 @@
 //! the orderers' chain of block headers.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use anyhow::{Context, Result, anyhow, bail};
 use bytes::Bytes;
 use prost::Message;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use weft_msp::Signer;
-use weft_protos::common::HeaderType;
+use weft_protos::common::{Block, HeaderType};
 use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
 use weft_protos::orderer::deliver_response::Type as OrdererResponse;
 use weft_protos::orderer::seek_info::{SeekBehavior, SeekContentType};
@@ -18,6 +19,11 @@ use weft_protos::orderer::{SeekInfo, SeekNewest, SeekPosition, SeekSpecified};
 use weft_protos::protos::FilteredBlock;
 use weft_protos::protos::deliver_client::DeliverClient;
 use weft_protos::protos::deliver_response::Type as PeerResponse;
+
+use crate::settings::read_file;
+
+/// The largest block a client reads (Fabric's default message limit).
+const BLOCK_BYTES_MAX: usize = 100 * 1024 * 1024;
 
 /// How a client reaches the network's nodes: in plaintext, or over TLS
 /// trusting the network's TLS CA certificates.
@@ -60,6 +66,102 @@ impl Dialer {
             .connect()
             .await
             .with_context(|| format!("connecting to {address}"))
+    }
+}
+
+/// How a command reaches the nodes: in plaintext, or over TLS.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(crate) struct TlsArgs {
+    /// A TLS CA certificate (PEM) of the peers or the orderer; repeat for
+    /// each. With any, every connection is made over TLS trusting these.
+    #[arg(long = "tls-ca")]
+    tls_cas: Vec<PathBuf>,
+    /// A client TLS certificate (PEM) to present to nodes that require
+    /// mutual TLS (their `tls.clientAuthRequired`), with --tls-key.
+    #[arg(long = "tls-cert", requires_all = ["tls_key", "tls_cas"])]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PKCS#8 PEM) of --tls-cert.
+    #[arg(long = "tls-key", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// How to reach the nodes: in plaintext without --tls-ca; over TLS
+    /// trusting those CAs, presenting --tls-cert if given.
+    pub fn dialer(&self) -> Result<Dialer> {
+        if self.tls_cas.is_empty() {
+            return Ok(Dialer::default());
+        }
+        let roots = self
+            .tls_cas
+            .iter()
+            .map(|path| read_file("--tls-ca", path))
+            .collect::<Result<Vec<_>>>()?;
+        let dialer = Dialer::tls(roots);
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(certificate), Some(key)) => dialer
+                .presenting(
+                    read_file("--tls-cert", certificate)?,
+                    read_file("--tls-key", key)?,
+                )
+                .context("--tls-cert"),
+            _ => Ok(dialer),
+        }
+    }
+}
+
+/// Block `number` of `channel` from `orderer` (the newest with `None`),
+/// asked for by `reader`.
+pub(crate) async fn fetch_block(
+    dialer: &Dialer,
+    orderer: SocketAddr,
+    channel: &str,
+    reader: &Signer,
+    number: Option<u64>,
+) -> Result<Block> {
+    let position = SeekPosition {
+        r#type: Some(match number {
+            Some(number) => SeekType::Specified(SeekSpecified { number }),
+            None => SeekType::Newest(SeekNewest {}),
+        }),
+    };
+    let seek = SeekInfo {
+        start: Some(position),
+        stop: Some(position),
+        behavior: SeekBehavior::FailIfNotReady as i32,
+        ..SeekInfo::default()
+    };
+    let request = weft_protos::tx::signed_envelope_bound(
+        HeaderType::DeliverSeekInfo,
+        channel,
+        seek.encode_to_vec().into(),
+        reader,
+        reader.new_nonce()?,
+        weft_msp::now(),
+        dialer.tls_cert_hash.clone(),
+    )?;
+    let mut blocks = AtomicBroadcastClient::new(dialer.connect(orderer).await?)
+        .max_decoding_message_size(BLOCK_BYTES_MAX)
+        .deliver(tokio_stream::iter([request]))
+        .await
+        .context("the orderer refused the Deliver request")?
+        .into_inner();
+    let response = blocks
+        .message()
+        .await
+        .context("the orderer's Deliver stream failed")?
+        .ok_or_else(|| anyhow!("the orderer ended its Deliver stream without a block"))?;
+    match response.r#type {
+        Some(OrdererResponse::Block(block)) => Ok(block),
+        Some(OrdererResponse::Status(status)) => bail!(
+            "the orderer answered {} for block {} of {channel}",
+            weft_protos::common::Status::try_from(status).map_or_else(
+                |_| status.to_string(),
+                |status| status.as_str_name().to_owned()
+            ),
+            number.map_or_else(|| "newest".to_owned(), |number| number.to_string())
+        ),
+        None => bail!("the orderer sent an empty Deliver response"),
     }
 }
 

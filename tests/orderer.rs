@@ -58,6 +58,8 @@ mod kafka;
 mod kafka_broker;
 #[path = "orderer/keepalive.rs"]
 mod keepalive;
+#[path = "orderer/membership.rs"]
+mod membership;
 #[path = "support/raw.rs"]
 mod raw;
 
@@ -1295,6 +1297,43 @@ async fn client_when_serving(node: &OrdererNode) -> AtomicBroadcastClient<Channe
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("the orderer at {} never served", node.grpc)
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`) to `node`'s process.
+fn signal(node: &OrdererNode, signal: &str) {
+    let pid = node.process.as_ref().unwrap().id().to_string();
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Broadcasts `envelope` to the nodes `alive` in turn until one answers
+/// SUCCESS (a Raft cluster may be electing a leader).
+async fn ordered_by_any(nodes: &[OrdererNode], alive: &[usize], envelope: Envelope) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        for &index in alive {
+            let mut client = client_when_serving(&nodes[index]).await;
+            let answer = client
+                .broadcast(tokio_stream::iter([envelope.clone()]))
+                .await
+                .ok()
+                .map(tonic::Response::into_inner);
+            if let Some(mut answers) = answer
+                && let Ok(Some(answer)) = answers.message().await
+                && answer.status == Status::Success as i32
+            {
+                return;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no orderer of {alive:?} took the envelope"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The blocks 0..height of the channel on `node`.

@@ -240,40 +240,6 @@ async fn a_peer_whose_orderer_stops_answering_fetches_from_another() {
     );
 }
 
-/// Sends `signal` (`-STOP`, `-CONT`) to `node`'s process.
-fn signal(node: &OrdererNode, signal: &str) {
-    let pid = node.process.as_ref().unwrap().id().to_string();
-    let status = Command::new("kill").args([signal, &pid]).status().unwrap();
-    assert!(status.success());
-}
-
-/// Broadcasts `envelope` to the nodes `alive` in turn until one answers
-/// SUCCESS (a Raft cluster may be electing a leader).
-async fn ordered_by_any(nodes: &[OrdererNode], alive: &[usize], envelope: Envelope) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        for &index in alive {
-            let mut client = client_when_serving(&nodes[index]).await;
-            let answer = client
-                .broadcast(tokio_stream::iter([envelope.clone()]))
-                .await
-                .ok()
-                .map(tonic::Response::into_inner);
-            if let Some(mut answers) = answer
-                && let Ok(Some(answer)) = answers.message().await
-                && answer.status == Status::Success as i32
-            {
-                return;
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no orderer of {alive:?} took the envelope"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// A `weft peer start` process of Org1 fetching the test channel from
 /// every orderer of `nodes`, in their order, probing its connection to
 /// them as [`FAST_KEEPALIVE`] says; killed when dropped.

@@ -192,39 +192,47 @@ pub(crate) fn check_channel_name(channel_id: &str) -> std::result::Result<(), St
     }
 }
 
-/// The channel a genesis block starts, with its configuration; checks
-/// that it is one.
-pub(crate) fn genesis_channel(genesis: &Block) -> Result<(String, Config)> {
-    let not_genesis = |reason: &str| Error::BadChain {
+/// The channel a bootstrap block belongs to, with its configuration:
+/// a genesis block, or a later config block of the channel to join it
+/// from (see [`open_store`]); checks that it is one.
+pub(crate) fn bootstrap_channel(bootstrap: &Block) -> Result<(String, Config)> {
+    let number = bootstrap.header.as_ref().map(|header| header.number);
+    let unusable = |reason: &str| Error::BadChain {
         channel: String::new(),
-        block: genesis.header.as_ref().map_or(0, |header| header.number),
-        reason: format!("not a genesis block: {reason}"),
+        block: number.unwrap_or(0),
+        reason: format!("not a genesis or config block: {reason}"),
     };
-    let header = genesis
-        .header
-        .as_ref()
-        .ok_or_else(|| not_genesis("no header"))?;
-    if header.number != 0 {
-        return Err(not_genesis("its number is not 0"));
-    }
+    let number = number.ok_or_else(|| unusable("no header"))?;
     let (channel_id, config) =
-        config_of_block(genesis).ok_or_else(|| not_genesis("it holds no config transaction"))?;
+        config_of_block(bootstrap).ok_or_else(|| unusable("it holds no config transaction"))?;
+    if number > 0 && last_config_index(bootstrap) != Some(number) {
+        return Err(unusable(
+            "its metadata does not name it as the channel's last config block",
+        ));
+    }
     check_channel_name(&channel_id).map_err(|reason| Error::BadChain {
         channel: channel_id.clone(),
-        block: 0,
+        block: number,
         reason,
     })?;
     Ok((channel_id, config))
 }
 
-/// Opens the store of `channel_id` at `path`, appending `genesis` when the
-/// store is new. Returns the store and the channel's current
-/// configuration.
+/// Fetches the blocks of a channel from a given number up to the join
+/// block's, checked against it (a node joining a running channel).
+pub(crate) type JoinPull<'a> = &'a dyn Fn(u64) -> Result<Vec<Block>>;
+
+/// Opens the store of `channel_id` at `path`, starting it from
+/// `bootstrap` when it is new: a genesis block is appended; from a later
+/// config block (joining a running channel), `pull` fetches every block
+/// up to it, which resumes after a crash. Returns the store and the
+/// channel's current configuration.
 pub(crate) fn open_store(
     channel_id: &str,
     path: &Path,
     store_config: &StoreConfig,
-    genesis: Option<&Block>,
+    bootstrap: Option<&Block>,
+    pull: Option<JoinPull<'_>>,
 ) -> Result<(Arc<BlockStore>, ChannelConfig)> {
     let ledger_error = |source| Error::Ledger {
         channel: channel_id.to_owned(),
@@ -233,14 +241,52 @@ pub(crate) fn open_store(
     let mut store_config = store_config.clone();
     store_config.path = path.to_owned();
     let store = BlockStore::open(&store_config).map_err(ledger_error)?;
-    if store.height() == 0 {
-        let genesis = genesis.ok_or_else(|| Error::BadChain {
+    let join = bootstrap
+        .and_then(|block| block.header.as_ref())
+        .map_or(0, |header| header.number);
+    if join > 0 {
+        let join_block = bootstrap.ok_or_else(|| Error::BadChain {
+            channel: channel_id.to_owned(),
+            block: join,
+            reason: "no join block".to_owned(),
+        })?;
+        if store.height() <= join {
+            let pull = pull.ok_or_else(|| Error::BadChain {
+                channel: channel_id.to_owned(),
+                block: join,
+                reason: "joining a channel from a config block needs the cluster service \
+                         (cluster.listenAddress in orderer.yaml)"
+                    .to_owned(),
+            })?;
+            for block in pull(store.height())? {
+                store.append(&block).map_err(ledger_error)?;
+            }
+            tracing::info!(channel = %channel_id, height = store.height(), "joined the channel");
+        } else {
+            // A restart with the join block still configured: it must be
+            // this chain's block of that number.
+            let stored = store.block(join).map_err(ledger_error)?;
+            let same = stored
+                .as_ref()
+                .and_then(|block| block.header.as_ref())
+                .zip(join_block.header.as_ref())
+                .is_some_and(|(stored, given)| stored == given);
+            if !same {
+                return Err(Error::BadChain {
+                    channel: channel_id.to_owned(),
+                    block: join,
+                    reason: "the stored block differs from the join block given".to_owned(),
+                });
+            }
+        }
+    } else if store.height() == 0 {
+        let genesis = bootstrap.ok_or_else(|| Error::BadChain {
             channel: channel_id.to_owned(),
             block: 0,
             reason: "the block store is empty and no genesis block was given".to_owned(),
         })?;
         store.append(genesis).map_err(ledger_error)?;
-    } else if let Some(genesis) = genesis {
+    } else if let Some(genesis) = bootstrap {
         // A restart with the bootstrap block still configured: it must be
         // this channel's genesis block, not another channel's of that name.
         let stored = store.block_bytes(0).map_err(ledger_error)?;

@@ -277,14 +277,6 @@ impl Orderer {
             channel: String::new(),
             reason: format!("creating the metrics: {e}"),
         })?;
-        let opening = config.clone();
-        let opened = tokio::task::spawn_blocking(move || open_channels(&opening, &genesis_blocks))
-            .await
-            .map_err(|e| Error::Task {
-                channel: String::new(),
-                reason: format!("opening the channels failed: {e}"),
-            })??;
-
         let server_pins = Arc::new(ServerPins::default());
         let dialer = match &config.tls {
             None => None,
@@ -302,6 +294,20 @@ impl Orderer {
             ),
         };
         let transport = Arc::new(Transport::new(config.message_bytes_max, dialer));
+        let opening = config.clone();
+        // A channel joined from a later config block pulls its chain from
+        // the other consenters, through this node's cluster transport.
+        let joining = cluster
+            .as_ref()
+            .map(|cluster| (transport.clone(), cluster.endpoint.clone()));
+        let opened = tokio::task::spawn_blocking(move || {
+            open_channels(&opening, &genesis_blocks, joining.as_ref())
+        })
+        .await
+        .map_err(|e| Error::Task {
+            channel: String::new(),
+            reason: format!("opening the channels failed: {e}"),
+        })??;
         let mut by_id = HashMap::new();
         let mut stores = Vec::new();
         let mut starts = Vec::new();
@@ -314,6 +320,7 @@ impl Orderer {
                 Consenter::Raft => Some(raft_parts(
                     &config,
                     &channel_id,
+                    &store,
                     &channel_config,
                     cluster.as_ref(),
                 )?),
@@ -355,7 +362,7 @@ impl Orderer {
             );
             let route = raft
                 .as_ref()
-                .map(|(members, _, _)| Arc::new(Route::new(members.clone(), transport.clone())));
+                .map(|parts| Arc::new(Route::new(&parts.members, transport.clone())));
             let (handle, mailbox) = consensus::mailbox(&channel_id, consenter, route.clone());
             let channel = Arc::new(
                 Channel::new(
@@ -370,10 +377,10 @@ impl Orderer {
             );
             by_id.insert(channel_id.clone(), channel.clone());
             stores.push((channel_id.clone(), store));
-            let raft = raft.zip(route).map(|((members, options, log), route)| {
+            let raft = raft.zip(route).map(|(parts, route)| {
                 let (inbox, inbox_out) = tokio::sync::mpsc::channel(cluster::INBOX_MAX);
                 inboxes.insert(channel_id.clone(), inbox);
-                (members, options, log, inbox_out, route)
+                (parts, inbox_out, route)
             });
             starts.push((channel, mailbox, writer, raft, kafka));
         }
@@ -440,7 +447,7 @@ impl Orderer {
                     })
                 }
                 (None, None) => solo::start(channel, mailbox, writer, signer.clone()),
-                (Some((members, options, store, inbox, route)), _) => {
+                (Some((parts, inbox, route)), _) => {
                     raft::start(raft::Setup {
                         channel,
                         mailbox,
@@ -448,9 +455,10 @@ impl Orderer {
                         writer,
                         signer: signer.clone(),
                         transport: transport.clone(),
-                        members,
-                        options,
-                        store,
+                        members: parts.members,
+                        next_consenter_id: parts.next_consenter_id,
+                        options: parts.options,
+                        store: parts.log,
                         route,
                     })
                     .await?
@@ -718,14 +726,24 @@ fn kafka_endpoint(
     Ok(Some(cluster.endpoint.clone()))
 }
 
-/// What a Raft channel needs besides the channel: its members, its
-/// options and its opened log store (`<data dir>/raft/<channel>/`).
+/// What a Raft channel needs besides the channel.
+struct RaftParts {
+    /// The consenters with their Raft IDs, as the chain's tip records them.
+    members: Members,
+    next_consenter_id: u64,
+    options: RaftOptions,
+    /// The channel's log (`<data dir>/raft/<channel>/`), opened.
+    log: LogStore,
+}
+
+/// The [`RaftParts`] of the channel whose chain is in `store`.
 fn raft_parts(
     config: &NodeConfig,
     channel_id: &str,
+    store: &BlockStore,
     channel_config: &ChannelConfig,
     cluster: Option<&ClusterConfig>,
-) -> Result<(Members, RaftOptions, LogStore)> {
+) -> Result<RaftParts> {
     let consensus_error = |reason: String| Error::Consensus {
         channel: channel_id.to_owned(),
         reason,
@@ -741,7 +759,13 @@ fn raft_parts(
     let metadata = raft::raft_metadata(channel_config).ok_or_else(|| {
         consensus_error("the channel config names no etcdraft metadata".to_owned())
     })?;
-    let members = Members::new(metadata, &cluster.endpoint).map_err(&consensus_error)?;
+    let tip = store
+        .height()
+        .checked_sub(1)
+        .and_then(|number| store.block(number).ok().flatten())
+        .ok_or_else(|| consensus_error("the chain's last block cannot be read".to_owned()))?;
+    let (ids, next_consenter_id) = raft::consenter_ids(&tip, metadata);
+    let members = Members::with_ids(metadata, &ids, &cluster.endpoint).map_err(&consensus_error)?;
     let options = RaftOptions::new(metadata.options.as_ref())
         .map_err(|reason| consensus_error(format!("etcdraft {reason}")))?;
     let path = config.data_dir.join(RAFT_DIR).join(channel_id);
@@ -749,18 +773,26 @@ fn raft_parts(
         path: path.clone(),
         source,
     })?;
-    let ids: Vec<u64> = members.endpoints.keys().copied().collect();
-    let store = LogStore::open(&path, &ids).map_err(|reason| Error::Raft {
+    let log = LogStore::open(&path, &members.ids()).map_err(|reason| Error::Raft {
         channel: channel_id.to_owned(),
         reason,
     })?;
-    Ok((members, options, store))
+    Ok(RaftParts {
+        members,
+        next_consenter_id,
+        options,
+        log,
+    })
 }
 
-/// Opens the stores of every channel on disk and of every genesis block.
+/// Opens the stores of every channel on disk and of every bootstrap
+/// block: a genesis block, or a later config block to join a Raft channel
+/// from, whose chain is pulled through `joining` (the cluster transport
+/// and this node's consenter endpoint).
 fn open_channels(
     config: &NodeConfig,
     genesis_blocks: &[Block],
+    joining: Option<&(Arc<Transport>, String)>,
 ) -> Result<Vec<(String, Arc<BlockStore>, ChannelConfig)>> {
     let ledgers = config.data_dir.join(LEDGERS_DIR);
     std::fs::create_dir_all(&ledgers).map_err(|source| Error::Io {
@@ -769,7 +801,7 @@ fn open_channels(
     })?;
     let mut genesis_by_channel: HashMap<String, &Block> = HashMap::new();
     for genesis in genesis_blocks {
-        let (channel_id, _) = channel::genesis_channel(genesis)?;
+        let (channel_id, _) = channel::bootstrap_channel(genesis)?;
         if genesis_by_channel
             .insert(channel_id.clone(), genesis)
             .is_some()
@@ -795,11 +827,23 @@ fn open_channels(
     channel_ids
         .into_iter()
         .map(|channel_id| {
+            let bootstrap = genesis_by_channel.get(&channel_id).copied();
+            let pull = |from: u64| match (joining, bootstrap) {
+                (Some((transport, endpoint)), Some(join)) => {
+                    raft::pull_chain_to(&channel_id, join, from, transport, endpoint)
+                }
+                _ => Err(Error::BadChain {
+                    channel: channel_id.clone(),
+                    block: from,
+                    reason: "no cluster to join the channel through".to_owned(),
+                }),
+            };
             let (store, channel_config) = channel::open_store(
                 &channel_id,
                 &ledgers.join(&channel_id),
                 &store_config,
-                genesis_by_channel.get(&channel_id).copied(),
+                bootstrap,
+                joining.map(|_| &pull as channel::JoinPull<'_>),
             )?;
             Ok((channel_id, store, channel_config))
         })

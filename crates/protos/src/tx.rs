@@ -411,6 +411,52 @@ pub fn signed_envelope_bound(
     })
 }
 
+/// A CONFIG_UPDATE envelope carrying `update` for `channel_id`, signed by
+/// each of `signers` as Fabric's `peer channel signconfigtx` signs (a
+/// `ConfigSignature`: the signer's `SignatureHeader`, and its signature
+/// over that header's bytes followed by the update's), and submitted by
+/// `submitter` (the envelope's creator). `nonce` gives each signature
+/// header and the envelope a fresh nonce, or fails.
+pub fn config_update_envelope(
+    channel_id: &str,
+    update: &crate::common::ConfigUpdate,
+    signers: &[&dyn Sign],
+    submitter: &dyn Sign,
+    mut nonce: impl FnMut() -> Result<Bytes, SignError>,
+    timestamp_seconds: i64,
+) -> Result<Envelope, SignError> {
+    let config_update: Bytes = update.encode_to_vec().into();
+    let signatures = signers
+        .iter()
+        .map(|signer| {
+            let signature_header: Bytes = SignatureHeader {
+                creator: signer.identity(),
+                nonce: nonce()?,
+            }
+            .encode_to_vec()
+            .into();
+            let mut signed = signature_header.to_vec();
+            signed.extend_from_slice(&config_update);
+            Ok(crate::common::ConfigSignature {
+                signature: signer.sign(&signed)?.into(),
+                signature_header,
+            })
+        })
+        .collect::<Result<Vec<_>, SignError>>()?;
+    let envelope = crate::common::ConfigUpdateEnvelope {
+        config_update,
+        signatures,
+    };
+    signed_envelope(
+        HeaderType::ConfigUpdate,
+        channel_id,
+        envelope.encode_to_vec().into(),
+        submitter,
+        nonce()?,
+        timestamp_seconds,
+    )
+}
+
 /// A Deliver request for blocks `start..` up to `stop` (inclusive;
 /// `u64::MAX` for "forever"), waiting for blocks not yet written.
 pub fn seek_range(start: u64, stop: u64) -> SeekInfo {

@@ -181,7 +181,7 @@ impl ChainHandle {
                     let (done, answer) = oneshot::channel();
                     route
                         .transport()
-                        .forward(endpoint, &self.channel_id, input, Some(done))
+                        .forward(&endpoint, &self.channel_id, input, Some(done))
                         .await;
                     return Ok(Ack::Later(answer));
                 }

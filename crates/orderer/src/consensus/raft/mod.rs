@@ -47,6 +47,7 @@
 //! messages, proposes; each `Ready` is handled on a blocking thread
 //! (persist, send, apply), then `advance`d.
 
+mod join;
 mod storage;
 
 use std::collections::BTreeMap;
@@ -77,6 +78,7 @@ use crate::writer::{BlockContent, BlockWriter};
 use weft_protos::block::config_of_block;
 
 use super::cluster::Transport;
+pub(crate) use join::pull_chain_to;
 pub(crate) use storage::LogStore;
 
 /// Fabric's etcdraft defaults (configtxgen), for options left at zero.
@@ -103,23 +105,51 @@ const PULL_ROUNDS_MAX: u32 = 120;
 /// This node's place in a channel's consenter set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Members {
-    /// Raft ID (1-based, in config order) → endpoint `host:port`.
+    /// Raft ID → endpoint `host:port`.
     pub endpoints: BTreeMap<u64, String>,
+    /// The Raft IDs in the order the config lists the consenters, as
+    /// blocks record them.
+    pub in_config_order: Vec<u64>,
     pub self_id: u64,
 }
 
 impl Members {
-    /// The consenters of `metadata`, with this node found by its cluster
+    /// The consenters of `metadata` with Raft IDs 1, 2, … in config order
+    /// (a channel's first consenters), with this node found by its cluster
     /// endpoint.
+    #[cfg(test)]
     pub fn new(metadata: &etcdraft::ConfigMetadata, self_endpoint: &str) -> Result<Self, String> {
-        let endpoints: BTreeMap<u64, String> = metadata
-            .consenters
+        let ids: Vec<u64> = (1..=metadata.consenters.len() as u64).collect();
+        Self::with_ids(metadata, &ids, self_endpoint)
+    }
+
+    /// The consenters of `metadata` with the Raft IDs `ids`, in the same
+    /// order (as each block's etcdraft metadata records them), with this
+    /// node found by its cluster endpoint.
+    pub fn with_ids(
+        metadata: &etcdraft::ConfigMetadata,
+        ids: &[u64],
+        self_endpoint: &str,
+    ) -> Result<Self, String> {
+        if ids.len() != metadata.consenters.len() {
+            return Err(format!(
+                "{} consenters but {} raft IDs recorded for them",
+                metadata.consenters.len(),
+                ids.len()
+            ));
+        }
+        let endpoints: BTreeMap<u64, String> = ids
             .iter()
-            .zip(1u64..)
-            .map(|(consenter, id)| (id, format!("{}:{}", consenter.host, consenter.port)))
+            .zip(&metadata.consenters)
+            .map(|(id, consenter)| (*id, endpoint_of(consenter)))
             .collect();
         if endpoints.is_empty() {
             return Err("the etcdraft metadata names no consenter".to_owned());
+        }
+        if endpoints.len() != ids.len() || endpoints.contains_key(&0) {
+            return Err(format!(
+                "the raft IDs {ids:?} are not distinct and positive"
+            ));
         }
         let mut distinct: Vec<&String> = endpoints.values().collect();
         distinct.sort();
@@ -138,11 +168,98 @@ impl Members {
                     endpoints.values().cloned().collect::<Vec<_>>().join(", ")
                 )
             })?;
-        Ok(Self { endpoints, self_id })
+        Ok(Self {
+            endpoints,
+            in_config_order: ids.to_vec(),
+            self_id,
+        })
     }
 
-    fn ids(&self) -> Vec<u64> {
+    pub fn ids(&self) -> Vec<u64> {
         self.endpoints.keys().copied().collect()
+    }
+
+    fn self_endpoint(&self) -> &str {
+        self.endpoints.get(&self.self_id).map_or("", String::as_str)
+    }
+}
+
+/// A consenter's cluster endpoint, `host:port`.
+fn endpoint_of(consenter: &etcdraft::Consenter) -> String {
+    format!("{}:{}", consenter.host, consenter.port)
+}
+
+/// The Raft IDs of a channel's consenters, in config order, and the ID the
+/// next consenter added gets: as the tip block's etcdraft metadata records
+/// them (Fabric's `consenter_ids`, `next_consenter_id`), or 1, 2, … for a
+/// chain whose blocks record none yet (a new channel).
+pub(crate) fn consenter_ids(
+    tip: &weft_protos::common::Block,
+    metadata: &etcdraft::ConfigMetadata,
+) -> (Vec<u64>, u64) {
+    let recorded = weft_protos::block::consenter_metadata(tip)
+        .and_then(|bytes| etcdraft::BlockMetadata::decode(bytes).ok())
+        .filter(|recorded| recorded.consenter_ids.len() == metadata.consenters.len());
+    match recorded {
+        Some(recorded) => {
+            let highest = recorded.consenter_ids.iter().copied().max().unwrap_or(0);
+            let next = recorded.next_consenter_id.max(highest + 1);
+            (recorded.consenter_ids, next)
+        }
+        None => {
+            let count = metadata.consenters.len() as u64;
+            ((1..=count).collect(), count + 1)
+        }
+    }
+}
+
+/// How a config changes a Raft channel's consenter set: Fabric's rule of
+/// at most one consenter added or removed per config update (a consenter
+/// whose certificates change but whose endpoint stays is the same one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum MembershipChange {
+    Unchanged,
+    /// The consenter at this endpoint joins.
+    Add(String),
+    /// The consenter with this Raft ID leaves.
+    Remove(u64),
+}
+
+impl MembershipChange {
+    /// The change from `members` to the consenters of `next`, or why it is
+    /// not allowed.
+    pub fn between(members: &Members, next: &etcdraft::ConfigMetadata) -> Result<Self, String> {
+        let next_endpoints: Vec<String> = next.consenters.iter().map(endpoint_of).collect();
+        let mut distinct = next_endpoints.clone();
+        distinct.sort();
+        distinct.dedup();
+        if distinct.len() != next_endpoints.len() {
+            return Err("two consenters have the same host:port".to_owned());
+        }
+        if next_endpoints.is_empty() {
+            return Err("the config names no consenter".to_owned());
+        }
+        let added: Vec<&String> = next_endpoints
+            .iter()
+            .filter(|endpoint| !members.endpoints.values().any(|known| known == *endpoint))
+            .collect();
+        let removed: Vec<u64> = members
+            .endpoints
+            .iter()
+            .filter(|(_, endpoint)| !next_endpoints.contains(endpoint))
+            .map(|(id, _)| *id)
+            .collect();
+        match (added.as_slice(), removed.as_slice()) {
+            ([], []) => Ok(Self::Unchanged),
+            ([endpoint], []) => Ok(Self::Add((*endpoint).clone())),
+            ([], [id]) => Ok(Self::Remove(*id)),
+            _ => Err(format!(
+                "the config adds {} and removes {} consenters; a config update may add or \
+                 remove one consenter at a time",
+                added.len(),
+                removed.len()
+            )),
+        }
     }
 }
 
@@ -217,41 +334,55 @@ fn raft_index_of(block: &weft_protos::common::Block) -> u64 {
 pub(crate) struct Route {
     /// The leader's Raft ID; 0 while none is known.
     leader: AtomicU64,
-    members: Members,
+    self_id: u64,
+    /// The consenters' cluster endpoints by Raft ID, as the task last
+    /// applied a membership change.
+    endpoints: parking_lot::RwLock<BTreeMap<u64, Arc<str>>>,
     transport: Arc<Transport>,
 }
 
 /// Who leads, as a [`Route`] knows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Leader<'a> {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Leader {
     Unknown,
     ThisNode,
     /// Another node, at this cluster endpoint.
-    Other(&'a str),
+    Other(Arc<str>),
 }
 
 impl Route {
-    pub fn new(members: Members, transport: Arc<Transport>) -> Self {
-        Self {
+    pub fn new(members: &Members, transport: Arc<Transport>) -> Self {
+        let route = Self {
             leader: AtomicU64::new(0),
-            members,
+            self_id: members.self_id,
+            endpoints: parking_lot::RwLock::default(),
             transport,
-        }
+        };
+        route.set_members(members);
+        route
     }
 
-    pub fn leader(&self) -> Leader<'_> {
+    pub fn leader(&self) -> Leader {
         let leader = self.leader.load(Ordering::Acquire);
-        if leader == self.members.self_id {
+        if leader == self.self_id {
             return Leader::ThisNode;
         }
-        match self.members.endpoints.get(&leader) {
-            Some(endpoint) => Leader::Other(endpoint),
+        match self.endpoints.read().get(&leader) {
+            Some(endpoint) => Leader::Other(endpoint.clone()),
             None => Leader::Unknown,
         }
     }
 
     fn set_leader(&self, leader: u64) {
         self.leader.store(leader, Ordering::Release);
+    }
+
+    fn set_members(&self, members: &Members) {
+        *self.endpoints.write() = members
+            .endpoints
+            .iter()
+            .map(|(id, endpoint)| (*id, Arc::from(endpoint.as_str())))
+            .collect();
     }
 
     pub fn transport(&self) -> &Transport {
@@ -268,6 +399,8 @@ pub(crate) struct Setup {
     pub signer: Arc<dyn Sign + Send + Sync>,
     pub transport: Arc<Transport>,
     pub members: Members,
+    /// The Raft ID the next consenter added gets.
+    pub next_consenter_id: u64,
     pub options: Options,
     pub store: LogStore,
     pub route: Arc<Route>,
@@ -298,10 +431,15 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         signer,
         transport,
         members,
+        next_consenter_id,
         options,
         store,
         route,
     } = setup;
+    // A node that has just joined the channel has its blocks (pulled from
+    // the others) but no log: raft-rs starts it from nothing, and the
+    // entries its blocks hold are skipped as they come.
+    let joined = store.is_empty();
     // A snapshot taken before a crash may be ahead of the block store.
     let snapshot = store.snapshot_now();
     let (writer_back, pulled) = {
@@ -333,12 +471,13 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         })?
         .ok_or_else(|| raft_error(format!("block {tip} is missing")))?;
     let applied = raft_index_of(&tip_block).max(snapshot_index);
-    store.commit_at_least(applied).map_err(&raft_error)?;
+    let raft_applied = if joined { 0 } else { applied };
+    store.commit_at_least(raft_applied).map_err(&raft_error)?;
     let config = raft::Config {
         id: members.self_id,
         election_tick: options.election_tick as usize,
         heartbeat_tick: options.heartbeat_tick as usize,
-        applied,
+        applied: raft_applied,
         max_size_per_msg: RAFT_MESSAGE_BYTES_MAX,
         max_inflight_msgs: RAFT_INFLIGHT_MESSAGES_MAX,
         check_quorum: true,
@@ -372,7 +511,7 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         writer,
         signer,
         transport,
-        consenter_ids: members.ids(),
+        next_consenter_id,
         members,
         options,
         applied,
@@ -558,7 +697,8 @@ struct Core {
     signer: Arc<dyn Sign + Send + Sync>,
     transport: Arc<Transport>,
     members: Members,
-    consenter_ids: Vec<u64>,
+    /// The Raft ID the next consenter added gets.
+    next_consenter_id: u64,
     options: Options,
     /// The last entry turned into a block (or covered by a snapshot).
     applied: u64,
@@ -776,10 +916,10 @@ impl Core {
                 }
             }
             Admitted::Config { envelope, .. } => {
-                if let Err(refusal) = self.check_consenters(&envelope) {
-                    answer(done, Err(refusal));
-                    return;
-                }
+                let change = match self.membership_change(&envelope) {
+                    Ok(change) => change,
+                    Err(refusal) => return answer(done, Err(refusal)),
+                };
                 let pending = self.cutter.cut();
                 self.propose_batch(pending, CutReason::Config);
                 self.channel
@@ -788,14 +928,70 @@ impl Core {
                 let entry = LogEntry {
                     content: Some(log_entry::Content::Config(envelope)),
                 };
-                self.config_in_flight = self.propose(&entry, vec![done]);
+                self.config_in_flight = match change {
+                    MembershipChange::Unchanged => self.propose(&entry, vec![done]),
+                    change => self.propose_membership(&entry, &change, done),
+                };
             }
         }
     }
 
-    /// Refuses a config that changes the consenter set or leaves Raft
-    /// (not supported yet).
-    fn check_consenters(&self, envelope: &Bytes) -> Result<(), Refusal> {
+    /// Proposes a config that adds or removes a consenter as a Raft
+    /// membership change carrying the config (its context), so that every
+    /// node writes the config block and changes its voters at the same
+    /// entry. Its index, or `None` (the waiter refused) when Raft drops it
+    /// (one membership change at a time).
+    fn propose_membership(
+        &mut self,
+        entry: &LogEntry,
+        change: &MembershipChange,
+        done: Option<oneshot::Sender<Result<(), Refusal>>>,
+    ) -> Option<u64> {
+        let mut conf_change = raft::eraftpb::ConfChange::default();
+        match change {
+            MembershipChange::Unchanged => return None,
+            MembershipChange::Add(_) => {
+                conf_change.set_change_type(raft::eraftpb::ConfChangeType::AddNode);
+                conf_change.node_id = self.next_consenter_id;
+            }
+            MembershipChange::Remove(id) => {
+                conf_change.set_change_type(raft::eraftpb::ConfChangeType::RemoveNode);
+                conf_change.node_id = *id;
+            }
+        }
+        match self
+            .node
+            .propose_conf_change(entry.encode_to_vec(), conf_change)
+        {
+            Ok(()) => {
+                let index = self.node.raft.raft_log.last_index();
+                let term = self.node.raft.term;
+                self.proposed.insert(
+                    index,
+                    Proposed {
+                        term,
+                        waiters: vec![done],
+                    },
+                );
+                tracing::info!(channel = %self.channel.id, ?change, index, "membership change proposed");
+                Some(index)
+            }
+            Err(error) => {
+                tracing::warn!(channel = %self.channel.id, %error, "a membership change was dropped");
+                answer(
+                    done,
+                    unavailable(&format!(
+                        "the consenter set cannot change now ({error}); retry"
+                    )),
+                );
+                None
+            }
+        }
+    }
+
+    /// How a config envelope changes the consenter set, or why it is
+    /// refused: leaving Raft, or changing more than one consenter at once.
+    fn membership_change(&self, envelope: &Bytes) -> Result<MembershipChange, Refusal> {
         let bad = |info: String| Err(Refusal::new(Status::BadRequest, info));
         let block = weft_protos::block::new_block(0, &[], vec![envelope.clone()]);
         let Some((_, config)) = config_of_block(&block) else {
@@ -810,19 +1006,8 @@ impl Core {
                 "changing the consensus type of a Raft channel is not supported".to_owned(),
             );
         };
-        let self_endpoint = self
-            .members
-            .endpoints
-            .get(&self.members.self_id)
-            .cloned()
-            .unwrap_or_default();
-        let same = Members::new(metadata, &self_endpoint)
-            .is_ok_and(|members| members.endpoints == self.members.endpoints);
-        if same {
-            Ok(())
-        } else {
-            bad("changing the Raft consenter set is not supported yet".to_owned())
-        }
+        MembershipChange::between(&self.members, metadata)
+            .map_err(|reason| Refusal::new(Status::BadRequest, reason))
     }
 
     fn propose_batch(&mut self, batch: Batch, reason: CutReason) {
@@ -991,15 +1176,21 @@ impl Core {
     /// Turns committed entries into blocks, in order, skipping those the
     /// chain already holds.
     fn apply(&mut self, entries: Vec<Entry>) -> Result<()> {
+        let mut removed = None;
         for entry in entries {
+            if entry.get_entry_type() == EntryType::EntryConfChange {
+                // Voters change even where the block is already written
+                // (a node that joined replays the changes before it).
+                removed = removed.or(self.apply_membership(&entry)?);
+            }
             if entry.index <= self.applied {
                 continue;
             }
             if entry.get_entry_type() == EntryType::EntryNormal && !entry.get_data().is_empty() {
-                self.apply_entry(&entry)?;
+                let consenter_ids = self.members.in_config_order.clone();
+                self.apply_entry(&entry, entry.get_data(), consenter_ids)?;
                 self.bytes_since_snapshot += entry.get_data().len() as u64;
             }
-            // Conf changes are never proposed: the consenter set is fixed.
             self.applied = entry.index;
             if let Some(proposed) = self.proposed.remove(&entry.index) {
                 let result = if proposed.term == entry.term {
@@ -1018,16 +1209,95 @@ impl Core {
                 self.config_in_flight = None;
             }
         }
-        Ok(())
+        match removed {
+            // Every waiter is answered; the channel stops here.
+            Some(block) => Err(Error::Raft {
+                channel: self.channel.id.clone(),
+                reason: format!(
+                    "config block {block} removed this node from the channel's consenters; it \
+                     orders the channel no more (its blocks stay readable)"
+                ),
+            }),
+            None => Ok(()),
+        }
     }
 
-    fn apply_entry(&mut self, entry: &Entry) -> Result<()> {
+    /// Applies a committed membership change: raft-rs's voters, then (if
+    /// the chain does not hold it yet) the config block it carries, with
+    /// the consenters' new Raft IDs in its metadata. The config block's
+    /// number when it removed this node.
+    fn apply_membership(&mut self, entry: &Entry) -> Result<Option<u64>> {
+        let bad = |reason: String| Error::Raft {
+            channel: self.channel.id.clone(),
+            reason: format!("committed membership change {}: {reason}", entry.index),
+        };
+        let change =
+            <raft::eraftpb::ConfChange as protobuf::Message>::parse_from_bytes(entry.get_data())
+                .map_err(|e| bad(format!("does not decode: {e}")))?;
+        let voters = self
+            .node
+            .apply_conf_change(&change)
+            .map_err(|e| bad(format!("raft refused it: {e}")))?;
+        // Before the block: a node that stops between the two applies the
+        // change again on restart, which changes nothing the second time.
+        self.store.set_conf_state(&voters).map_err(&bad)?;
+        if entry.index <= self.applied {
+            return Ok(None);
+        }
+        let decoded = LogEntry::decode(entry.get_context())
+            .map_err(|e| bad(format!("does not decode: {e}")))?;
+        let Some(log_entry::Content::Config(envelope)) = &decoded.content else {
+            return Err(bad("carries no config".to_owned()));
+        };
+        let number = self.writer.next_number();
+        let config = ordered_config(&self.channel.id, number, envelope)?;
+        let metadata = raft_metadata(&config)
+            .ok_or_else(|| bad("its config does not name etcdraft".to_owned()))?;
+        let ids: Vec<u64> = metadata
+            .consenters
+            .iter()
+            .map(|consenter| {
+                let endpoint = endpoint_of(consenter);
+                self.members
+                    .endpoints
+                    .iter()
+                    .find(|(_, known)| **known == endpoint)
+                    .map_or(change.node_id, |(id, _)| *id)
+            })
+            .collect();
+        let self_endpoint = self.members.self_endpoint().to_owned();
+        let removed = !metadata
+            .consenters
+            .iter()
+            .any(|consenter| endpoint_of(consenter) == self_endpoint);
+        if !removed {
+            self.members = Members::with_ids(metadata, &ids, &self_endpoint).map_err(&bad)?;
+            self.route.set_members(&self.members);
+        }
+        if change.get_change_type() == raft::eraftpb::ConfChangeType::AddNode {
+            self.next_consenter_id = self.next_consenter_id.max(change.node_id + 1);
+        }
+        self.apply_entry(entry, entry.get_context(), ids.clone())?;
+        self.bytes_since_snapshot += entry.get_context().len() as u64;
+        tracing::info!(
+            channel = %self.channel.id,
+            block = number,
+            change = ?change.get_change_type(),
+            raft_id = change.node_id,
+            consenters = ?ids,
+            "the consenter set changed"
+        );
+        Ok(removed.then_some(number))
+    }
+
+    /// Turns the log entry `data` (decided at `entry`) into the next block,
+    /// recording the consenters' Raft IDs `consenter_ids`.
+    fn apply_entry(&mut self, entry: &Entry, data: &[u8], consenter_ids: Vec<u64>) -> Result<()> {
         let bad = |reason: String| Error::Raft {
             channel: self.channel.id.clone(),
             reason: format!("committed entry {}: {reason}", entry.index),
         };
-        let decoded =
-            LogEntry::decode(entry.get_data()).map_err(|e| bad(format!("does not decode: {e}")))?;
+        let decoded = LogEntry::decode(data).map_err(|e| bad(format!("does not decode: {e}")))?;
         // Block channels sign every block; a stream channel the blocks
         // its leader marked as checkpoints (config blocks always).
         let streams = self.channel.config().orderer.stream.is_some();
@@ -1062,8 +1332,8 @@ impl Core {
             self.channel.install(config);
         }
         let metadata = etcdraft::BlockMetadata {
-            consenter_ids: self.consenter_ids.clone(),
-            next_consenter_id: self.consenter_ids.len() as u64 + 1,
+            consenter_ids,
+            next_consenter_id: self.next_consenter_id,
             raft_index: entry.index,
         }
         .encode_to_vec();
@@ -1299,16 +1569,94 @@ mod tests {
             options: None,
         };
         let members = Members::new(&metadata, "b:2").unwrap();
-        let route = Route::new(members, Arc::new(Transport::new(1024, None)));
+        let route = Route::new(&members, Arc::new(Transport::new(1024, None)));
         assert_eq!(route.leader(), Leader::Unknown);
         route.set_leader(2);
         assert_eq!(route.leader(), Leader::ThisNode);
         route.set_leader(3);
-        assert_eq!(route.leader(), Leader::Other("c:3"));
+        assert_eq!(route.leader(), Leader::Other(Arc::from("c:3")));
         route.set_leader(9);
         assert_eq!(route.leader(), Leader::Unknown);
         route.set_leader(0);
         assert_eq!(route.leader(), Leader::Unknown);
+        // After a membership change, the new consenter (ID 4) can lead and
+        // the removed one (ID 3) is nobody.
+        let changed = etcdraft::ConfigMetadata {
+            consenters: vec![consenter("a", 1), consenter("b", 2), consenter("d", 4)],
+            options: None,
+        };
+        route.set_members(&Members::with_ids(&changed, &[1, 2, 4], "b:2").unwrap());
+        route.set_leader(4);
+        assert_eq!(route.leader(), Leader::Other(Arc::from("d:4")));
+        route.set_leader(3);
+        assert_eq!(route.leader(), Leader::Unknown);
+    }
+
+    #[test]
+    fn a_config_may_add_or_remove_one_consenter_at_a_time() {
+        let metadata = |consenters: &[(&str, u32)]| etcdraft::ConfigMetadata {
+            consenters: consenters
+                .iter()
+                .map(|(host, port)| consenter(host, *port))
+                .collect(),
+            options: None,
+        };
+        let members = Members::with_ids(
+            &metadata(&[("a", 1), ("b", 2), ("c", 3)]),
+            &[1, 2, 5],
+            "a:1",
+        )
+        .unwrap();
+        let change =
+            |consenters: &[(&str, u32)]| MembershipChange::between(&members, &metadata(consenters));
+        // Reordered, or the same endpoints (new certificates): unchanged.
+        assert_eq!(
+            change(&[("c", 3), ("a", 1), ("b", 2)]),
+            Ok(MembershipChange::Unchanged)
+        );
+        assert_eq!(
+            change(&[("a", 1), ("b", 2), ("c", 3), ("d", 4)]),
+            Ok(MembershipChange::Add("d:4".to_owned()))
+        );
+        // The consenter at c:3 has Raft ID 5.
+        assert_eq!(
+            change(&[("a", 1), ("b", 2)]),
+            Ok(MembershipChange::Remove(5))
+        );
+        for (consenters, expected) in [
+            (
+                &[("a", 1), ("b", 2), ("d", 4), ("e", 5)][..],
+                "adds 2 and removes 1",
+            ),
+            (&[("a", 1), ("b", 2), ("d", 4)][..], "adds 1 and removes 1"),
+            (&[("a", 1)][..], "adds 0 and removes 2"),
+            (&[][..], "names no consenter"),
+            (
+                &[("a", 1), ("a", 1), ("b", 2), ("c", 3)][..],
+                "same host:port",
+            ),
+        ] {
+            let refused = change(consenters).unwrap_err();
+            assert!(refused.contains(expected), "{consenters:?}: {refused}");
+        }
+    }
+
+    #[test]
+    fn raft_ids_come_from_the_tip_block_or_follow_config_order() {
+        let metadata = etcdraft::ConfigMetadata {
+            consenters: vec![consenter("a", 1), consenter("b", 2), consenter("d", 4)],
+            options: None,
+        };
+        let mut block = weft_protos::block::new_block(7, &[], Vec::new());
+        // No etcdraft metadata: the genesis block of a new channel.
+        assert_eq!(consenter_ids(&block, &metadata), (vec![1, 2, 3], 4));
+        let recorded = etcdraft::BlockMetadata {
+            consenter_ids: vec![1, 2, 4],
+            next_consenter_id: 5,
+            raft_index: 12,
+        };
+        weft_protos::block::seal_block_unsigned(&mut block, 0, recorded.encode_to_vec().into());
+        assert_eq!(consenter_ids(&block, &metadata), (vec![1, 2, 4], 5));
     }
 
     #[test]

@@ -244,6 +244,24 @@ impl LogStore {
         self.persist(&[], Some(&hard_state), true)
     }
 
+    /// Records the voters after a membership change, synced: applied
+    /// before the change's block is written, so that a node restarting
+    /// between the two finds the change done or applies it again.
+    pub fn set_conf_state(&self, conf_state: &ConfState) -> StoreResult<()> {
+        let mut batch = rocksdb::WriteBatch::default();
+        batch.put(CONF_STATE_KEY, encode(conf_state, "conf state")?);
+        self.write(batch, true)?;
+        self.inner.state.write().conf_state = conf_state.clone();
+        Ok(())
+    }
+
+    /// Whether the log holds nothing yet: no entry, no snapshot, no vote
+    /// (a node that has just joined the channel).
+    pub fn is_empty(&self) -> bool {
+        let state = self.inner.state.read();
+        state.last_index == 0 && state.hard_state.term == 0
+    }
+
     /// Replaces the log by `snapshot` (received from the leader).
     pub fn apply_snapshot(&self, snapshot: &Snapshot) -> StoreResult<()> {
         let metadata = snapshot.get_metadata();
