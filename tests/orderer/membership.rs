@@ -38,6 +38,20 @@ async fn consenters_are_added_and_removed_one_at_a_time_and_a_wiped_node_rejoins
         "{refusal:?}"
     );
     assert_eq!(height_of(&nodes[0], reader).await, height);
+    // Removing an endpoint that is no consenter: the command says so.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["channel", "consenter", "remove", "--channel", CHANNEL])
+        .args(["--orderer", &nodes[0].grpc, "--endpoint", "127.0.0.1:1"])
+        .arg("--admin-msp")
+        .arg(write_admin_msp(&network, dir.path()))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--endpoint 127.0.0.1:1: not a consenter of orders"),
+        "{stderr}"
+    );
 
     // A fourth consenter: added by a config update, started from the
     // config block that added it, it pulls the chain and orders with the
@@ -71,6 +85,21 @@ async fn consenters_are_added_and_removed_one_at_a_time_and_a_wiped_node_rejoins
     same_chains(&nodes, &[0, 2, 3], reader, &genesis, &ordered).await;
     check_recorded_ids(&nodes[0], reader, &[1, 3, 4]).await;
 
+    // Restarted, the removed node serves the blocks it has and still
+    // orders nothing.
+    let removed_height = height_of(&nodes[1], reader).await;
+    nodes[1].kill();
+    nodes[1].spawn();
+    client_when_serving(&nodes[1]).await;
+    let refusal = eventually_refused(&network, &nodes[1]).await;
+    assert!(
+        refusal
+            .info
+            .contains("is not among the channel's consenters"),
+        "{refusal:?}"
+    );
+    assert_eq!(height_of(&nodes[1], reader).await, removed_height);
+
     // Replaced as after a disk fault: its data wiped, it is added back
     // (under a new Raft ID) and started from the config block that did
     // it, as a new node would be.
@@ -84,6 +113,21 @@ async fn consenters_are_added_and_removed_one_at_a_time_and_a_wiped_node_rejoins
     same_chains(&nodes, &[0, 1, 2, 3], reader, &genesis, &ordered).await;
     // Added at the end of the list, under the next Raft ID.
     check_recorded_ids(&nodes[1], reader, &[1, 3, 4, 5]).await;
+}
+
+/// The MSP folder of an admin of the orderer organisation, written in
+/// `dir` (`admin-msp`).
+fn write_admin_msp(network: &Network, dir: &std::path::Path) -> std::path::PathBuf {
+    let admin_msp = dir.join("admin-msp");
+    let admin = network.orderer_org.identity(NodeRole::Admin);
+    for (folder, file, pem) in [
+        ("signcerts", "cert.pem", &admin.certificate_pem),
+        ("keystore", "key_sk", &admin.key_pem),
+    ] {
+        std::fs::create_dir_all(admin_msp.join(folder)).unwrap();
+        std::fs::write(admin_msp.join(folder).join(file), pem).unwrap();
+    }
+    admin_msp
 }
 
 /// A consenter of the test cluster at `127.0.0.1:port` (plaintext).
@@ -140,15 +184,7 @@ async fn change_consenters(
     action: &str,
     port: u16,
 ) -> Block {
-    let admin_msp = dir.join("admin-msp");
-    let admin = network.orderer_org.identity(NodeRole::Admin);
-    for (folder, file, pem) in [
-        ("signcerts", "cert.pem", &admin.certificate_pem),
-        ("keystore", "key_sk", &admin.key_pem),
-    ] {
-        std::fs::create_dir_all(admin_msp.join(folder)).unwrap();
-        std::fs::write(admin_msp.join(folder).join(file), pem).unwrap();
-    }
+    let admin_msp = write_admin_msp(network, dir);
     let output = dir.join(format!("{action}-{port}.block"));
     let command = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
         .args(["channel", "consenter", action, "--channel", CHANNEL])

@@ -315,15 +315,22 @@ impl Orderer {
         let mut payload_pools = HashMap::new();
         for (channel_id, store, channel_config) in opened {
             let consenter = consenter_for(&channel_id, &channel_config, config.consensus)?;
+            let mut not_a_consenter = None;
             let raft = match consenter {
                 Consenter::Solo | Consenter::Kafka => None,
-                Consenter::Raft => Some(raft_parts(
+                Consenter::Raft => match raft_parts(
                     &config,
                     &channel_id,
                     &store,
                     &channel_config,
                     cluster.as_ref(),
-                )?),
+                )? {
+                    RaftRole::Consenter(parts) => Some(parts),
+                    RaftRole::NotAConsenter(reason) => {
+                        not_a_consenter = Some(reason);
+                        None
+                    }
+                },
             };
             let kafka = match (consenter, &channel_config.orderer.consensus) {
                 (Consenter::Kafka, Consensus::Kafka(settings)) => {
@@ -377,6 +384,12 @@ impl Orderer {
             );
             by_id.insert(channel_id.clone(), channel.clone());
             stores.push((channel_id.clone(), store));
+            if let Some(reason) = not_a_consenter {
+                // Its blocks stay readable; nothing orders it here.
+                tracing::warn!(channel = %channel_id, %reason, "the channel is served, not ordered");
+                channel.failed(reason);
+                continue;
+            }
             let raft = raft.zip(route).map(|(parts, route)| {
                 let (inbox, inbox_out) = tokio::sync::mpsc::channel(cluster::INBOX_MAX);
                 inboxes.insert(channel_id.clone(), inbox);
@@ -736,14 +749,22 @@ struct RaftParts {
     log: LogStore,
 }
 
-/// The [`RaftParts`] of the channel whose chain is in `store`.
+/// This node's part in a Raft channel.
+enum RaftRole {
+    Consenter(RaftParts),
+    /// The channel's consenters do not name this node (any more): why.
+    NotAConsenter(String),
+}
+
+/// The [`RaftParts`] of the channel whose chain is in `store`, unless the
+/// channel's consenters do not name this node.
 fn raft_parts(
     config: &NodeConfig,
     channel_id: &str,
     store: &BlockStore,
     channel_config: &ChannelConfig,
     cluster: Option<&ClusterConfig>,
-) -> Result<RaftParts> {
+) -> Result<RaftRole> {
     let consensus_error = |reason: String| Error::Consensus {
         channel: channel_id.to_owned(),
         reason,
@@ -764,6 +785,18 @@ fn raft_parts(
         .checked_sub(1)
         .and_then(|number| store.block(number).ok().flatten())
         .ok_or_else(|| consensus_error("the chain's last block cannot be read".to_owned()))?;
+    let named = metadata
+        .consenters
+        .iter()
+        .any(|consenter| format!("{}:{}", consenter.host, consenter.port) == cluster.endpoint);
+    if !named {
+        return Ok(RaftRole::NotAConsenter(format!(
+            "this node's cluster endpoint {} is not among the channel's consenters as of config \
+             block {}: a config update removed it, or never added it; it orders the channel no \
+             more (its blocks stay readable)",
+            cluster.endpoint, channel_config.block
+        )));
+    }
     let (ids, next_consenter_id) = raft::consenter_ids(&tip, metadata);
     let members = Members::with_ids(metadata, &ids, &cluster.endpoint).map_err(&consensus_error)?;
     let options = RaftOptions::new(metadata.options.as_ref())
@@ -777,12 +810,12 @@ fn raft_parts(
         channel: channel_id.to_owned(),
         reason,
     })?;
-    Ok(RaftParts {
+    Ok(RaftRole::Consenter(RaftParts {
         members,
         next_consenter_id,
         options,
         log,
-    })
+    }))
 }
 
 /// Opens the stores of every channel on disk and of every bootstrap

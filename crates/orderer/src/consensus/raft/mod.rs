@@ -1,14 +1,25 @@
 //! The Raft consenter (Fabric's etcdraft): the orderers named in a
 //! channel's `ConsensusType` metadata order it together with raft-rs.
 //!
-//! **Who is who.** The consenters of the channel's etcdraft
-//! `ConfigMetadata` get Raft IDs 1, 2, … in config order; a node finds
-//! itself by its cluster endpoint (`host:port`, as the config names it).
-//! With TLS on, a cluster caller must present a consenter's client TLS
-//! certificate (see `super::cluster`); the consenters' server TLS certificates
-//! are not compared with the one a dialled node presents, which only has
-//! to chain to a trusted TLS CA. The consenter set is fixed: a config
-//! update that changes it is refused.
+//! **Who is who.** Each consenter of the channel's etcdraft
+//! `ConfigMetadata` has a Raft ID, which every block records in config
+//! order (`etcdraft.BlockMetadata.consenter_ids`, with the next ID to give
+//! out): 1, 2, … for a channel's first consenters. A node finds itself by
+//! its cluster endpoint (`host:port`, as the config names it). With TLS
+//! on, a cluster caller must present a consenter's client TLS certificate
+//! (see `super::cluster`), and a dialled node the server certificate the
+//! config names (`super::pinned`).
+//!
+//! **Membership.** A config update may add or remove one consenter
+//! (Fabric's rule). The leader proposes such a config as a raft-rs
+//! membership change carrying the config entry, so every node writes the
+//! config block and changes its voters at the same index; the new
+//! consenter gets the next ID, a removed one's is never given again. A
+//! removed node stops ordering the channel there. A new node joins from
+//! the config block that added it (`join`): it pulls the chain up to it,
+//! then starts with an empty log, skipping the entries its blocks hold as
+//! the leader sends them; membership changes are applied to raft-rs's
+//! voters even then, which changes nothing the second time.
 //!
 //! **What the log holds.** One entry per block: the leader runs the
 //! [`BlockCutter`] and proposes each cut batch (or a config envelope,
