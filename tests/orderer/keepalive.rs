@@ -218,19 +218,28 @@ async fn a_peer_whose_orderer_stops_answering_fetches_from_another() {
     for node in &mut nodes {
         node.spawn();
     }
-    let peer = PeerProcess::start(&network, dir.path(), &nodes);
+    // The peer lists a follower first, so the cluster keeps its leader
+    // while that follower is stopped.
+    let (leader, _) = wait_for_leader(&nodes, &[0, 1, 2], 0).await;
+    let follower = (leader + 1) % 3;
+    let other = (leader + 2) % 3;
+    let peer = PeerProcess::start(
+        &network,
+        dir.path(),
+        &[&nodes[follower], &nodes[leader], &nodes[other]],
+    );
     let reader = &network.orderer.clone_signer();
 
     let (_, envelope) = network.transaction(CHANNEL, &network.client1, "before", 0);
-    ordered_by_any(&nodes, &[0, 1, 2], envelope).await;
+    ordered_by_any(&nodes, &[leader], envelope).await;
     peer.wait_for_height(2).await;
-    assert_eq!(height_of(&nodes[0], reader).await, 2);
+    assert_eq!(height_of(&nodes[follower], reader).await, 2);
 
     // The peer fetches from the first orderer it lists.
-    let stopped = &nodes[0];
+    let stopped = &nodes[follower];
     signal(stopped, "-STOP");
     let (_, envelope) = network.transaction(CHANNEL, &network.client1, "while-stopped", 0);
-    ordered_by_any(&nodes, &[1, 2], envelope).await;
+    ordered_by_any(&nodes, &[leader], envelope).await;
     peer.wait_for_height(3).await;
     signal(stopped, "-CONT");
     let log = std::fs::read_to_string(&peer.log).unwrap();
@@ -241,8 +250,8 @@ async fn a_peer_whose_orderer_stops_answering_fetches_from_another() {
 }
 
 /// A `weft peer start` process of Org1 fetching the test channel from
-/// every orderer of `nodes`, in their order, probing its connection to
-/// them as [`FAST_KEEPALIVE`] says; killed when dropped.
+/// the orderers `nodes`, in that order, probing its connection to them as
+/// [`FAST_KEEPALIVE`] says; killed when dropped.
 struct PeerProcess {
     child: Child,
     operations: SocketAddr,
@@ -250,7 +259,7 @@ struct PeerProcess {
 }
 
 impl PeerProcess {
-    fn start(network: &Network, dir: &std::path::Path, nodes: &[OrdererNode]) -> Self {
+    fn start(network: &Network, dir: &std::path::Path, nodes: &[&OrdererNode]) -> Self {
         let msp = dir.join("peer-msp");
         let identity = network.org1.identity(NodeRole::Peer);
         for (folder, file, pem) in [

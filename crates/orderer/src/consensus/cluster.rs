@@ -395,8 +395,12 @@ async fn forward_envelopes(
             let _ = requests.try_send(batch);
         }
         let call = client.forward(tokio_stream::wrappers::ReceiverStream::new(requests_out));
-        let failure = match call.await {
-            Ok(response) => {
+        // A leader that stopped answering (a stalled process) never opens
+        // the stream: its envelopes' clients hear so within the bound, not
+        // once the connection's keepalive gives up.
+        let failure = match tokio::time::timeout(FORWARD_ANSWER_MAX, call).await {
+            Err(_) => format!("the leader did not answer in {FORWARD_ANSWER_MAX:?}"),
+            Ok(Ok(response)) => {
                 relay_answers(
                     response.into_inner(),
                     &requests,
@@ -406,7 +410,7 @@ async fn forward_envelopes(
                 )
                 .await
             }
-            Err(status) => status.message().to_owned(),
+            Ok(Err(status)) => status.message().to_owned(),
         };
         tracing::debug!(leader = %endpoint, %failure, unanswered = waiting.len(), "forward stream ended");
         for done in waiting.drain(..).filter_map(|(_, done)| done) {
