@@ -158,7 +158,8 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
         .filter(|other| Some(*other) != endpoint.as_ref())
         .cloned()
         .collect();
-    let producer: FutureProducer = client_config(&settings.brokers)
+    let available = Arc::new(AtomicBool::new(false));
+    let producer: Producer = client_config(&settings.brokers)
         .set("acks", "all")
         .set("enable.idempotence", "true")
         .set("linger.ms", "1")
@@ -166,7 +167,10 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
             "message.timeout.ms",
             DELIVERY_TIMEOUT.as_millis().to_string(),
         )
-        .create()
+        .create_with_context(BrokerWatch {
+            channel: channel.clone(),
+            available: available.clone(),
+        })
         .map_err(|e| kafka_error("producer", e))?;
     let producer = Arc::new(producer);
     let key = record_key(&channel)?;
@@ -174,7 +178,6 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
         "the channel's Kafka topic is not ready yet (brokers {})",
         settings.brokers.join(",")
     )));
-    let available = Arc::new(AtomicBool::new(false));
     let publisher = tokio::spawn(
         Arc::new(Publisher {
             channel: channel.clone(),
@@ -326,9 +329,40 @@ fn resume_offset(channel: &Channel) -> Result<Offset> {
     })
 }
 
+/// The channel's producer, watching its brokers.
+type Producer = FutureProducer<BrokerWatch>;
+
+/// What the producer's client reports about the brokers: when librdkafka
+/// finds every broker down, the channel refuses envelopes at once (with
+/// SERVICE_UNAVAILABLE) until a probe record is taken again. A record
+/// that merely took too long (a broker under load) is refused on its own
+/// and changes nothing for the others.
+struct BrokerWatch {
+    channel: Arc<Channel>,
+    available: Arc<AtomicBool>,
+}
+
+impl rdkafka::ClientContext for BrokerWatch {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
+            if self.available.swap(false, Ordering::AcqRel) {
+                tracing::warn!(channel = %self.channel.id, %reason, "every Kafka broker is down; refusing envelopes until one answers again");
+                self.channel.set_unavailable(Some(format!(
+                    "the Kafka brokers cannot be reached: {reason}"
+                )));
+            }
+        } else if error.rdkafka_error_code() == Some(RDKafkaErrorCode::BrokerTransportFailure) {
+            // Each reconnection attempt to a broker that is away says so.
+            tracing::debug!(channel = %self.channel.id, %reason, "a Kafka broker connection failed");
+        } else {
+            tracing::warn!(channel = %self.channel.id, %error, %reason, "Kafka client error");
+        }
+    }
+}
+
 /// Hands `record` of channel `topic` to the producer, keyed `key`.
 fn send(
-    producer: &FutureProducer,
+    producer: &Producer,
     topic: &str,
     key: &[u8],
     record: &[u8],
@@ -373,7 +407,7 @@ fn answer(done: Done, outcome: std::result::Result<(), Refusal>) {
 /// Publishes the channel's admitted envelopes.
 struct Publisher {
     channel: Arc<Channel>,
-    producer: Arc<FutureProducer>,
+    producer: Arc<Producer>,
     mode: KafkaPayloads,
     payloads: Arc<Payloads>,
     transport: Arc<Transport>,
@@ -535,7 +569,12 @@ impl Publisher {
                 let outcome = match delivery.await {
                     Ok(Ok(_)) => Ok(()),
                     Ok(Err((error, _))) => {
-                        if available.swap(false, Ordering::AcqRel) {
+                        // Not acknowledged in time is this record's
+                        // refusal; brokers that are down are reported
+                        // apart (`BrokerWatch`).
+                        let timed_out =
+                            error.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageTimedOut);
+                        if !timed_out && available.swap(false, Ordering::AcqRel) {
                             tracing::warn!(channel = %channel.id, %error, "Kafka refused a record; refusing envelopes until the brokers answer again");
                             channel.set_unavailable(Some(format!(
                                 "the Kafka brokers do not take records: {error}"
@@ -644,7 +683,7 @@ struct Sequencer {
     payloads: Arc<Payloads>,
     transport: Arc<Transport>,
     others: Vec<String>,
-    producer: Arc<FutureProducer>,
+    producer: Arc<Producer>,
     /// The block a `TimeToCut` was published for, and when to publish it
     /// again if the block is still not cut.
     time_to_cut: Option<(u64, Instant)>,
