@@ -63,6 +63,13 @@ async fn consenters_are_added_and_removed_one_at_a_time_and_a_wiped_node_rejoins
     ordered.push(order(&network, &nodes, &[3], "four").await);
     same_chains(&nodes, &[0, 1, 2, 3], reader, &genesis, &ordered).await;
     check_recorded_ids(&nodes[3], reader, &[1, 2, 3, 4]).await;
+    // Restarted with its join block still configured, it resumes from its
+    // own chain and log.
+    nodes[3].kill();
+    nodes[3].spawn();
+    client_when_serving(&nodes[3]).await;
+    ordered.push(order(&network, &nodes, &[3], "four-again").await);
+    same_chains(&nodes, &[0, 1, 2, 3], reader, &genesis, &ordered).await;
 
     // The second node removed: it stops ordering the channel and says
     // why; the other three order on.
