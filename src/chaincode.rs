@@ -37,7 +37,11 @@ use weft_protos::lifecycle::{
 use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
 use weft_protos::protos::application_policy::Type as PolicyType;
 use weft_protos::protos::endorser_client::EndorserClient;
-use weft_protos::protos::{ApplicationPolicy, ProposalResponse, TxValidationCode};
+use weft_protos::protos::{
+    ApplicationPolicy, CollectionConfig, CollectionConfigPackage, CollectionPolicyConfig,
+    ProposalResponse, StaticCollectionConfig, TxValidationCode, collection_config,
+    collection_policy_config,
+};
 use weft_protos::tx::{Invocation, Proposal};
 
 use crate::client::{Dialer, TlsArgs, next_block, subscribe};
@@ -105,8 +109,131 @@ pub struct DeployArgs {
     /// each organisation's Admin signs its approval.
     #[arg(long)]
     crypto: PathBuf,
+    /// Private data collections of the definition, in Fabric's JSON (what
+    /// `peer lifecycle chaincode approveformyorg --collections-config`
+    /// reads): name, policy, requiredPeerCount, maxPeerCount,
+    /// blockToLive, memberOnlyRead, memberOnlyWrite, endorsementPolicy.
+    /// They are part of the definition every organisation approves; weft
+    /// peers do not serve private data yet (docs/chaincode.md).
+    #[arg(long)]
+    collections_config: Option<PathBuf>,
     #[command(flatten)]
     tls: TlsArgs,
+}
+
+/// One collection of a `--collections-config` file, as Fabric writes it.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CollectionEntry {
+    name: String,
+    /// Which organisations' peers hold the data, in Fabric's policy
+    /// language.
+    policy: String,
+    #[serde(default)]
+    required_peer_count: i32,
+    #[serde(default)]
+    max_peer_count: i32,
+    #[serde(default)]
+    block_to_live: u64,
+    #[serde(default)]
+    member_only_read: bool,
+    #[serde(default)]
+    member_only_write: bool,
+    #[serde(default)]
+    endorsement_policy: Option<CollectionEndorsement>,
+}
+
+/// A collection's own endorsement policy: a signature policy, or a
+/// reference to a channel config policy.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CollectionEndorsement {
+    #[serde(default)]
+    signature_policy: Option<String>,
+    #[serde(default)]
+    channel_config_policy: Option<String>,
+}
+
+/// The collections of a `--collections-config` file (Fabric's JSON), as
+/// the definition carries them; an error naming the file, the collection
+/// and the field for anything Fabric would refuse.
+pub(crate) fn read_collections(path: &Path) -> Result<CollectionConfigPackage> {
+    let bytes = read_file("--collections-config", path)?;
+    let at = || format!("--collections-config {}", path.display());
+    let entries: Vec<CollectionEntry> = serde_json::from_slice(&bytes).with_context(at)?;
+    let mut names = std::collections::BTreeSet::new();
+    let mut config = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let name = entry.name.clone();
+        let bad = |reason: String| anyhow!("{}: collection {name:?}: {reason}", at());
+        let valid_name = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid_name {
+            return Err(bad("name: use letters, digits, '_' and '-'".to_owned()));
+        }
+        if !names.insert(name.clone()) {
+            return Err(bad("name: defined twice".to_owned()));
+        }
+        let members = weft_policy::dsl::parse(&entry.policy)
+            .map_err(|e| bad(format!("policy {:?}: {e}", entry.policy)))?;
+        if entry.required_peer_count < 0 || entry.max_peer_count < 0 {
+            return Err(bad(
+                "requiredPeerCount and maxPeerCount must not be negative".to_owned(),
+            ));
+        }
+        if entry.required_peer_count > entry.max_peer_count {
+            return Err(bad(format!(
+                "requiredPeerCount ({}) is above maxPeerCount ({})",
+                entry.required_peer_count, entry.max_peer_count
+            )));
+        }
+        let endorsement_policy = match entry.endorsement_policy {
+            None => None,
+            Some(CollectionEndorsement {
+                signature_policy: Some(expression),
+                channel_config_policy: None,
+            }) => Some(ApplicationPolicy {
+                r#type: Some(PolicyType::SignaturePolicy(
+                    weft_policy::dsl::parse(&expression).map_err(|e| {
+                        bad(format!(
+                            "endorsementPolicy.signaturePolicy {expression:?}: {e}"
+                        ))
+                    })?,
+                )),
+            }),
+            Some(CollectionEndorsement {
+                signature_policy: None,
+                channel_config_policy: Some(reference),
+            }) => Some(ApplicationPolicy {
+                r#type: Some(PolicyType::ChannelConfigPolicyReference(reference)),
+            }),
+            Some(_) => {
+                return Err(bad(
+                    "endorsementPolicy: give exactly one of signaturePolicy and channelConfigPolicy"
+                        .to_owned(),
+                ));
+            }
+        };
+        config.push(CollectionConfig {
+            payload: Some(collection_config::Payload::StaticCollectionConfig(
+                StaticCollectionConfig {
+                    name,
+                    member_orgs_policy: Some(CollectionPolicyConfig {
+                        payload: Some(collection_policy_config::Payload::SignaturePolicy(members)),
+                    }),
+                    required_peer_count: entry.required_peer_count,
+                    maximum_peer_count: entry.max_peer_count,
+                    block_to_live: entry.block_to_live,
+                    member_only_read: entry.member_only_read,
+                    member_only_write: entry.member_only_write,
+                    endorsement_policy,
+                },
+            )),
+        });
+    }
+    Ok(CollectionConfigPackage { config })
 }
 
 impl DeployArgs {
@@ -191,6 +318,8 @@ pub(crate) struct Deployment {
     /// A serialized `ApplicationPolicy`; empty for the channel's
     /// /Channel/Application/Endorsement policy.
     pub validation_parameter: Bytes,
+    /// Private data collections of the definition (`None`: none).
+    pub collections: Option<CollectionConfigPackage>,
     pub approvers: Vec<Approver>,
     pub orderer: SocketAddr,
     pub dialer: Dialer,
@@ -237,6 +366,11 @@ pub fn deploy(args: &DeployArgs) -> Result<()> {
         version: args.version.clone(),
         sequence: args.sequence,
         validation_parameter,
+        collections: args
+            .collections_config
+            .as_deref()
+            .map(read_collections)
+            .transpose()?,
         approvers,
         orderer: args.orderer,
         dialer: args.tls.dialer()?,
@@ -285,6 +419,7 @@ impl Deployment {
                 name: self.name.clone(),
                 version: self.version.clone(),
                 validation_parameter: self.validation_parameter.clone(),
+                collections: self.collections.clone(),
                 source,
                 ..ApproveChaincodeDefinitionForMyOrgArgs::default()
             };
@@ -308,6 +443,7 @@ impl Deployment {
             name: self.name.clone(),
             version: self.version.clone(),
             validation_parameter: self.validation_parameter.clone(),
+            collections: self.collections.clone(),
             ..CommitChaincodeDefinitionArgs::default()
         };
         let first = self
@@ -452,5 +588,99 @@ impl Deployment {
             committed_in = number;
         }
         Ok(committed_in)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    fn collections(text: &str) -> Result<CollectionConfigPackage> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("collections.json");
+        std::fs::write(&path, text).unwrap();
+        read_collections(&path)
+    }
+
+    #[test]
+    fn collections_are_read_from_fabrics_json_and_checked() {
+        // Fabric's asset-transfer-private-data sample, two collections.
+        let package = collections(
+            r#"[
+              {"name": "assetCollection", "policy": "OR('Org1MSP.member', 'Org2MSP.member')",
+               "requiredPeerCount": 1, "maxPeerCount": 1, "blockToLive": 1000000,
+               "memberOnlyRead": true, "memberOnlyWrite": true},
+              {"name": "Org1MSPPrivateCollection", "policy": "OR('Org1MSP.member')",
+               "requiredPeerCount": 0, "maxPeerCount": 1, "blockToLive": 3,
+               "memberOnlyRead": true, "memberOnlyWrite": false,
+               "endorsementPolicy": {"signaturePolicy": "OR('Org1MSP.member')"}}
+            ]"#,
+        )
+        .unwrap();
+        let configs: Vec<StaticCollectionConfig> = package
+            .config
+            .into_iter()
+            .map(|config| match config.payload {
+                Some(collection_config::Payload::StaticCollectionConfig(config)) => config,
+                None => panic!("no payload"),
+            })
+            .collect();
+        assert_eq!(configs.len(), 2);
+        assert_eq!(configs[0].name, "assetCollection");
+        assert_eq!(
+            (
+                configs[0].required_peer_count,
+                configs[0].maximum_peer_count
+            ),
+            (1, 1)
+        );
+        assert!(configs[0].endorsement_policy.is_none());
+        let Some(collection_policy_config::Payload::SignaturePolicy(members)) = configs[1]
+            .member_orgs_policy
+            .clone()
+            .and_then(|policy| policy.payload)
+        else {
+            panic!("no member policy")
+        };
+        assert_eq!(
+            weft_policy::dsl::print(&members).unwrap(),
+            "OR('Org1MSP.member')"
+        );
+        assert_eq!(configs[1].block_to_live, 3);
+        assert!(!configs[1].member_only_write);
+        assert!(configs[1].endorsement_policy.is_some());
+
+        for (text, expected) in [
+            (
+                r#"[{"name": "a", "policy": "OR('Org1MSP.member')"}, {"name": "a", "policy": "OR('Org1MSP.member')"}]"#,
+                "defined twice",
+            ),
+            (
+                r#"[{"name": "a b", "policy": "OR('Org1MSP.member')"}]"#,
+                "name: use letters",
+            ),
+            (
+                r#"[{"name": "a", "policy": "ANY('Org1MSP.member'"}]"#,
+                "policy",
+            ),
+            (
+                r#"[{"name": "a", "policy": "OR('Org1MSP.member')", "requiredPeerCount": 2, "maxPeerCount": 1}]"#,
+                "requiredPeerCount (2) is above maxPeerCount (1)",
+            ),
+            (
+                r#"[{"name": "a", "policy": "OR('Org1MSP.member')", "endorsementPolicy": {}}]"#,
+                "exactly one of",
+            ),
+            (
+                r#"[{"name": "a", "policy": "OR('Org1MSP.member')", "colour": "blue"}]"#,
+                "unknown field `colour`",
+            ),
+        ] {
+            let error = format!("{:#}", collections(text).unwrap_err());
+            assert!(error.contains(expected), "{expected:?} not in {error}");
+            assert!(error.contains("--collections-config"), "{error}");
+        }
     }
 }

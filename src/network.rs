@@ -814,6 +814,7 @@ impl Network {
                     version: "1.0".to_owned(),
                     sequence: 1,
                     validation_parameter: validation_parameter.clone(),
+                    collections: None,
                     approvers,
                     orderer,
                     dialer: dialer.clone(),

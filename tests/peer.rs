@@ -831,10 +831,23 @@ async fn weft_chaincode_deploy_agrees_a_definition_whose_policy_every_peer_enfor
         [TxValidationCode::EndorsementPolicyFailure]
     );
 
+    // A private data collection in Fabric's JSON, carried by the
+    // definition.
+    let collections = dir.path().join("collections.json");
+    std::fs::write(
+        &collections,
+        r#"[{"name": "assetCollection", "policy": "OR('Org1MSP.member','Org2MSP.member')",
+            "requiredPeerCount": 0, "maxPeerCount": 1, "blockToLive": 1000000,
+            "memberOnlyRead": true, "memberOnlyWrite": true,
+            "endorsementPolicy": {"signaturePolicy": "OR('Org1MSP.peer')"}}]"#,
+    )
+    .unwrap();
     let deploy = |sequence: &str| {
         chaincode_deploy(&network, orderer.grpc, [org1.grpc, org2.grpc])
             .args(["--name", "kv", "--sequence", sequence])
             .args(["--policy", "OR('Org1MSP.peer')"])
+            .arg("--collections-config")
+            .arg(&collections)
             .output()
             .unwrap()
     };
@@ -900,6 +913,25 @@ async fn weft_chaincode_deploy_agrees_a_definition_whose_policy_every_peer_enfor
         (definition.sequence, definition.version.as_str()),
         (1, "1.0")
     );
+    let collection = match definition
+        .collections
+        .and_then(|package| package.config.into_iter().next())
+        .and_then(|config| config.payload)
+    {
+        Some(weft_protos::protos::collection_config::Payload::StaticCollectionConfig(c)) => c,
+        None => panic!("the definition carries no collection"),
+    };
+    assert_eq!(collection.name, "assetCollection");
+    assert_eq!(
+        (
+            collection.maximum_peer_count,
+            collection.block_to_live,
+            collection.member_only_read,
+            collection.member_only_write
+        ),
+        (1, 1_000_000, true, true)
+    );
+    assert!(collection.member_orgs_policy.is_some() && collection.endorsement_policy.is_some());
     let output = deploy("1");
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
