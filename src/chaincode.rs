@@ -34,7 +34,6 @@ use weft_protos::lifecycle::{
     ApproveChaincodeDefinitionForMyOrgArgs, ChaincodeSource, CommitChaincodeDefinitionArgs,
     InstallChaincodeArgs, InstallChaincodeResult, chaincode_source,
 };
-use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
 use weft_protos::protos::application_policy::Type as PolicyType;
 use weft_protos::protos::endorser_client::EndorserClient;
 use weft_protos::protos::{
@@ -44,7 +43,7 @@ use weft_protos::protos::{
 };
 use weft_protos::tx::{Invocation, Proposal};
 
-use crate::client::{Dialer, TlsArgs, next_block, subscribe};
+use crate::client::{Dialer, TlsArgs, broadcast_one, next_block, subscribe};
 use crate::settings::read_file;
 
 /// How long a peer may take to commit a lifecycle transaction.
@@ -547,15 +546,7 @@ impl Deployment {
             responses.push(response);
         }
         let envelope: Envelope = proposal.transaction(&responses, signer)?;
-        let mut answers = AtomicBroadcastClient::new(self.dialer.connect(self.orderer).await?)
-            .broadcast(tokio_stream::iter([envelope]))
-            .await
-            .context("the orderer refused the Broadcast stream")?
-            .into_inner();
-        let answer = answers
-            .message()
-            .await?
-            .ok_or_else(|| anyhow!("the orderer closed the stream without answering"))?;
+        let answer = broadcast_one(&self.dialer, self.orderer, envelope).await?;
         if answer.status != Status::Success as i32 {
             bail!("the orderer answered {}: {}", answer.status, answer.info);
         }

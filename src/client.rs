@@ -131,15 +131,7 @@ pub(crate) async fn fetch_block(
         behavior: SeekBehavior::FailIfNotReady as i32,
         ..SeekInfo::default()
     };
-    let request = weft_protos::tx::signed_envelope_bound(
-        HeaderType::DeliverSeekInfo,
-        channel,
-        seek.encode_to_vec().into(),
-        reader,
-        reader.new_nonce()?,
-        weft_msp::now(),
-        dialer.tls_cert_hash.clone(),
-    )?;
+    let request = signed_seek(dialer, channel, reader, &seek)?;
     let mut blocks = AtomicBroadcastClient::new(dialer.connect(orderer).await?)
         .max_decoding_message_size(BLOCK_BYTES_MAX)
         .deliver(tokio_stream::iter([request]))
@@ -163,6 +155,25 @@ pub(crate) async fn fetch_block(
         ),
         None => bail!("the orderer sent an empty Deliver response"),
     }
+}
+
+/// The answer of `orderer` to `envelope`, sent on a Broadcast stream of
+/// its own.
+pub(crate) async fn broadcast_one(
+    dialer: &Dialer,
+    orderer: SocketAddr,
+    envelope: weft_protos::common::Envelope,
+) -> Result<weft_protos::orderer::BroadcastResponse> {
+    let mut answers = AtomicBroadcastClient::new(dialer.connect(orderer).await?)
+        .broadcast(tokio_stream::iter([envelope]))
+        .await
+        .context("the orderer refused the Broadcast stream")?
+        .into_inner();
+    answers
+        .message()
+        .await
+        .context("the orderer's Broadcast stream failed")?
+        .ok_or_else(|| anyhow!("the orderer closed the stream without answering"))
 }
 
 /// The peer's filtered blocks from the newest on.
@@ -233,6 +244,17 @@ fn seek_from_newest(
         content_type: content_type as i32,
         ..SeekInfo::default()
     };
+    signed_seek(dialer, channel, client, &seek)
+}
+
+/// `seek` as a Deliver request signed by `client`, bound to the dialer's
+/// client TLS certificate.
+fn signed_seek(
+    dialer: &Dialer,
+    channel: &str,
+    client: &Signer,
+    seek: &SeekInfo,
+) -> Result<weft_protos::common::Envelope> {
     Ok(weft_protos::tx::signed_envelope_bound(
         HeaderType::DeliverSeekInfo,
         channel,

@@ -348,18 +348,10 @@ async fn streams_past_the_configured_limits_are_refused_and_silent_ones_ended() 
     // ended instead of holding its place.
     let network = Network::new();
     let data = tempfile::tempdir().unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let mut config = node_config(data.path());
     config.limits.broadcast_streams = 1;
     config.limits.deliver_streams = 1;
-    let orderer = Orderer::start(
-        config,
-        network.orderer.clone_signer(),
-        vec![network.genesis.clone()],
-        listener,
-    )
-    .await
-    .unwrap();
+    let orderer = start_with(&network, config, vec![network.genesis.clone()]).await;
     let (keep_open, requests) = tokio::sync::mpsc::channel::<Envelope>(1);
     let (tx_id, envelope) = network.transaction(CHANNEL, &network.client1, "first", 0);
     keep_open.send(envelope).await.unwrap();
@@ -1480,28 +1472,43 @@ fn orderer_processes(
     ports
         .iter()
         .enumerate()
-        .map(|(index, (grpc, cluster))| {
-            let config = dir.join(format!("orderer{index}.yaml"));
-            std::fs::write(
-                &config,
-                format!(
-                    "orderer:\n  id: orderer{index}\n  listenAddress: 127.0.0.1:{grpc}\n  \
-                     localMspId: OrdererMSP\n  mspConfigPath: msp\n  fileSystemPath: data{index}\n\
-                     channels:\n  - genesisBlock: orders.block\n\
-                     consensus:\n  type: channel\n\
-                     cluster:\n  listenAddress: 127.0.0.1:{cluster}\n"
-                ),
-            )
-            .unwrap();
-            OrdererNode {
-                config,
-                grpc: format!("127.0.0.1:{grpc}"),
-                process: None,
-                log: Arc::default(),
-                ready: Arc::default(),
-            }
+        .map(|(index, ports)| {
+            let name = format!("orderer{index}");
+            orderer_node(dir, &name, &format!("data{index}"), "orders.block", *ports)
         })
         .collect()
+}
+
+/// An orderer process (not started) named `name`, its config written in
+/// `dir` (`<name>.yaml`, beside the `msp` folder), keeping its data in
+/// `dir/<data>`, bootstrapping the channel from `dir/<block>`, serving on
+/// `grpc` (Broadcast and Deliver) and `cluster`.
+fn orderer_node(
+    dir: &std::path::Path,
+    name: &str,
+    data: &str,
+    block: &str,
+    (grpc, cluster): (u16, u16),
+) -> OrdererNode {
+    let config = dir.join(format!("{name}.yaml"));
+    std::fs::write(
+        &config,
+        format!(
+            "orderer:\n  id: {name}\n  listenAddress: 127.0.0.1:{grpc}\n  \
+             localMspId: OrdererMSP\n  mspConfigPath: msp\n  fileSystemPath: {data}\n\
+             channels:\n  - genesisBlock: {block}\n\
+             consensus:\n  type: channel\n\
+             cluster:\n  listenAddress: 127.0.0.1:{cluster}\n"
+        ),
+    )
+    .unwrap();
+    OrdererNode {
+        config,
+        grpc: format!("127.0.0.1:{grpc}"),
+        process: None,
+        log: Arc::default(),
+        ready: Arc::default(),
+    }
 }
 
 async fn wait_for_leader(nodes: &[OrdererNode], alive: &[usize], after_term: u64) -> (usize, u64) {
@@ -2334,15 +2341,15 @@ fn node_config(dir: &std::path::Path) -> NodeConfig {
 }
 
 async fn start(network: &Network, dir: &std::path::Path, genesis: Vec<Block>) -> Orderer {
+    start_with(network, node_config(dir), genesis).await
+}
+
+/// An orderer of `network` with `config`, on a free loopback port.
+async fn start_with(network: &Network, config: NodeConfig, genesis: Vec<Block>) -> Orderer {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    Orderer::start(
-        node_config(dir),
-        network.orderer.clone_signer(),
-        genesis,
-        listener,
-    )
-    .await
-    .unwrap()
+    Orderer::start(config, network.orderer.clone_signer(), genesis, listener)
+        .await
+        .unwrap()
 }
 
 /// A connection to `orderer`'s gRPC endpoint.

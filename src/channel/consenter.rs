@@ -23,9 +23,8 @@ use weft_msp::Signer;
 use weft_protos::common::{Block, Config, ConfigGroup, ConfigUpdate, Status};
 use weft_protos::etcdraft::{ConfigMetadata, Consenter};
 use weft_protos::orderer::ConsensusType;
-use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
 
-use crate::client::{Dialer, TlsArgs, fetch_block};
+use crate::client::{Dialer, TlsArgs, broadcast_one, fetch_block};
 use crate::settings::read_file;
 
 /// How long the config block may take to appear after SUCCESS.
@@ -163,16 +162,7 @@ async fn change_consenters(
         },
         weft_msp::now(),
     )?;
-    let mut answers = AtomicBroadcastClient::new(dialer.connect(args.orderer).await?)
-        .broadcast(tokio_stream::iter([envelope]))
-        .await
-        .context("the orderer refused the Broadcast stream")?
-        .into_inner();
-    let answer = answers
-        .message()
-        .await
-        .context("the orderer's Broadcast stream failed")?
-        .ok_or_else(|| anyhow!("the orderer closed the stream without answering"))?;
+    let answer = broadcast_one(dialer, args.orderer, envelope).await?;
     if answer.status != Status::Success as i32 {
         let status = Status::try_from(answer.status).map_or_else(
             |_| answer.status.to_string(),

@@ -52,14 +52,6 @@ async fn a_txid_is_published_only_once_two_orderers_hold_its_envelope_on_disk() 
     // The other orderer stalls, so the first cannot hand envelopes over:
     // it refuses one after waiting, and is killed while it waits for the
     // next. No SUCCESS, no ID published.
-    let signal = |node: &OrdererNode, signal: &str| {
-        let pid = node.process.as_ref().unwrap().id().to_string();
-        let status = std::process::Command::new("kill")
-            .args([signal, &pid])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    };
     signal(&nodes[1], "-STOP");
     let (refused, envelope) = transactor.transaction("refused");
     let refusal = nodes[0].broadcast_one(envelope).await;

@@ -37,17 +37,9 @@ async fn keepalive_closes_a_connection_that_stops_answering_and_keeps_a_live_one
     // long it waits, and its Deliver stream still gets the next block.
     let network = Network::new();
     let data = tempfile::tempdir().unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let mut config = node_config(data.path());
     config.limits.keepalive = FAST_KEEPALIVE;
-    let orderer = Orderer::start(
-        config,
-        network.orderer.clone_signer(),
-        vec![network.genesis.clone()],
-        listener,
-    )
-    .await
-    .unwrap();
+    let orderer = start_with(&network, config, vec![network.genesis.clone()]).await;
 
     // A live client waits for block 1 on a Deliver stream.
     let seek = seek_envelope(
@@ -126,17 +118,9 @@ async fn a_broadcast_stream_that_sends_nothing_for_too_long_is_ended() {
     // than the limit in all, stays open.
     let network = Network::new();
     let data = tempfile::tempdir().unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let mut config = node_config(data.path());
     config.limits.broadcast_idle_max = Some(Duration::from_secs(2));
-    let orderer = Orderer::start(
-        config,
-        network.orderer.clone_signer(),
-        vec![network.genesis.clone()],
-        listener,
-    )
-    .await
-    .unwrap();
+    let orderer = start_with(&network, config, vec![network.genesis.clone()]).await;
 
     // Opened, never used.
     let mut unused = connect(&orderer)

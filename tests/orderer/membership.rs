@@ -279,30 +279,12 @@ fn consenters_update(current: &Config, change: impl FnOnce(&mut Vec<Consenter>))
 fn joining_node(
     dir: &std::path::Path,
     name: &str,
-    (grpc, cluster): (u16, u16),
+    ports: (u16, u16),
     join_block: &Block,
 ) -> OrdererNode {
-    let block = dir.join(format!("{name}.block"));
-    std::fs::write(&block, join_block.encode_to_vec()).unwrap();
-    let config = dir.join(format!("{name}.yaml"));
-    std::fs::write(
-        &config,
-        format!(
-            "orderer:\n  id: {name}\n  listenAddress: 127.0.0.1:{grpc}\n  \
-             localMspId: OrdererMSP\n  mspConfigPath: msp\n  fileSystemPath: {name}\n\
-             channels:\n  - genesisBlock: {name}.block\n\
-             consensus:\n  type: channel\n\
-             cluster:\n  listenAddress: 127.0.0.1:{cluster}\n"
-        ),
-    )
-    .unwrap();
-    OrdererNode {
-        config,
-        grpc: format!("127.0.0.1:{grpc}"),
-        process: None,
-        log: Arc::default(),
-        ready: Arc::default(),
-    }
+    let block = format!("{name}.block");
+    std::fs::write(dir.join(&block), join_block.encode_to_vec()).unwrap();
+    orderer_node(dir, name, name, &block, ports)
 }
 
 /// Waits until the nodes `which` have the same chain, holding each of

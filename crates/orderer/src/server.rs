@@ -788,7 +788,7 @@ fn raft_parts(
     let named = metadata
         .consenters
         .iter()
-        .any(|consenter| format!("{}:{}", consenter.host, consenter.port) == cluster.endpoint);
+        .any(|consenter| raft::endpoint_of(consenter) == cluster.endpoint);
     if !named {
         return Ok(RaftRole::NotAConsenter(format!(
             "this node's cluster endpoint {} is not among the channel's consenters as of config \

@@ -196,7 +196,7 @@ impl Members {
 }
 
 /// A consenter's cluster endpoint, `host:port`.
-fn endpoint_of(consenter: &etcdraft::Consenter) -> String {
+pub(crate) fn endpoint_of(consenter: &etcdraft::Consenter) -> String {
     format!("{}:{}", consenter.host, consenter.port)
 }
 
