@@ -29,13 +29,18 @@ use weft_peer_committer::{
     BlockSource, ChannelCommitter, ChannelHandle, Channels, CommitterMetrics, DeclaredIndexes,
     DeliverService, Intake, IntakeConfig,
 };
+use weft_peer_endorser::dissemination::{
+    DisseminationConfig, Disseminator, PUSH_ACK_TIMEOUT, PrivateDataService,
+};
 use weft_peer_endorser::package::InstalledPackages;
 use weft_peer_endorser::{
     Chaincode, ChannelView, Endorser, EndorserMetrics, EndorserService, ExternalChaincode,
-    ExternalConfig, GatewayConfig, GatewayService, JoinedChannel, Lifecycle, builtin,
+    ExternalConfig, GatewayConfig, GatewayService, JoinedChannel, Lifecycle, PrivateWrites,
+    builtin,
 };
 use weft_protos::common::Block;
 use weft_protos::gateway::gateway_server::GatewayServer;
+use weft_protos::privatedata::private_data_server::PrivateDataServer;
 use weft_protos::protos::deliver_server::DeliverServer;
 use weft_protos::protos::endorser_server::EndorserServer;
 use weft_protos::serve::{CallLimits, ConnectionLimits, REQUEST_START_MAX};
@@ -147,10 +152,31 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
                 tokio::runtime::Handle::current(),
             ),
     );
+    let disseminator = Arc::new(Disseminator::new(
+        DisseminationConfig {
+            local_msp_id: config.peer.local_msp_id.clone(),
+            peers: config
+                .gateway
+                .peers
+                .iter()
+                .map(|peer| (peer.msp_id.clone(), peer.address.clone()))
+                .collect(),
+            tls: config.tls.as_ref().map(|tls| tls.client.clone()),
+            keepalive: config.peer.keepalive.client.keepalive(),
+            dial_timeout: config.gateway.dial_timeout.0,
+            ack_timeout: PUSH_ACK_TIMEOUT,
+        },
+        signer.clone(),
+    ));
     let mut intakes = Vec::new();
     for channel in &config.channels {
         let mut committer = open_channel(&config, &channel.genesis_block)?
             .with_declared_indexes(declared_indexes.clone());
+        // A replica applies blocks its validating peers committed, without
+        // their private data (docs/chaincode.md, "Private data").
+        if config.committer.block_source == BlockSourceMode::Orderers {
+            committer = committer.keeping_private_data_of(config.peer.local_msp_id.clone());
+        }
         if config.committer.recognise_own_endorsements {
             committer.recognise_own_signatures(endorsement_signer.memory().clone());
         }
@@ -162,6 +188,9 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
             Arc::new(CommittedChannel {
                 handle: committer.handle(),
                 commit_status: config.gateway.commit_status,
+                local_msp_id: config.peer.local_msp_id.clone(),
+                disseminator: disseminator.clone(),
+                runtime: tokio::runtime::Handle::current(),
             }),
         );
         let intake = Intake::start(
@@ -227,6 +256,11 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
             )
             .add_service(
                 GatewayServer::new(GatewayService::new(endorser.clone(), gateway_config))
+                    .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                    .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            )
+            .add_service(
+                PrivateDataServer::new(PrivateDataService::new(endorser.clone()))
                     .max_decoding_message_size(MESSAGE_BYTES_MAX)
                     .max_encoding_message_size(MESSAGE_BYTES_MAX),
             )
@@ -307,6 +341,11 @@ async fn stopped(mut shutdown: watch::Receiver<bool>) {
 struct CommittedChannel {
     handle: ChannelHandle,
     commit_status: CommitStatusMode,
+    /// This peer's organisation.
+    local_msp_id: String,
+    /// Hands endorsed private data to other members' peers.
+    disseminator: Arc<Disseminator>,
+    runtime: tokio::runtime::Handle,
 }
 
 impl ChannelView for CommittedChannel {
@@ -323,6 +362,11 @@ impl ChannelView for CommittedChannel {
     fn is_admin(&self, creator: &Bytes, msp_id: &str) -> bool {
         let context = self.handle.context.read().clone();
         context.is_admin(creator, msp_id, weft_msp::now())
+    }
+
+    fn creator_satisfies(&self, creator: &Bytes, policy: &weft_policy::SignaturePolicy) -> bool {
+        let context = self.handle.context.read().clone();
+        context.creator_satisfies(creator, policy, weft_msp::now())
     }
 }
 
@@ -357,6 +401,33 @@ impl JoinedChannel for CommittedChannel {
             CommitStatusMode::Durable => self.handle.committed.clone(),
             CommitStatusMode::Applied => self.handle.applied.clone(),
         }
+    }
+
+    fn keep_private_writes(
+        &self,
+        tx_id: &str,
+        writes: &PrivateWrites,
+    ) -> std::result::Result<(), String> {
+        writes.keep_in(tx_id, &self.handle.ledger)?;
+        let plan = self.disseminator.plan(writes)?;
+        if plan.sends.is_empty() {
+            return Ok(());
+        }
+        // Endorsements that write private data run on the blocking pool
+        // (external chaincodes), or else on a worker of this multi-thread
+        // runtime, which `block_in_place` hands its other tasks over from.
+        let channel_id = self.handle.context.read().channel_id.clone();
+        tokio::task::block_in_place(|| {
+            self.runtime.block_on(
+                self.disseminator
+                    .disseminate(&channel_id, tx_id, writes, &plan),
+            )
+        })
+    }
+
+    fn keeps_collection(&self, namespace: &str, collection: &str) -> bool {
+        let context = self.handle.context.read().clone();
+        context.keeps_collection(namespace, collection, &self.local_msp_id)
     }
 }
 

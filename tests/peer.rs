@@ -501,6 +501,175 @@ async fn a_chaincode_written_with_fabric_shim_serves_proposals_as_a_service() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_read() {
+    // Goal: private data as Fabric's asset-transfer-private-data sample
+    // uses it, through Fabric's Gateway client and contract API. Org1's
+    // user creates assets from transient data; the shared collection's
+    // values reach Org2's peer (pushed at endorsement, committed with the
+    // block) while Org1's own collections stay on Org1's peer, every peer
+    // holds the hashes, and Fabric's access checks and messages hold.
+    let dir = tempfile::tempdir().unwrap();
+    let mut network = Network::create(dir.path());
+    let chaincode = ShimChaincode::contract(&network.dir, "secrets");
+    network.external_chaincodes = vec![("secrets".to_owned(), chaincode.address)];
+    let orderer = network.start_solo_orderer();
+    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
+    let org1 = network.start_org_peer(
+        "org1",
+        &dir.path().join("org1"),
+        &[orderer.grpc],
+        &[("Org2MSP", org2.grpc)],
+    );
+    let collections = dir.path().join("collections.json");
+    std::fs::write(
+        &collections,
+        r#"[{"name": "assetCollection", "policy": "OR('Org1MSP.member','Org2MSP.member')",
+             "requiredPeerCount": 1, "maxPeerCount": 1, "blockToLive": 1000000,
+             "memberOnlyRead": true, "memberOnlyWrite": true},
+            {"name": "Org1MSPPrivateCollection", "policy": "OR('Org1MSP.member')",
+             "requiredPeerCount": 0, "maxPeerCount": 1, "blockToLive": 3,
+             "memberOnlyRead": true, "memberOnlyWrite": false,
+             "endorsementPolicy": {"signaturePolicy": "OR('Org1MSP.member')"}},
+            {"name": "org1Notes", "policy": "OR('Org1MSP.member')",
+             "requiredPeerCount": 0, "maxPeerCount": 0, "blockToLive": 0,
+             "memberOnlyRead": false, "memberOnlyWrite": false}]"#,
+    )
+    .unwrap();
+    let output = chaincode_deploy(&network, orderer.grpc, [org1.grpc, org2.grpc])
+        .args(["--name", "secrets", "--sequence", "1"])
+        .args(["--policy", "OR('Org1MSP.peer','Org2MSP.peer')"])
+        .arg("--collections-config")
+        .arg(&collections)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let creator = gateway_client_as(
+        &network,
+        "org1",
+        "secrets.js",
+        org1.grpc,
+        CHANNEL,
+        &[("SECRETS_AS", "creator")],
+    );
+    let ok = |seen: &serde_json::Value, what: &str| -> serde_json::Value {
+        let text = seen[what]["ok"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{what}: {seen}"));
+        serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_owned()))
+    };
+    let error = |seen: &serde_json::Value, what: &str| -> String {
+        seen[what]["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{what} did not fail: {seen}"))
+            .to_owned()
+    };
+    for created in ["created_s1", "created_s2"] {
+        assert_eq!(creator[created]["valid"], true, "{creator}");
+    }
+    let asset = serde_json::json!({"id": "s1", "color": "blue", "size": 5, "owner": "Org1MSP"});
+    assert_eq!(ok(&creator, "asset"), asset, "{creator}");
+    assert_eq!(
+        ok(&creator, "appraisal"),
+        serde_json::json!({"id": "s1", "appraisedValue": 300})
+    );
+    assert_eq!(ok(&creator, "verified"), true, "the hash is the value's");
+    assert_eq!(ok(&creator, "ids"), serde_json::json!(["s1", "s2"]));
+    assert_eq!(creator["deleted"], true, "{creator}");
+    assert!(
+        error(&creator, "afterDelete").contains("s2 does not exist in assetCollection"),
+        "{creator}"
+    );
+    assert_eq!(ok(&creator, "idsAfterDelete"), serde_json::json!(["s1"]));
+    assert!(
+        error(&creator, "undeclared").contains(&format!(
+            "collection {CHANNEL}/secrets/nope could not be found"
+        )),
+        "{creator}"
+    );
+    assert!(
+        error(&creator, "undeclaredHash").contains(
+            "collection [nope] not defined in the collection config for chaincode [secrets]"
+        ),
+        "{creator}"
+    );
+    assert_eq!(ok(&creator, "note"), "for org1 only");
+
+    // Org2's peer got the shared collection and only its hashes of
+    // Org1's: its user may read the first, is refused the appraisal
+    // (member only) and finds no value behind the note's hash.
+    let other = gateway_client_as(
+        &network,
+        "org2",
+        "secrets.js",
+        org2.grpc,
+        CHANNEL,
+        &[("SECRETS_AS", "other")],
+    );
+    assert_eq!(ok(&other, "asset"), asset, "{other}");
+    assert!(
+        error(&other, "appraisal").contains(
+            "tx creator does not have read access permission on privatedata in \
+             chaincodeName:secrets collectionName: Org1MSPPrivateCollection"
+        ),
+        "{other}"
+    );
+    assert_eq!(
+        other["appraisalHash"], creator["appraisalHash"],
+        "every peer holds the hashes"
+    );
+    assert!(
+        error(&other, "note").contains(
+            "private data matching public hash version is not available. Public hash version = \
+             {BlockNum: "
+        ) && error(&other, "note").contains("Private data version = <nil>"),
+        "{other}"
+    );
+    assert!(
+        error(&other, "afterDelete").contains("s2 does not exist"),
+        "{other}"
+    );
+
+    // Both peers agree on the chain.
+    let created = creator["created_s1"]["block"].as_u64().unwrap();
+    let last = created + 3;
+    let org1_codes = committed_codes(org1.grpc, &network.client, last).await;
+    let org2_codes = committed_codes(org2.grpc, &network.client, last).await;
+    assert_eq!(org1_codes, org2_codes);
+    assert!(
+        org1_codes
+            .iter()
+            .all(|code| *code == TxValidationCode::Valid)
+    );
+
+    // The appraisal's collection keeps values for 3 blocks: once block
+    // created + 4 commits, its value and hash are gone; the shared
+    // collection's stay.
+    let tick = network.put("tick", None, &[&network.org1_peer]);
+    assert_eq!(broadcast(orderer.grpc, &[tick]).await, [Status::Success]);
+    committed_codes(org1.grpc, &network.client, created + 4).await;
+    let expired = gateway_client_as(
+        &network,
+        "org1",
+        "secrets.js",
+        org1.grpc,
+        CHANNEL,
+        &[("SECRETS_AS", "expired")],
+    );
+    assert_eq!(ok(&expired, "asset"), asset, "{expired}");
+    assert!(
+        error(&expired, "appraisal").contains("s1 does not exist in Org1MSPPrivateCollection"),
+        "{expired}"
+    );
+    assert_eq!(expired["appraisalHash"]["ok"], "", "{expired}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fabric_contract_uses_keys_pages_history_json_queries_and_calls_through_the_gateway() {
     // Goal: a Fabric contract (fabric-contract-api, run by Fabric's own
     // `fabric-chaincode-node server`) that indexes its assets under
@@ -1867,17 +2036,32 @@ fn gateway_client(
     peer: SocketAddr,
     channel: &str,
 ) -> serde_json::Value {
-    let user = network
-        .dir
-        .join("crypto/peerOrganizations/org1.example.com/users/User1@org1.example.com/msp");
+    gateway_client_as(network, "org1", script, peer, channel, &[])
+}
+
+/// [`gateway_client`] as User1 of organisation `org` (`org1`, `org2`),
+/// with `env` in the script's environment.
+fn gateway_client_as(
+    network: &Network,
+    org: &str,
+    script: &str,
+    peer: SocketAddr,
+    channel: &str,
+    env: &[(&str, &str)],
+) -> serde_json::Value {
+    let user = network.dir.join(format!(
+        "crypto/peerOrganizations/{org}.example.com/users/User1@{org}.example.com/msp"
+    ));
+    let msp_id = format!("O{}MSP", &org[1..]);
     let stdout = node::stdout_of(
         node::node()
             .arg(script)
             .arg(peer.to_string())
-            .arg("Org1MSP")
-            .arg(user.join("signcerts/User1@org1.example.com-cert.pem"))
+            .arg(msp_id)
+            .arg(user.join(format!("signcerts/User1@{org}.example.com-cert.pem")))
             .arg(user.join("keystore/priv_sk"))
-            .arg(channel),
+            .arg(channel)
+            .envs(env.iter().copied()),
     );
     serde_json::from_str(stdout.trim()).unwrap()
 }

@@ -7,7 +7,8 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use weft_ledger::{BlockStore, StoreConfig};
 use weft_msp::UnixTime;
-use weft_peer_endorser::{ChannelView, Endorser, JoinedChannel};
+use weft_peer_endorser::{ChannelView, Endorser, JoinedChannel, PrivateWrites};
+use weft_policy::SignaturePolicy;
 use weft_statedb::VersionedState;
 use weft_statedb::memory::{MemoryOptions, MemoryState};
 
@@ -28,6 +29,10 @@ impl ChannelView for FuzzChannel {
 
     fn is_admin(&self, creator: &Bytes, msp_id: &str) -> bool {
         context().is_admin(creator, msp_id, crate::NOW)
+    }
+
+    fn creator_satisfies(&self, creator: &Bytes, policy: &SignaturePolicy) -> bool {
+        context().creator_satisfies(creator, policy, crate::NOW)
     }
 }
 
@@ -57,6 +62,14 @@ impl JoinedChannel for FuzzChannel {
 
     fn committed_height(&self) -> tokio::sync::watch::Receiver<u64> {
         self.committed.subscribe()
+    }
+
+    fn keep_private_writes(&self, tx_id: &str, writes: &PrivateWrites) -> Result<(), String> {
+        writes.keep_in(tx_id, &self.blocks)
+    }
+
+    fn keeps_collection(&self, namespace: &str, collection: &str) -> bool {
+        context().keeps_collection(namespace, collection, peer0().msp_id())
     }
 }
 

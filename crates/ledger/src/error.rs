@@ -129,6 +129,13 @@ pub enum Error {
         source: rocksdb::Error,
     },
 
+    /// Reading or writing private data (transient or committed) failed.
+    #[error("private data store: {source}")]
+    PrivateData {
+        #[source]
+        source: rocksdb::Error,
+    },
+
     #[error("block store at {}: tail record is corrupt: {reason}", path.display())]
     CorruptTail { path: PathBuf, reason: String },
 

@@ -11,6 +11,9 @@
 //! [`BlockStore::tx_validation_code`], [`BlockStore::contains_tx_id`]) and
 //! in order ([`BlockStore::blocks_from`]), and a key's committed writes,
 //! newest first, when the history index is on ([`BlockStore::history`]);
+//! private data: what a transaction's endorsement leaves until its block
+//! commits ([`BlockStore::keep_transient`]) and what each block committed
+//! ([`BlockStore::private_data`]), kept in step with the chain;
 //! [`BlockStore::subscribe`] watches
 //! the height for Deliver's BLOCK_UNTIL_READY. [`seek`] is the pure part of
 //! Fabric's Deliver request semantics, shared by both Deliver services.
@@ -48,6 +51,7 @@ pub mod deliver;
 mod error;
 mod history;
 mod keys;
+mod private;
 pub mod seek;
 mod store;
 
@@ -55,8 +59,9 @@ pub use config::{Durability, StoreConfig};
 pub use error::{Error, Result, SeekError};
 pub use history::{HistoryWrites, history_writes};
 pub use keys::TxLocation;
+pub use private::TRANSIENT_RETENTION_BLOCKS;
 pub use seek::{SeekRange, SeekStep, resolve_seek};
-pub use store::{BlockStore, Blocks};
+pub use store::{BlockPrivateData, BlockStore, Blocks};
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -38,6 +38,10 @@ use crate::keys::{
     CF_BLOCKS, CF_TX_IDS, TAIL_KEY, TailRecord, TxLocation, block_key, decode_block_key,
     decode_tail, decode_tx_location, encode_tail, encode_tx_location,
 };
+use crate::private::{
+    CF_PRIVATE, CF_TRANSIENT, TRANSIENT_RETENTION_BLOCKS, by_height_key, by_height_start,
+    encode_entry, entry_writes, private_key, tx_id_of_by_height, tx_index_of,
+};
 
 /// A channel's blocks in RocksDB, with the TxID index, the tail record and
 /// the durability policy. Shared between threads by reference (`&self`
@@ -99,6 +103,16 @@ struct FlushState {
     /// When the oldest not-yet-synced block was appended.
     first_pending_at: Option<Instant>,
     shutdown: bool,
+}
+
+/// What a block commits of private data, stored with it (see `private.rs`).
+#[derive(Debug, Clone, Default)]
+pub struct BlockPrivateData {
+    /// The private writes each transaction committed on this peer:
+    /// (transaction index, serialized writes).
+    pub committed: Vec<(u64, Bytes)>,
+    /// The block's TxIDs whose transient entries are no longer needed.
+    pub settled: Vec<String>,
 }
 
 impl BlockStore {
@@ -180,17 +194,20 @@ impl BlockStore {
     /// tail record. When this returns, the block survives a process crash;
     /// whether it survives a machine crash depends on [`Durability`].
     pub fn append(&self, block: &Block) -> Result<()> {
-        self.append_as(block, self.shared.durability, None)
+        self.append_as(block, self.shared.durability, None, None)
     }
 
     /// [`BlockStore::append`], or with `unsynced` [`BlockStore::append_unsynced`],
     /// of a block whose caller has decoded it already: `writes` gives its
     /// history writes ([`crate::history_writes`]), so that the store does
     /// not decode the block again; called only if the store keeps history.
+    /// `private` is what the block committed of private data, written in
+    /// the same batch, and the transient entries it settles.
     pub fn append_with_history(
         &self,
         block: &Block,
         writes: impl FnOnce() -> HistoryWrites,
+        private: &BlockPrivateData,
         unsynced: bool,
     ) -> Result<()> {
         let durability = if unsynced {
@@ -199,7 +216,7 @@ impl BlockStore {
             self.shared.durability
         };
         let writes = self.shared.history.then(writes);
-        self.append_as(block, durability, writes)
+        self.append_as(block, durability, writes, Some(private))
     }
 
     /// [`BlockStore::append`], but never synced, whatever the store's
@@ -208,7 +225,7 @@ impl BlockStore {
     /// the checkpoint) makes it durable; [`BlockStore::truncate`] removes
     /// it if the checkpoint fails.
     pub fn append_unsynced(&self, block: &Block) -> Result<()> {
-        self.append_as(block, Durability::None, None)
+        self.append_as(block, Durability::None, None, None)
     }
 
     fn append_as(
@@ -216,6 +233,7 @@ impl BlockStore {
         block: &Block,
         durability: Durability,
         writes: Option<HistoryWrites>,
+        private: Option<&BlockPrivateData>,
     ) -> Result<()> {
         let shared = &*self.shared;
         shared.check_not_poisoned()?;
@@ -227,7 +245,10 @@ impl BlockStore {
         check_links(header, block, &tail)?;
         let header_hash = block_header_hash(header);
         let encoded = Bytes::from(block.encode_to_vec());
-        let batch = shared.batch_for(block, &encoded, number, header_hash, writes)?;
+        let mut batch = shared.batch_for(block, &encoded, number, header_hash, writes)?;
+        if let Some(private) = private {
+            shared.add_private(&mut batch, number, private)?;
+        }
 
         let every_block = durability == Durability::EveryBlock;
         let mut options = WriteOptions::default();
@@ -289,6 +310,11 @@ impl BlockStore {
         let history = shared.cf(CF_HISTORY)?;
         let history_height = shared.history_height()?;
         let mut batch = WriteBatch::default();
+        batch.delete_range_cf(
+            shared.cf(CF_PRIVATE)?,
+            private_key(height, 0),
+            private_key(tail.height, 0),
+        );
         for number in height..tail.height {
             let block = shared.decode_block(number, shared.read_block_bytes(number)?)?;
             if shared.index_tx_ids {
@@ -472,8 +498,63 @@ impl BlockStore {
         Ok(self.shared.index_lookup(tx_id)?.is_some())
     }
 
-    /// Stops the flusher and syncs what is not yet durable, reporting a
-    /// failed sync (dropping the store does the same, silently).
+    /// Keeps `private`, the serialized private writes of transaction
+    /// `tx_id` endorsed when the chain was `height` blocks high, until the
+    /// block holding the transaction settles it or the chain outgrows it
+    /// (see `private.rs`). Not synced: a process crash keeps it.
+    pub fn keep_transient(&self, tx_id: &str, height: u64, private: &[u8]) -> Result<()> {
+        let shared = &*self.shared;
+        let transient = shared.cf(CF_TRANSIENT)?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(
+            transient,
+            crate::private::entry_key(tx_id),
+            encode_entry(height, private),
+        );
+        batch.put_cf(transient, by_height_key(height, tx_id), []);
+        shared
+            .db
+            .write(batch)
+            .map_err(|source| Error::PrivateData { source })
+    }
+
+    /// The private writes kept for `tx_id` by [`BlockStore::keep_transient`],
+    /// if they are still there.
+    pub fn transient(&self, tx_id: &str) -> Result<Option<Bytes>> {
+        let shared = &*self.shared;
+        let stored = shared
+            .db
+            .get_pinned_cf(shared.cf(CF_TRANSIENT)?, crate::private::entry_key(tx_id))
+            .map_err(|source| Error::PrivateData { source })?;
+        Ok(stored
+            .as_deref()
+            .and_then(entry_writes)
+            .map(Bytes::copy_from_slice))
+    }
+
+    /// The private data block `number` committed: (transaction index,
+    /// serialized private writes), in transaction order.
+    pub fn private_data(&self, number: u64) -> Result<Vec<(u64, Bytes)>> {
+        let shared = &*self.shared;
+        let from = private_key(number, 0);
+        let until = private_key(number.saturating_add(1), 0);
+        let mut found = Vec::new();
+        let entries = shared.db.iterator_cf(
+            shared.cf(CF_PRIVATE)?,
+            IteratorMode::From(&from, Direction::Forward),
+        );
+        for entry in entries {
+            let (key, value) = entry.map_err(|source| Error::PrivateData { source })?;
+            if key.as_ref() >= until.as_slice() {
+                break;
+            }
+            let tx_index = tx_index_of(&key)
+                .ok_or_else(|| shared.corrupt(number, "a private data key is malformed".into()))?;
+            found.push((tx_index, Bytes::copy_from_slice(&value)));
+        }
+        Ok(found)
+    }
+
     /// Every committed write of `key` in `namespace`, newest first, at
     /// most `limit` of them: each with the writing transaction's TxID and
     /// timestamp, the value written and whether it was a delete (Fabric's
@@ -528,6 +609,8 @@ impl BlockStore {
         Ok(found)
     }
 
+    /// Stops the flusher and syncs what is not yet durable, reporting a
+    /// failed sync (dropping the store does the same, silently).
     pub fn close(mut self) -> Result<()> {
         self.shut_down()
     }
@@ -636,6 +719,44 @@ impl Shared {
             batch.put(HISTORY_HEIGHT_KEY, encode_height(number + 1));
         }
         Ok(batch)
+    }
+
+    /// Adds to `batch` (appending block `number`) the block's committed
+    /// private data, the deletion of the transient entries it settles, and
+    /// at heights that are multiples of [`TRANSIENT_RETENTION_BLOCKS`] the
+    /// purge of transient entries kept more than that many blocks ago.
+    fn add_private(
+        &self,
+        batch: &mut WriteBatch,
+        number: u64,
+        private: &BlockPrivateData,
+    ) -> Result<()> {
+        let committed = self.cf(CF_PRIVATE)?;
+        for (tx_index, writes) in &private.committed {
+            batch.put_cf(committed, private_key(number, *tx_index), writes);
+        }
+        let transient = self.cf(CF_TRANSIENT)?;
+        for tx_id in &private.settled {
+            batch.delete_cf(transient, crate::private::entry_key(tx_id));
+        }
+        if number > 0 && number.is_multiple_of(TRANSIENT_RETENTION_BLOCKS) {
+            let below = by_height_start(number - TRANSIENT_RETENTION_BLOCKS);
+            let entries = self.db.iterator_cf(
+                transient,
+                IteratorMode::From(&by_height_start(0), Direction::Forward),
+            );
+            for entry in entries {
+                let (key, _) = entry.map_err(|source| Error::PrivateData { source })?;
+                if key.as_ref() >= below.as_slice() {
+                    break;
+                }
+                if let Some(tx_id) = tx_id_of_by_height(&key) {
+                    batch.delete_cf(transient, crate::private::entry_key(tx_id));
+                }
+                batch.delete_cf(transient, key);
+            }
+        }
+        Ok(())
     }
 
     /// The height below which every block's writes are in the history
@@ -999,6 +1120,8 @@ fn open_db(path: &Path) -> Result<DB> {
         ColumnFamilyDescriptor::new(CF_BLOCKS, blocks),
         ColumnFamilyDescriptor::new(CF_TX_IDS, tx_ids),
         ColumnFamilyDescriptor::new(CF_HISTORY, history),
+        ColumnFamilyDescriptor::new(CF_PRIVATE, Options::default()),
+        ColumnFamilyDescriptor::new(CF_TRANSIENT, Options::default()),
     ];
     DB::open_cf_descriptors(&options, path, families).map_err(|source| Error::Open {
         path: path.to_owned(),
@@ -1153,6 +1276,8 @@ fn make_everything_durable(db: &DB, height: u64) -> Result<()> {
         CF_BLOCKS,
         CF_TX_IDS,
         CF_HISTORY,
+        CF_PRIVATE,
+        CF_TRANSIENT,
     ] {
         if let Some(family) = db.cf_handle(name) {
             db.flush_cf(family).map_err(sync_error)?;

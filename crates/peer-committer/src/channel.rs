@@ -134,37 +134,88 @@ impl ChannelContext {
     }
 
     /// The rule for writes to the private collection `collection` of
-    /// `namespace`. An organisation's approval of a chaincode definition
-    /// (a write to `_implicit_org_<MSP ID>` of `_lifecycle`) needs that
-    /// organisation's `Endorsement` policy, else any member of it, as
-    /// Fabric's validator rules; other collections follow their
-    /// chaincode's rule.
+    /// `namespace`, as Fabric's validator rules: an organisation's implicit
+    /// collection (`_implicit_org_<MSP ID>`, of `_lifecycle` or of a
+    /// chaincode defined through it) needs that organisation's
+    /// `Endorsement` policy, else any member of it; a declared collection
+    /// its own endorsement policy, else the chaincode's; a collection the
+    /// definition does not declare cannot be written. Chaincodes without a
+    /// definition (weft's built-ins) follow their chaincode's rule.
     pub fn collection_rule(&self, namespace: &str, collection: &str) -> EndorsementRule {
-        let implicit = collection.strip_prefix(IMPLICIT_COLLECTION_PREFIX);
-        match implicit {
-            Some(msp_id) if namespace == LIFECYCLE_NAMESPACE => {
-                let Some(group) = self.application_orgs.get(msp_id) else {
-                    return EndorsementRule::Unreadable(format!(
-                        "{msp_id} is not an organisation of the channel"
-                    ));
-                };
-                let path = format!("/Channel/Application/{group}/Endorsement");
-                if self.policies.get(&path).is_some() {
-                    return EndorsementRule::Channel(path);
-                }
-                let member = format!("OR('{msp_id}.member')");
-                let compiled = weft_policy::dsl::parse(&member)
-                    .map_err(|e| e.to_string())
-                    .and_then(|envelope| {
-                        SignaturePolicy::compile(&member, &envelope).map_err(|e| e.to_string())
-                    });
-                match compiled {
-                    Ok(policy) => EndorsementRule::Signature(Arc::new(policy)),
-                    Err(reason) => EndorsementRule::Unreadable(reason),
-                }
-            }
-            _ => self.endorsement_rule(namespace),
+        let defined = namespace == LIFECYCLE_NAMESPACE || self.definitions.is_defined(namespace);
+        if !defined {
+            return self.endorsement_rule(namespace);
         }
+        if let Some(msp_id) = collection.strip_prefix(IMPLICIT_COLLECTION_PREFIX) {
+            return self.organisation_endorsement(msp_id);
+        }
+        if namespace == LIFECYCLE_NAMESPACE {
+            return self.endorsement_rule(namespace);
+        }
+        match self.definitions.collection(namespace, collection) {
+            Ok(Some(declared)) => match &declared.endorsement_policy {
+                Some(policy) => crate::lifecycle::policy_rule(
+                    &format!("collection {collection} of {namespace}"),
+                    policy.clone(),
+                )
+                .unwrap_or_else(EndorsementRule::Unreadable),
+                None => self.endorsement_rule(namespace),
+            },
+            Ok(None) => EndorsementRule::Unreadable(format!("no such collection '{collection}'")),
+            Err(reason) => EndorsementRule::Unreadable(reason.to_owned()),
+        }
+    }
+
+    /// What an organisation's approval needs: its `Endorsement` policy,
+    /// else a signature by any member of it.
+    fn organisation_endorsement(&self, msp_id: &str) -> EndorsementRule {
+        let Some(group) = self.application_orgs.get(msp_id) else {
+            return EndorsementRule::Unreadable(format!(
+                "{msp_id} is not an organisation of the channel"
+            ));
+        };
+        let path = format!("/Channel/Application/{group}/Endorsement");
+        if self.policies.get(&path).is_some() {
+            return EndorsementRule::Channel(path);
+        }
+        let member = format!("OR('{msp_id}.member')");
+        let compiled = weft_policy::dsl::parse(&member)
+            .map_err(|e| e.to_string())
+            .and_then(|envelope| {
+                SignaturePolicy::compile(&member, &envelope).map_err(|e| e.to_string())
+            });
+        match compiled {
+            Ok(policy) => EndorsementRule::Signature(Arc::new(policy)),
+            Err(reason) => EndorsementRule::Unreadable(reason),
+        }
+    }
+
+    /// Whether the peers of organisation `msp_id` keep the private values
+    /// of `collection` of `namespace`: it is the organisation's implicit
+    /// collection, or a declared collection that names it a member.
+    pub fn keeps_collection(&self, namespace: &str, collection: &str, msp_id: &str) -> bool {
+        let defined = namespace == LIFECYCLE_NAMESPACE || self.definitions.is_defined(namespace);
+        if let Some(owner) = collection.strip_prefix(IMPLICIT_COLLECTION_PREFIX) {
+            return defined && owner == msp_id;
+        }
+        matches!(
+            self.definitions.collection(namespace, collection),
+            Ok(Some(declared)) if declared.has_member(msp_id)
+        )
+    }
+
+    /// Whether `creator` is a valid identity of the channel that satisfies
+    /// `policy` at `now` (a collection's membership, for the chaincode
+    /// access checks).
+    pub fn creator_satisfies(
+        &self,
+        creator: &Bytes,
+        policy: &SignaturePolicy,
+        now: UnixTime,
+    ) -> bool {
+        self.msps
+            .deserialize(creator, now)
+            .is_ok_and(|identity| policy.is_satisfied_by(&[identity]))
     }
 
     /// Whether `signers` satisfy `rule`.

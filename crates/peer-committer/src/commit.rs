@@ -31,7 +31,7 @@ use parking_lot::RwLock;
 use bytes::Bytes;
 use prost::Message;
 use rayon::prelude::*;
-use weft_ledger::BlockStore;
+use weft_ledger::{BlockPrivateData, BlockStore};
 use weft_msp::UnixTime;
 use weft_protos::common::{Block, BlockMetadataIndex, Config, Metadata};
 use weft_protos::view::{DecodedBlock, Limits, TxBody, TxEnvelope};
@@ -43,6 +43,7 @@ use crate::indexes::ChannelIndexes;
 use crate::key_policies::check_key_level_policies;
 use crate::lifecycle::{ChaincodeDefinitions, LIFECYCLE_NAMESPACE};
 use crate::mvcc::{mark_duplicate_tx_ids, update_batch, validate_block};
+use crate::private;
 use crate::{ChannelContext, DeclaredIndexes, Error, Result, TxValidationCode};
 
 /// What committing a block produced.
@@ -99,6 +100,9 @@ pub struct ChannelCommitter {
     limits: Limits,
     /// The chaincodes' JSON indexes, built and kept in the state.
     indexes: ChannelIndexes,
+    /// The organisation whose collections' private values this peer
+    /// commits; `None`: it commits only their hashes.
+    private_data_of: Option<String>,
 }
 
 impl std::fmt::Debug for ChannelCommitter {
@@ -150,6 +154,7 @@ impl ChannelCommitter {
             staged_transactions: 0,
             limits: Limits::default(),
             indexes: ChannelIndexes::default(),
+            private_data_of: None,
         })
     }
 
@@ -202,6 +207,7 @@ impl ChannelCommitter {
             ));
         }
         let mut indexes = IndexMaintainer::new();
+        let mut definitions = ChaincodeDefinitions::load(state.as_ref())?;
         for number in replay_from..height {
             let block = ledger
                 .block(number)?
@@ -216,10 +222,23 @@ impl ChannelCommitter {
                 ));
             }
             let mut batch = update_batch(&decoded, &codes, state.as_ref())?;
+            let private = ledger.private_data(number)?;
+            private::apply(&mut batch, number, &private);
+            private::purge_expired(&mut batch, state.as_ref(), number)?;
+            private::schedule_expiry(&mut batch, &decoded, &codes, &definitions, &private);
             indexes.maintain(&mut batch, state.as_ref())?;
             state.apply(&batch, last_height(number, codes.len()))?;
+            let redefined = decoded
+                .transactions
+                .iter()
+                .zip(&codes)
+                .any(|(transaction, code)| {
+                    *code == TxValidationCode::Valid && writes_definitions(transaction)
+                });
+            if redefined {
+                definitions = ChaincodeDefinitions::load(state.as_ref())?;
+            }
         }
-        let definitions = ChaincodeDefinitions::load(state.as_ref())?;
         let context = Arc::new(context.with_definitions(Arc::new(definitions)));
         Ok(Self {
             channel_id: channel_id.to_owned(),
@@ -233,7 +252,17 @@ impl ChannelCommitter {
             staged_transactions: 0,
             limits: Limits::default(),
             indexes: ChannelIndexes::new(indexes),
+            private_data_of: None,
         })
+    }
+
+    /// This committer committing, besides every collection's hashes, the
+    /// private values of the collections `msp_id` (this peer's
+    /// organisation) is a member of, from the transient store (see
+    /// `private.rs`).
+    pub fn keeping_private_data_of(mut self, msp_id: impl Into<String>) -> Self {
+        self.private_data_of = Some(msp_id.into());
+        self
     }
 
     /// Builds and keeps the JSON indexes `declared` names for the
@@ -572,6 +601,27 @@ impl ChannelCommitter {
     ) -> Result<Written> {
         let number = decoded.header.number;
         let mut batch = update_batch(decoded, codes, self.state.as_ref())?;
+        let mut private = match &self.private_data_of {
+            Some(msp_id) => {
+                private::gather(decoded, codes, &self.context, msp_id, self.ledger.as_ref())
+            }
+            None => BlockPrivateData::default(),
+        };
+        if !signed {
+            // A staged block may be rolled back and fetched again: its
+            // transactions' transient entries stay until it is confirmed
+            // (or purged with age).
+            private.settled.clear();
+        }
+        private::apply(&mut batch, number, &private.committed);
+        private::purge_expired(&mut batch, self.state.as_ref(), number)?;
+        private::schedule_expiry(
+            &mut batch,
+            decoded,
+            codes,
+            &self.context.definitions,
+            &private.committed,
+        );
         self.indexes.update(
             &mut batch,
             self.state.as_ref(),
@@ -587,7 +637,8 @@ impl ChannelCommitter {
                 codes.get(index) == Some(&TxValidationCode::Valid)
             })
         };
-        self.ledger.append_with_history(block, history, !signed)?;
+        self.ledger
+            .append_with_history(block, history, &private, !signed)?;
         let block_store = append_started.elapsed();
         let apply_started = Instant::now();
         self.state.apply(&batch, last_height(number, codes.len()))?;

@@ -16,7 +16,9 @@
 //!    read) and against earlier valid transactions of the block; range-query
 //!    phantom checks; builds the block's update batch.
 //! 5. **Apply**: the batch to world state, the block (with its
-//!    TRANSACTIONS_FILTER) to the block store.
+//!    TRANSACTIONS_FILTER) to the block store; on a peer of a collection's
+//!    member organisation, the private values behind the block's hashes
+//!    ([`private`]) with both.
 //!
 //! [`Intake`] feeds a channel's committer from the orderers' Deliver, with
 //! failover; [`DeliverService`] serves the committed chain to clients;
@@ -38,6 +40,7 @@ pub mod key_policies;
 pub mod lifecycle;
 pub mod metrics;
 pub mod mvcc;
+mod private;
 #[cfg(test)]
 mod tests;
 
@@ -49,4 +52,5 @@ pub use indexes::DeclaredIndexes;
 pub use intake::{BlockSource, Intake, IntakeConfig, IntakeStatus};
 pub use lifecycle::{ChaincodeDefinitions, EndorsementRule};
 pub use metrics::CommitterMetrics;
+pub use private::PrivateWrites;
 pub use weft_protos::protos::TxValidationCode;

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use prost::Message;
 use weft_policy::SignaturePolicy;
+use weft_policy::collection::{Collection, Collections};
 use weft_protos::lifecycle::{ChaincodeValidationInfo, StateData, state_data};
 use weft_protos::protos::ApplicationPolicy;
 use weft_protos::protos::application_policy::Type as PolicyType;
@@ -32,11 +33,11 @@ pub const LIFECYCLE_NAMESPACE: &str = "_lifecycle";
 pub const LIFECYCLE_POLICY: &str = "/Channel/Application/LifecycleEndorsement";
 /// The policy of a chaincode without a definition.
 pub const DEFAULT_POLICY: &str = "/Channel/Application/Endorsement";
-/// Prefix of an organisation's implicit private data collection.
-pub const IMPLICIT_COLLECTION_PREFIX: &str = "_implicit_org_";
+pub use weft_policy::collection::IMPLICIT_COLLECTION_PREFIX;
 
 const FIELDS_PREFIX: &str = "namespaces/fields/";
 const VALIDATION_INFO: &str = "/ValidationInfo";
+const COLLECTIONS: &str = "/Collections";
 /// More chaincodes than one channel defines in practice.
 const DEFINITIONS_MAX: usize = 100_000;
 
@@ -51,10 +52,14 @@ pub enum EndorsementRule {
     Unreadable(String),
 }
 
-/// The endorsement rules of the chaincodes defined on a channel.
+/// The endorsement rules and private data collections of the chaincodes
+/// defined on a channel.
 #[derive(Debug, Clone, Default)]
 pub struct ChaincodeDefinitions {
     rules: HashMap<String, EndorsementRule>,
+    /// Each defined chaincode's declared collections (implicit ones are
+    /// not listed); `Err` for a stored package that cannot be read.
+    collections: HashMap<String, Result<Arc<Collections>, String>>,
 }
 
 impl ChaincodeDefinitions {
@@ -62,21 +67,46 @@ impl ChaincodeDefinitions {
     pub fn load(state: &dyn StateReader) -> weft_statedb::Result<Self> {
         let end = format!("{}0", FIELDS_PREFIX.trim_end_matches('/'));
         let fields = state.range(LIFECYCLE_NAMESPACE, FIELDS_PREFIX, &end, DEFINITIONS_MAX)?;
-        let rules = fields
-            .into_iter()
-            .filter_map(|(key, value)| {
-                let name = key
-                    .strip_prefix(FIELDS_PREFIX)?
-                    .strip_suffix(VALIDATION_INFO)?
-                    .to_owned();
-                let rule = rule_of(&name, &value.value).unwrap_or_else(|reason| {
+        let mut definitions = Self::default();
+        for (key, value) in fields {
+            let Some(field) = key.strip_prefix(FIELDS_PREFIX) else {
+                continue;
+            };
+            if let Some(name) = field.strip_suffix(VALIDATION_INFO) {
+                let rule = rule_of(name, &value.value).unwrap_or_else(|reason| {
                     tracing::warn!(chaincode = %name, %reason, "unreadable chaincode definition");
                     EndorsementRule::Unreadable(reason)
                 });
-                Some((name, rule))
-            })
-            .collect();
-        Ok(Self { rules })
+                definitions.rules.insert(name.to_owned(), rule);
+            } else if let Some(name) = field.strip_suffix(COLLECTIONS) {
+                let collections = collections_of(&value.value).inspect_err(|reason| {
+                    tracing::warn!(chaincode = %name, %reason, "unreadable collection config");
+                });
+                definitions.collections.insert(name.to_owned(), collections);
+            }
+        }
+        Ok(definitions)
+    }
+
+    /// Whether `namespace` has a committed definition.
+    pub fn is_defined(&self, namespace: &str) -> bool {
+        self.rules.contains_key(namespace)
+    }
+
+    /// The collection `collection` that the definition of `namespace`
+    /// declares: `Ok(None)` when it declares no such collection (implicit
+    /// collections are never declared), `Err` when its collection config
+    /// cannot be read.
+    pub fn collection(
+        &self,
+        namespace: &str,
+        collection: &str,
+    ) -> Result<Option<&Arc<Collection>>, &str> {
+        match self.collections.get(namespace) {
+            None => Ok(None),
+            Some(Ok(collections)) => Ok(collections.get(collection)),
+            Some(Err(reason)) => Err(reason.as_str()),
+        }
     }
 
     /// The rule for writes to `namespace` (a chaincode's public state).
@@ -106,12 +136,18 @@ fn rule_of(name: &str, stored: &[u8]) -> Result<EndorsementRule, String> {
         .map_err(|e| format!("ChaincodeValidationInfo: {e}"))?;
     let policy = ApplicationPolicy::decode(info.validation_parameter)
         .map_err(|e| format!("ApplicationPolicy: {e}"))?;
+    policy_rule(&format!("chaincode {name}"), policy)
+}
+
+/// The rule an `ApplicationPolicy` names (`name` says whose, in errors).
+pub(crate) fn policy_rule(
+    name: &str,
+    policy: ApplicationPolicy,
+) -> Result<EndorsementRule, String> {
     match policy.r#type {
-        Some(PolicyType::SignaturePolicy(envelope)) => {
-            SignaturePolicy::compile(&format!("chaincode {name}"), &envelope)
-                .map(|policy| EndorsementRule::Signature(Arc::new(policy)))
-                .map_err(|e| e.to_string())
-        }
+        Some(PolicyType::SignaturePolicy(envelope)) => SignaturePolicy::compile(name, &envelope)
+            .map(|policy| EndorsementRule::Signature(Arc::new(policy)))
+            .map_err(|e| e.to_string()),
         Some(PolicyType::ChannelConfigPolicyReference(path)) if path.starts_with('/') => {
             Ok(EndorsementRule::Channel(path))
         }
@@ -120,6 +156,19 @@ fn rule_of(name: &str, stored: &[u8]) -> Result<EndorsementRule, String> {
         )),
         None => Err("the ApplicationPolicy is empty".to_owned()),
     }
+}
+
+/// The collections a stored `Collections` field value declares.
+fn collections_of(stored: &[u8]) -> Result<Arc<Collections>, String> {
+    let data = StateData::decode(stored).map_err(|e| format!("Collections: {e}"))?;
+    let bytes = match data.r#type {
+        Some(state_data::Type::Bytes(bytes)) => bytes,
+        None => bytes::Bytes::new(),
+        Some(_) => return Err("Collections does not hold bytes".to_owned()),
+    };
+    Collections::decode(&bytes, &[])
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

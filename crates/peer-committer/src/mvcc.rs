@@ -23,7 +23,9 @@ use weft_protos::kvrwset::range_query_info::ReadsInfo;
 use weft_protos::kvrwset::{KvMetadataWrite, KvRead, RangeQueryInfo, Version};
 use weft_protos::range_summary::{RangeReads, RangeSummarizer};
 use weft_protos::view::{DecodedBlock, NamespaceRwSet, TxBody, TxEnvelope};
-use weft_statedb::{Height, StateReader, UpdateBatch, VersionedValue, key_metadata_namespace};
+use weft_statedb::{
+    Height, StateReader, UpdateBatch, VersionedValue, hashed_namespace, key_metadata_namespace,
+};
 
 use crate::TxValidationCode;
 
@@ -235,13 +237,6 @@ struct StateWrite<'a> {
     namespace: Cow<'a, str>,
     key: Cow<'a, str>,
     value: Option<Bytes>,
-}
-
-/// Where the hashes of collection `collection` of chaincode `namespace`
-/// live in the world state: Fabric's `<namespace>$$h<collection>`, keyed by
-/// the hex of the key hash (state keys are text), holding value hashes.
-fn hashed_namespace(namespace: &str, collection: &str) -> String {
-    format!("{namespace}$$h{collection}")
 }
 
 /// The point reads of a transaction, public and hashed, in rwset order.

@@ -461,7 +461,7 @@ mod key_level_policies {
             .unwrap()
     }
 
-    fn peer() -> Signer {
+    pub(super) fn peer() -> Signer {
         signer("peers/peer0.org1.example.com/msp")
     }
 
@@ -810,6 +810,109 @@ mod commit {
             reopened.context().definitions.names().collect::<Vec<_>>(),
             ["kv"]
         );
+    }
+
+    /// Block `number` on top of `ledger` holding `envelopes`, every one
+    /// marked VALID: what a replica applies as it is. Its other metadata
+    /// (signatures, the last config's index) is its predecessor's.
+    fn validated_block(ledger: &BlockStore, number: u64, envelopes: Vec<Bytes>) -> Block {
+        let previous = ledger.block(number - 1).unwrap().unwrap();
+        let mut metadata = previous.metadata.unwrap().metadata;
+        metadata[BlockMetadataIndex::TransactionsFilter as usize] =
+            Bytes::from(vec![0u8; envelopes.len()]);
+        Block {
+            header: Some(weft_protos::common::BlockHeader {
+                number,
+                previous_hash: Bytes::copy_from_slice(&ledger.last_header_hash().unwrap()),
+                data_hash: Bytes::copy_from_slice(&weft_protos::hash::data_hash_of(
+                    envelopes.iter().map(|e| e.as_ref()),
+                )),
+            }),
+            data: Some(weft_protos::common::BlockData { data: envelopes }),
+            metadata: Some(weft_protos::common::BlockMetadata { metadata }),
+        }
+    }
+
+    #[test]
+    fn a_member_peer_commits_the_private_values_behind_a_blocks_hashes_and_replays_them() {
+        // Goal: Org1's peer commits the plaintext of a private write it
+        // holds in its transient store and whose hash the block carries,
+        // at the transaction's version; a write it never received, or
+        // whose plaintext does not match the hash, leaves only the hash;
+        // the block settles the transient entries; and a restart replays
+        // the committed values from the block store.
+        let peer = Peer::new();
+        let (state, ledger) = peer.stores();
+        let mut committer =
+            ChannelCommitter::create(block("ch10-block-0.block"), state.clone(), ledger.clone())
+                .unwrap()
+                .keeping_private_data_of("Org1MSP");
+        commit_chain(&mut committer, 1..5);
+
+        // kv is defined (block 2), so it has Org1's implicit collection.
+        let collection = "_implicit_org_Org1MSP";
+        let endorser = super::key_level_policies::peer();
+        let write = |key: &str, value: &'static [u8]| {
+            let mut rwset = weft_protos::tx::ReadWriteSetBuilder::new();
+            rwset.write_private("kv", collection, key, Bytes::from_static(value));
+            let envelope = kv_transaction_by(rwset.encode(), Bytes::new(), &[&endorser]);
+            let tx_id = weft_protos::view::TxEnvelope::decode(envelope.clone(), Limits::default())
+                .unwrap()
+                .tx_id()
+                .to_owned();
+            (
+                envelope,
+                tx_id,
+                rwset.private_writes().unwrap().encode_to_vec(),
+            )
+        };
+        let (kept, kept_id, kept_writes) = write("k1", b"v1");
+        let (lost, lost_id, _) = write("k2", b"v2");
+        let (forged, forged_id, _) = write("k3", b"v3");
+        let (_, _, other_writes) = write("k3", b"not v3");
+        ledger.keep_transient(&kept_id, 5, &kept_writes).unwrap();
+        ledger.keep_transient(&forged_id, 5, &other_writes).unwrap();
+
+        let block5 = validated_block(&ledger, 5, vec![kept, lost, forged]);
+        let committed = committer.apply_validated(block5).unwrap();
+        assert_eq!(committed.codes, [TxValidationCode::Valid; 3]);
+        let private = weft_statedb::private_namespace("kv", collection);
+        let hashed = weft_statedb::hashed_namespace("kv", collection);
+        let check = |state: &MemoryState| {
+            let value = state.get(&private, "k1").unwrap().unwrap();
+            assert_eq!(value.value, Bytes::from_static(b"v1"));
+            assert_eq!(value.version, weft_statedb::Height::new(5, 0));
+            assert!(
+                state.get(&private, "k2").unwrap().is_none(),
+                "never received"
+            );
+            assert!(
+                state.get(&private, "k3").unwrap().is_none(),
+                "does not match"
+            );
+            for key in ["k1", "k2", "k3"] {
+                let key_hash = hex::encode(weft_protos::hash::sha256(key.as_bytes()));
+                assert!(
+                    state.get(&hashed, &key_hash).unwrap().is_some(),
+                    "{key}'s hash"
+                );
+            }
+        };
+        check(&state);
+        for tx_id in [&kept_id, &forged_id] {
+            assert!(ledger.transient(tx_id).unwrap().is_none(), "settled");
+        }
+        assert!(ledger.transient(&lost_id).unwrap().is_none());
+        assert_eq!(ledger.private_data(5).unwrap().len(), 1);
+
+        // Reopened without a checkpoint: block 5 is replayed, with its
+        // private values from the block store.
+        drop(committer);
+        drop((state, ledger));
+        let (state, ledger) = peer.stores();
+        assert_eq!(state.durable_height(), None, "nothing was checkpointed");
+        ChannelCommitter::open("ch10", state.clone(), ledger).unwrap();
+        check(&state);
     }
 
     #[test]

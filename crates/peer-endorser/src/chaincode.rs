@@ -30,6 +30,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use prost::Message;
 use weft_ledger::BlockStore;
+use weft_policy::SignaturePolicy;
+use weft_policy::collection::Collections;
 use weft_protos::kvrwset::RangeQueryInfo;
 use weft_protos::kvrwset::range_query_info::ReadsInfo;
 use weft_protos::kvrwset::{KvMetadataWrite, KvRead, QueryReads, Version};
@@ -40,6 +42,8 @@ use weft_protos::tx::{ReadWriteSetBuilder, ReceivedProposal};
 use weft_statedb::{StateReader, key_metadata_namespace};
 
 use crate::mango::Query;
+
+mod private;
 
 /// A document found by a JSON query: its key, stored value and JSON.
 type Document = (String, weft_statedb::VersionedValue, serde_json::Value);
@@ -117,6 +121,9 @@ pub enum StateError {
     /// Reading a key's history from the block store failed.
     #[error("reading the key's history failed: {0}")]
     History(String),
+    /// A private data call Fabric refuses, in Fabric's words.
+    #[error("{0}")]
+    Private(String),
 }
 
 /// One page of a range query, as Fabric's `QueryMetadata` asks for it.
@@ -148,6 +155,11 @@ pub trait ChannelView {
     /// Whether `creator` (a serialized identity) is a valid admin of the
     /// organisation `msp_id`.
     fn is_admin(&self, creator: &Bytes, msp_id: &str) -> bool;
+
+    /// Whether `creator` (a serialized identity) is a valid identity of
+    /// the channel that satisfies `policy`: a private data collection's
+    /// membership.
+    fn creator_satisfies(&self, creator: &Bytes, policy: &SignaturePolicy) -> bool;
 }
 
 /// What a chaincode sees of one proposal and of the world state.
@@ -175,6 +187,9 @@ pub struct Stub<'a> {
     /// Whether this invocation runs where it may block its thread (see
     /// [`Chaincode::runs_remotely`]), so may call an external chaincode.
     may_block: bool,
+    /// The private data collections of the chaincodes read so far, by
+    /// chaincode.
+    collections: BTreeMap<String, Arc<Collections>>,
 }
 
 /// The chaincodes of a channel, as one chaincode calls another
@@ -225,6 +240,7 @@ impl<'a> Stub<'a> {
             call_args: None,
             depth: 0,
             may_block: false,
+            collections: BTreeMap::new(),
         }
     }
 
@@ -351,6 +367,7 @@ impl<'a> Stub<'a> {
             call_args: Some(args),
             depth: self.depth + 1,
             may_block: self.may_block,
+            collections: std::mem::take(&mut self.collections),
         };
         let response = called
             .read_definition()
@@ -358,6 +375,7 @@ impl<'a> Stub<'a> {
         self.rwset = called.rwset;
         self.written = called.written;
         self.paged = called.paged;
+        self.collections = called.collections;
         response
     }
 
@@ -438,41 +456,6 @@ impl<'a> Stub<'a> {
         self.check_write(key)?;
         let entries = BTreeMap::from([(name.to_owned(), value.into())]);
         self.rwset.write_metadata(self.namespace, key, entries);
-        Ok(())
-    }
-
-    /// The hash of private `key` of `collection` (what every peer holds of
-    /// a collection), recorded as a hashed read at its version.
-    pub fn get_private_data_hash(
-        &mut self,
-        collection: &str,
-        key: &str,
-    ) -> Result<Option<Bytes>, StateError> {
-        let hashed_namespace = format!("{}$$h{collection}", self.namespace);
-        let key_hash = hex::encode(weft_protos::hash::sha256(key.as_bytes()));
-        let current = self
-            .state
-            .get(&hashed_namespace, &key_hash)
-            .map_err(|e| StateError::Storage(e.to_string()))?;
-        let version = current
-            .as_ref()
-            .map(|value| (value.version.block_num, value.version.tx_num));
-        self.rwset
-            .read_private_hash(self.namespace, collection, key, version);
-        Ok(current.map(|value| value.value))
-    }
-
-    /// Writes private `value` to `key` of `collection`: the transaction
-    /// carries only the hashes (weft keeps no private values).
-    pub fn put_private_data(
-        &mut self,
-        collection: &str,
-        key: &str,
-        value: impl Into<Bytes>,
-    ) -> Result<(), StateError> {
-        self.check_write(key)?;
-        self.rwset
-            .write_private(self.namespace, collection, key, value.into());
         Ok(())
     }
 
@@ -857,6 +840,38 @@ impl<'a> Stub<'a> {
             .map(|event| Bytes::from(event.encode_to_vec()))
             .unwrap_or_default();
         (self.rwset.encode(), events)
+    }
+
+    /// The private writes of the invocation (and of the chaincodes it
+    /// called), with the collection of each: what the endorsing peer keeps
+    /// and hands to the collections' members. `None` when nothing private
+    /// was written.
+    pub(crate) fn private_writes(&self) -> Option<PrivateWrites> {
+        let rwset = self.rwset.private_writes()?;
+        Some(PrivateWrites {
+            rwset,
+            collections: self.collections.clone(),
+        })
+    }
+}
+
+/// An endorsed transaction's private writes in plaintext, and the
+/// collections of the chaincodes that wrote them.
+#[derive(Debug, Clone)]
+pub struct PrivateWrites {
+    pub rwset: weft_protos::rwset::TxPvtReadWriteSet,
+    /// Each chaincode's collections (implicit ones included), by
+    /// chaincode name; `_lifecycle`'s own writes have none here.
+    pub collections: BTreeMap<String, Arc<Collections>>,
+}
+
+impl PrivateWrites {
+    /// Keeps the writes of transaction `tx_id` in the transient store of
+    /// `blocks` until the transaction's block commits them.
+    pub fn keep_in(&self, tx_id: &str, blocks: &BlockStore) -> Result<(), String> {
+        blocks
+            .keep_transient(tx_id, blocks.height(), &self.rwset.encode_to_vec())
+            .map_err(|e| format!("keeping it in the transient store failed: {e}"))
     }
 }
 

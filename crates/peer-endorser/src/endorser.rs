@@ -27,7 +27,7 @@ use weft_protos::protos::{ChaincodeId, ProposalResponse, Response, SignedProposa
 use weft_protos::tx::{ReceivedProposal, Sign, SimulationResult, endorse};
 use weft_statedb::VersionedState;
 
-use crate::chaincode::{Callees, Chaincode, ChannelView, Stub};
+use crate::chaincode::{Callees, Chaincode, ChannelView, PrivateWrites, Stub};
 use crate::external::{ExternalChaincode, ExternalConfig};
 use crate::metrics::{EndorserMetrics, ProposalTrace};
 use crate::package::InstalledPackages;
@@ -70,6 +70,16 @@ pub trait JoinedChannel: ChannelView + Send + Sync {
     /// The height of the blocks whose writes are in the state: a block
     /// below it is committed in full.
     fn committed_height(&self) -> tokio::sync::watch::Receiver<u64>;
+
+    /// Keeps the private writes of endorsed transaction `tx_id` until its
+    /// block commits (the transient store), and hands them to the other
+    /// peers the collections' dissemination settings ask for; the error
+    /// says why the endorsement cannot be given.
+    fn keep_private_writes(&self, tx_id: &str, writes: &PrivateWrites) -> Result<(), String>;
+
+    /// Whether this peer's organisation keeps the private values of
+    /// `collection` of chaincode `namespace` (is a member of it).
+    fn keeps_collection(&self, namespace: &str, collection: &str) -> bool;
 }
 
 /// The peer's endorser: its channels, chaincodes and signing identity.
@@ -475,6 +485,11 @@ impl Endorser {
             });
         }
         let (results, events) = stub.results();
+        if let Some(private) = stub.private_writes() {
+            channel
+                .keep_private_writes(&proposal.channel_header.tx_id, &private)
+                .map_err(|reason| format!("private data of the transaction: {reason}"))?;
+        }
         let simulation = SimulationResult {
             results,
             events,
@@ -570,6 +585,7 @@ mod tests {
     use super::*;
     use crate::builtin::builtins;
     use crate::chaincode::success;
+    use weft_policy::SignaturePolicy;
 
     /// A channel of one organisation on a real block store and state, with
     /// every member allowed to propose.
@@ -587,6 +603,12 @@ mod tests {
 
         fn is_admin(&self, _creator: &Bytes, _msp_id: &str) -> bool {
             false
+        }
+
+        fn creator_satisfies(&self, creator: &Bytes, policy: &SignaturePolicy) -> bool {
+            self.msps
+                .deserialize(creator, weft_msp::now())
+                .is_ok_and(|identity| policy.is_satisfied_by(&[identity]))
         }
     }
 
@@ -620,6 +642,14 @@ mod tests {
 
         fn committed_height(&self) -> tokio::sync::watch::Receiver<u64> {
             self.committed.subscribe()
+        }
+
+        fn keep_private_writes(&self, tx_id: &str, writes: &PrivateWrites) -> Result<(), String> {
+            writes.keep_in(tx_id, &self.blocks)
+        }
+
+        fn keeps_collection(&self, _namespace: &str, _collection: &str) -> bool {
+            false
         }
     }
 

@@ -542,33 +542,52 @@ impl Session {
         match kind {
             MessageType::GetState => {
                 let request = GetState::decode(payload).map_err(malformed)?;
-                public_only(&request.collection)?;
-                let value = stub.get_state(&request.key).map_err(|e| e.to_string())?;
+                let value = if request.collection.is_empty() {
+                    stub.get_state(&request.key)
+                } else {
+                    stub.get_private_data(&request.collection, &request.key)
+                }
+                .map_err(|e| e.to_string())?;
                 Ok(value.unwrap_or_default())
             }
             MessageType::PutState => {
                 let request = PutState::decode(payload).map_err(malformed)?;
-                public_only(&request.collection)?;
-                stub.put_state(&request.key, request.value)
-                    .map_err(|e| e.to_string())?;
+                if request.collection.is_empty() {
+                    stub.put_state(&request.key, request.value)
+                } else {
+                    stub.put_private_data(&request.collection, &request.key, request.value)
+                }
+                .map_err(|e| e.to_string())?;
                 Ok(Bytes::new())
             }
             MessageType::DelState => {
                 let request = DelState::decode(payload).map_err(malformed)?;
-                public_only(&request.collection)?;
-                stub.del_state(&request.key).map_err(|e| e.to_string())?;
+                if request.collection.is_empty() {
+                    stub.del_state(&request.key)
+                } else {
+                    stub.del_private_data(&request.collection, &request.key)
+                }
+                .map_err(|e| e.to_string())?;
                 Ok(Bytes::new())
             }
             MessageType::GetStateMultiple => {
                 let request = GetStateMultiple::decode(payload).map_err(malformed)?;
-                public_only(&request.collection)?;
                 if request.keys.len() > BATCH_MAX as usize {
                     return Err(format!(
                         "GET_STATE_MULTIPLE asks for {} keys; at most {BATCH_MAX}",
                         request.keys.len()
                     ));
                 }
-                let values = stub.get_states(&request.keys).map_err(|e| e.to_string())?;
+                let values = if request.collection.is_empty() {
+                    stub.get_states(&request.keys)
+                } else {
+                    request
+                        .keys
+                        .iter()
+                        .map(|key| stub.get_private_data(&request.collection, key))
+                        .collect()
+                }
+                .map_err(|e| e.to_string())?;
                 Ok(GetStateMultipleResult {
                     values: values.into_iter().map(Option::unwrap_or_default).collect(),
                 }
@@ -578,11 +597,18 @@ impl Session {
             MessageType::WriteBatchState => {
                 let batch = WriteBatchState::decode(payload).map_err(malformed)?;
                 for record in batch.rec {
-                    public_only(&record.collection)?;
+                    let private = !record.collection.is_empty();
                     match WriteType::try_from(record.r#type) {
+                        Ok(WriteType::PutState) if private => {
+                            stub.put_private_data(&record.collection, &record.key, record.value)
+                        }
                         Ok(WriteType::PutState) => stub.put_state(&record.key, record.value),
+                        Ok(WriteType::DelState) if private => {
+                            stub.del_private_data(&record.collection, &record.key)
+                        }
                         Ok(WriteType::DelState) => stub.del_state(&record.key),
                         Ok(WriteType::PutStateMetadata) => {
+                            public_only(&record.collection)?;
                             let metadata = record.metadata.unwrap_or_default();
                             stub.put_state_metadata(&record.key, &metadata.metakey, metadata.value)
                         }
@@ -594,7 +620,16 @@ impl Session {
             }
             MessageType::GetStateByRange => {
                 let request = GetStateByRange::decode(payload).map_err(malformed)?;
-                public_only(&request.collection)?;
+                if !request.collection.is_empty() {
+                    let results = stub
+                        .get_private_data_by_range(
+                            &request.collection,
+                            &request.start_key,
+                            &request.end_key,
+                        )
+                        .map_err(|e| e.to_string())?;
+                    return Ok(self.open_query(records(stub.namespace(), results)));
+                }
                 if let Some(page) = page_request(&request.metadata).map_err(malformed)? {
                     let found = stub
                         .get_state_by_range_paged(&request.start_key, &request.end_key, &page)
@@ -694,8 +729,15 @@ impl Session {
                     .map_err(|e| e.to_string())?;
                 Ok(Bytes::new())
             }
-            MessageType::GetPrivateDataHash | MessageType::PurgePrivateData => {
-                Err("private data is not supported by weft".to_owned())
+            MessageType::GetPrivateDataHash => {
+                let request = GetState::decode(payload).map_err(malformed)?;
+                let hash = stub
+                    .get_private_data_hash(&request.collection, &request.key)
+                    .map_err(|e| e.to_string())?;
+                Ok(hash.unwrap_or_default())
+            }
+            MessageType::PurgePrivateData => {
+                Err("purging private data is not supported by weft yet".to_owned())
             }
             other => Err(format!(
                 "a chaincode does not send {} during a transaction",
@@ -792,13 +834,15 @@ fn records(namespace: &str, results: impl IntoIterator<Item = (String, Bytes)>) 
         .collect()
 }
 
-/// Private data collections are not served.
+/// Private data calls weft does not serve yet: JSON queries of and
+/// metadata on private data.
 fn public_only(collection: &str) -> Result<(), String> {
     if collection.is_empty() {
         Ok(())
     } else {
         Err(format!(
-            "private data collection {collection:?}: private data is not supported by weft"
+            "private data collection {collection:?}: JSON queries and key metadata of private \
+             data are not supported by weft yet"
         ))
     }
 }
@@ -1230,7 +1274,11 @@ mod tests {
             },
         );
         for (request, expected) in [
-            (private, "private data"),
+            (
+                private,
+                "collection config not defined for chaincode [cc], pass the collection \
+                 configuration upon chaincode definition/instantiation",
+            ),
             (garbage, "malformed PUT_STATE payload"),
             (bad_key, "must not be empty"),
             (

@@ -16,10 +16,13 @@
 //! `smallbank`; [`external`] reaches chaincode servers written with
 //! Fabric's shims (chaincode as a service). [`gateway`] serves Fabric's Gateway (endorse, submit,
 //! commit status, evaluate, chaincode events) on top of the endorser.
+//! [`dissemination`] hands endorsed private data to the peers of the
+//! collections' other members, and receives theirs.
 
 pub mod builtin;
 pub mod chaincode;
 mod commit_status;
+pub mod dissemination;
 mod endorser;
 pub mod external;
 pub mod gateway;
@@ -29,7 +32,7 @@ mod metrics;
 pub mod package;
 mod service;
 
-pub use chaincode::{Chaincode, ChannelView, StateError, Stub};
+pub use chaincode::{Chaincode, ChannelView, PrivateWrites, StateError, Stub};
 pub use endorser::{Endorser, JoinedChannel};
 pub use external::{ChaincodeTls, ExternalChaincode, ExternalConfig};
 pub use gateway::{GatewayConfig, GatewayService};

@@ -649,6 +649,14 @@ mod tests {
         fn is_admin(&self, _creator: &Bytes, msp_id: &str) -> bool {
             msp_id == "Org1MSP"
         }
+
+        fn creator_satisfies(
+            &self,
+            _creator: &Bytes,
+            _policy: &weft_policy::SignaturePolicy,
+        ) -> bool {
+            false
+        }
     }
 
     /// The proposal of the fixture block's only transaction, and the

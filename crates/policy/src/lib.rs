@@ -17,11 +17,14 @@
 //!
 //! - [`ChannelAuthority`] is a channel config's MSPs and policy tree
 //!   together: what orderers and peers consult to authorise requests.
+//! - [`collection`] reads a chaincode's private data collections: their
+//!   member organisations, access flags and endorsement policies.
 //!
 //! This crate does no I/O: identities are resolved through a
 //! [`weft_msp::MspManager`] and the time is an argument.
 
 mod channel;
+pub mod collection;
 pub mod dsl;
 mod error;
 mod plan;

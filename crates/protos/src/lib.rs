@@ -105,8 +105,14 @@ mod weft {
         kafka,
         "weft.kafka.rs"
     );
+    fabric_package!(
+        /// `weft.privatedata`: private writes handed between the peers of
+        /// a collection's members; not Fabric's.
+        privatedata,
+        "weft.privatedata.rs"
+    );
 }
-pub use weft::kafka;
+pub use weft::{kafka, privatedata};
 fabric_package!(
     /// `gateway`: the Fabric Gateway service.
     gateway,

@@ -34,7 +34,8 @@ use crate::protos::{
     TransactionAction,
 };
 use crate::rwset::{
-    CollectionHashedReadWriteSet, NsReadWriteSet, TxReadWriteSet, tx_read_write_set,
+    CollectionHashedReadWriteSet, CollectionPvtReadWriteSet, NsPvtReadWriteSet, NsReadWriteSet,
+    TxPvtReadWriteSet, TxReadWriteSet, tx_read_write_set,
 };
 use crate::{DecodeError, Layer};
 
@@ -585,6 +586,45 @@ impl ReadWriteSetBuilder {
         self
     }
 
+    /// Records a delete of private `key` of `collection`.
+    pub fn delete_private(&mut self, namespace: &str, collection: &str, key: &str) -> &mut Self {
+        self.collection(namespace, collection)
+            .writes
+            .insert(key.to_owned(), None);
+        self
+    }
+
+    /// The private writes in plaintext, as the endorsing peer keeps and
+    /// hands them to the collections' members: a `TxPvtReadWriteSet` of
+    /// every collection written, each set the bytes whose hash
+    /// [`ReadWriteSetBuilder::encode`] puts in the transaction. `None` when
+    /// nothing private was written.
+    pub fn private_writes(&self) -> Option<TxPvtReadWriteSet> {
+        let ns_pvt_rwset: Vec<NsPvtReadWriteSet> = self
+            .namespaces
+            .iter()
+            .filter_map(|(namespace, sets)| {
+                let collection_pvt_rwset: Vec<CollectionPvtReadWriteSet> = sets
+                    .collections
+                    .iter()
+                    .filter(|(_, collection)| !collection.writes.is_empty())
+                    .map(|(name, collection)| CollectionPvtReadWriteSet {
+                        collection_name: name.clone(),
+                        rwset: collection.private_rwset(),
+                    })
+                    .collect();
+                (!collection_pvt_rwset.is_empty()).then(|| NsPvtReadWriteSet {
+                    namespace: namespace.clone(),
+                    collection_pvt_rwset,
+                })
+            })
+            .collect();
+        (!ns_pvt_rwset.is_empty()).then(|| TxPvtReadWriteSet {
+            data_model: tx_read_write_set::DataModel::Kv as i32,
+            ns_pvt_rwset,
+        })
+    }
+
     /// The serialized `rwset.TxReadWriteSet`.
     pub fn encode(&self) -> Bytes {
         let ns_rwset = self
@@ -698,18 +738,24 @@ impl CollectionSets {
                 .collect(),
             metadata_writes: Vec::new(),
         };
-        let private = KvrwSet {
-            writes: kv_writes(&self.writes),
-            ..KvrwSet::default()
-        };
         CollectionHashedReadWriteSet {
             collection_name: name.to_owned(),
             hashed_rwset: hashed.encode_to_vec().into(),
             pvt_rwset_hash: if self.writes.is_empty() {
                 Bytes::new()
             } else {
-                hash(&private.encode_to_vec())
+                hash(&self.private_rwset())
             },
         }
+    }
+
+    /// The collection's private write set: a `KVRWSet` of the writes alone.
+    fn private_rwset(&self) -> Bytes {
+        KvrwSet {
+            writes: kv_writes(&self.writes),
+            ..KvrwSet::default()
+        }
+        .encode_to_vec()
+        .into()
     }
 }

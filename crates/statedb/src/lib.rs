@@ -131,6 +131,23 @@ pub fn key_metadata_namespace(namespace: &str) -> String {
     format!("{namespace}$$m")
 }
 
+/// Where every peer keeps the hashes of the private data of `collection`
+/// of chaincode `namespace`: Fabric's `<namespace>$$h<collection>`, keyed
+/// by the lowercase hex SHA-256 of each private key.
+pub fn hashed_namespace(namespace: &str, collection: &str) -> String {
+    format!("{namespace}$$h{collection}")
+}
+
+/// Where the peers of the collection's member organisations keep its
+/// private values, under their own keys: Fabric's
+/// `<namespace>$$p<collection>`. A value carries the version of its hash,
+/// so that a reader can tell whether it holds the value the hash is of.
+/// These namespaces differ between peers of different organisations, so
+/// anything that compares peers' states must leave them out.
+pub fn private_namespace(namespace: &str, collection: &str) -> String {
+    format!("{namespace}$$p{collection}")
+}
+
 /// A consistent, read-only view of the state.
 pub trait StateReader {
     /// The value of `key` in `namespace`, with its version.

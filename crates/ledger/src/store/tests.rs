@@ -853,7 +853,9 @@ fn history_lists_the_valid_writes_of_a_key_and_follows_truncation() {
     let given = crate::history_writes(&decoded, |index| filter[index] == 0);
     assert_eq!(given, crate::history::indexed_writes(&block));
     assert!(!given.0.is_empty());
-    store.append_with_history(&block, || given, false).unwrap();
+    store
+        .append_with_history(&block, || given, &BlockPrivateData::default(), false)
+        .unwrap();
     let (valid_key, _, valid_tx) = first_write(&block, 0);
     let (invalid_key, _, _) = first_write(&block, 1);
     let found = store.history("kv", &valid_key, 10).unwrap();
@@ -865,4 +867,50 @@ fn history_lists_the_valid_writes_of_a_key_and_follows_truncation() {
     store.truncate(4).unwrap();
     assert!(store.history("kv", &valid_key, 10).unwrap().is_empty());
     assert_eq!(store.history("kv", &key, 10).unwrap().len(), 1);
+}
+
+#[test]
+fn private_data_is_stored_with_its_block_settles_transient_entries_and_leaves_with_truncation() {
+    let dir = TempDir::new().unwrap();
+    let store = open(&dir, Durability::EveryBlock);
+    let chain = synthetic_chain("private", 4, 2);
+    append_all(&store, &chain[..2]);
+
+    store.keep_transient("tx-a", 2, b"writes of a").unwrap();
+    store.keep_transient("tx-b", 2, b"writes of b").unwrap();
+    assert_eq!(
+        store.transient("tx-a").unwrap().as_deref(),
+        Some(&b"writes of a"[..])
+    );
+    assert_eq!(store.transient("nope").unwrap(), None);
+
+    let private = BlockPrivateData {
+        committed: vec![(1, Bytes::from_static(b"committed of a"))],
+        settled: vec!["tx-a".to_owned()],
+    };
+    store
+        .append_with_history(&chain[2], HistoryWrites::default, &private, false)
+        .unwrap();
+    assert_eq!(
+        store.private_data(2).unwrap(),
+        vec![(1, Bytes::from_static(b"committed of a"))]
+    );
+    assert!(store.private_data(1).unwrap().is_empty());
+    assert!(store.private_data(3).unwrap().is_empty());
+    assert_eq!(
+        store.transient("tx-a").unwrap(),
+        None,
+        "settled by its block"
+    );
+    assert!(
+        store.transient("tx-b").unwrap().is_some(),
+        "not in the block"
+    );
+
+    // Reopened, the private data is there; truncated, it is gone.
+    drop(store);
+    let store = open(&dir, Durability::EveryBlock);
+    assert_eq!(store.private_data(2).unwrap().len(), 1);
+    store.truncate(2).unwrap();
+    assert!(store.private_data(2).unwrap().is_empty());
 }

@@ -1,0 +1,116 @@
+//! Private data beside the chain: the transient store, where an endorsed
+//! transaction's private writes wait for their block, and the private data
+//! store, where the writes a block committed stay (Fabric's transient store
+//! and pvtdata store, in the block store's database).
+//!
+//! Both hold opaque bytes (the committer's serialized private write sets);
+//! this crate only keeps them in step with the chain:
+//!
+//! - A block's committed private data is written in the batch that appends
+//!   the block, so a restart that replays blocks into the world state finds
+//!   the private writes of every block it replays, and a block is never on
+//!   disk without them (or they without it). A truncation removes them with
+//!   their blocks.
+//! - A transient entry is written when a peer endorses (or receives another
+//!   peer's endorsement data), not synced: a process crash keeps it, a
+//!   machine crash may lose it, and the committer then records the data as
+//!   missing. The batch that appends the block holding its transaction
+//!   deletes it; an entry whose transaction never commits is purged once
+//!   the chain has grown [`TRANSIENT_RETENTION_BLOCKS`] past the height it
+//!   was kept at, at heights that are multiples of it (Fabric's
+//!   `transientstoreMaxBlockRetention`).
+//!
+//! | column family | key | value |
+//! |---|---|---|
+//! | `private` | block u64 BE ‖ tx index u64 BE | the transaction's committed private writes |
+//! | `transient` | `t` ‖ TxID | height u64 BE ‖ the private writes |
+//! | `transient` | `h` ‖ height u64 BE ‖ TxID | empty: what to purge, by height |
+
+/// Column family of the private data committed with each block.
+pub(crate) const CF_PRIVATE: &str = "private";
+/// Column family of the transient store.
+pub(crate) const CF_TRANSIENT: &str = "transient";
+
+/// Blocks a transient entry is kept for at least, past the height at which
+/// it was kept (Fabric's default `transientstoreMaxBlockRetention`).
+pub const TRANSIENT_RETENTION_BLOCKS: u64 = 20_000;
+
+const ENTRY_PREFIX: u8 = b't';
+const BY_HEIGHT_PREFIX: u8 = b'h';
+
+/// The key of transaction `tx_index` of block `block` in [`CF_PRIVATE`].
+pub(crate) fn private_key(block: u64, tx_index: u64) -> [u8; 16] {
+    let mut key = [0; 16];
+    key[..8].copy_from_slice(&block.to_be_bytes());
+    key[8..].copy_from_slice(&tx_index.to_be_bytes());
+    key
+}
+
+/// The transaction index of a [`CF_PRIVATE`] key.
+pub(crate) fn tx_index_of(key: &[u8]) -> Option<u64> {
+    let bytes: [u8; 8] = key.get(8..16)?.try_into().ok()?;
+    Some(u64::from_be_bytes(bytes))
+}
+
+/// The transient entry of `tx_id`.
+pub(crate) fn entry_key(tx_id: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(1 + tx_id.len());
+    key.push(ENTRY_PREFIX);
+    key.extend_from_slice(tx_id.as_bytes());
+    key
+}
+
+/// The purge index entry of `tx_id`, kept at `height`.
+pub(crate) fn by_height_key(height: u64, tx_id: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(9 + tx_id.len());
+    key.push(BY_HEIGHT_PREFIX);
+    key.extend_from_slice(&height.to_be_bytes());
+    key.extend_from_slice(tx_id.as_bytes());
+    key
+}
+
+/// The first purge index key at or above `height`.
+pub(crate) fn by_height_start(height: u64) -> [u8; 9] {
+    let mut key = [BY_HEIGHT_PREFIX; 9];
+    key[1..].copy_from_slice(&height.to_be_bytes());
+    key
+}
+
+/// The TxID of a purge index key, if it is one.
+pub(crate) fn tx_id_of_by_height(key: &[u8]) -> Option<&str> {
+    if key.first() != Some(&BY_HEIGHT_PREFIX) {
+        return None;
+    }
+    std::str::from_utf8(key.get(9..)?).ok()
+}
+
+/// A transient entry's value.
+pub(crate) fn encode_entry(height: u64, private: &[u8]) -> Vec<u8> {
+    let mut value = Vec::with_capacity(8 + private.len());
+    value.extend_from_slice(&height.to_be_bytes());
+    value.extend_from_slice(private);
+    value
+}
+
+/// The private writes of a transient entry's value.
+pub(crate) fn entry_writes(value: &[u8]) -> Option<&[u8]> {
+    value.get(8..)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_sort_by_block_then_transaction_and_decode() {
+        assert!(private_key(1, 9) < private_key(2, 0));
+        assert!(private_key(2, 0) < private_key(2, 1));
+        assert_eq!(tx_index_of(&private_key(7, 3)), Some(3));
+        assert_eq!(tx_index_of(b"short"), None);
+        assert!(by_height_start(5)[..] <= by_height_key(5, "a")[..]);
+        assert!(by_height_key(5, "zz") < by_height_key(6, "a"));
+        assert_eq!(tx_id_of_by_height(&by_height_key(5, "tx1")), Some("tx1"));
+        assert_eq!(tx_id_of_by_height(&entry_key("tx1")), None);
+        assert_eq!(entry_writes(&encode_entry(4, b"abc")), Some(&b"abc"[..]));
+    }
+}

@@ -1,0 +1,428 @@
+//! Private data at commit: the values behind a block's hashes, for the
+//! collections this peer's organisation is a member of.
+//!
+//! A transaction carries only hashes of its private writes (every peer
+//! commits those). The values travel beside the chain: the endorsing peer
+//! keeps them in its transient store (and hands them to other members'
+//! peers), and when the block holding the transaction arrives a member peer
+//! takes them from there, checks each collection's write set against the
+//! hash the transaction carries (`pvt_rwset_hash`), and commits the writes
+//! into the collection's private namespace (`<chaincode>$$p<collection>`)
+//! at the transaction's version, the version its hashes get. What it
+//! committed is stored with the block ([`weft_ledger::BlockPrivateData`]),
+//! so that replaying the block after a restart applies the same values.
+//!
+//! Only valid transactions commit private data. A collection whose values
+//! are not in the transient store, or do not match their hash, is missing
+//! on this peer: its hashes commit as on any other peer, a read of the
+//! key answers that the value is not available, and a warning names the
+//! transaction and collection (Fabric's missing private data, which its
+//! reconciler pulls later; weft does not reconcile yet).
+//!
+//! **blockToLive.** A write to a collection with a `blockToLive` of `k`,
+//! committed in block `b`, expires when block `b + k + 1` commits, as in
+//! Fabric: that block's state update deletes the key's hash (on every
+//! peer) and its value (on members), unless a later write replaced them.
+//! The schedule lives in the world state itself, in [`EXPIRY_NAMESPACE`]
+//! (key `<expiring block, 16 hex digits>/<h|p>/<chaincode>/<collection>/<key>`,
+//! value the version that expires), written by the update that commits
+//! the write: checkpoints, replays and stream rollbacks carry it with the
+//! state. The block store keeps the committed values of expired writes
+//! (Fabric purges its private data store too).
+
+use bytes::Bytes;
+use prost::Message;
+use weft_ledger::BlockPrivateData;
+use weft_protos::kvrwset::KvrwSet;
+use weft_protos::protos::TxValidationCode;
+use weft_protos::rwset::{NsPvtReadWriteSet, TxPvtReadWriteSet, tx_read_write_set};
+use weft_protos::view::{DecodedBlock, TxBody, TxEnvelope};
+use weft_statedb::{
+    Height, StateReader, UpdateBatch, VersionedValue, hashed_namespace, private_namespace,
+};
+
+use crate::channel::ChannelContext;
+use crate::lifecycle::ChaincodeDefinitions;
+
+/// Where the world state keeps the schedule of private data expiring
+/// (see the module's docs). No chaincode's namespace starts with `$`.
+pub const EXPIRY_NAMESPACE: &str = "$$expiry";
+
+/// Where a transaction's private writes may be found by TxID: the
+/// transient store, in the peer.
+pub trait PrivateWrites {
+    /// The serialized `TxPvtReadWriteSet` kept for `tx_id`, if any.
+    fn private_writes(&self, tx_id: &str) -> Option<Bytes>;
+}
+
+/// The transient store of the block store.
+impl PrivateWrites for weft_ledger::BlockStore {
+    fn private_writes(&self, tx_id: &str) -> Option<Bytes> {
+        self.transient(tx_id).unwrap_or_else(|error| {
+            tracing::error!(tx_id, %error, "reading the transient store failed");
+            None
+        })
+    }
+}
+
+/// Gathers what block `decoded` commits of private data on a peer of
+/// organisation `msp_id`: for each valid transaction, the write sets of the
+/// collections the organisation keeps, found through `source` and matching
+/// their hashes. Every transaction of the block that wrote private data
+/// has its transient entry settled, kept by this peer or not.
+pub(crate) fn gather(
+    decoded: &DecodedBlock,
+    codes: &[TxValidationCode],
+    context: &ChannelContext,
+    msp_id: &str,
+    source: &dyn PrivateWrites,
+) -> BlockPrivateData {
+    let mut private = BlockPrivateData::default();
+    for (index, (transaction, code)) in decoded.transactions.iter().zip(codes).enumerate() {
+        let Ok(transaction) = transaction else {
+            continue;
+        };
+        let TxBody::Endorser(endorser) = &transaction.body else {
+            continue;
+        };
+        let writes_private = endorser
+            .actions
+            .iter()
+            .flat_map(|action| &action.namespaces)
+            .flat_map(|namespace| &namespace.collection_hashed)
+            .any(|collection| !collection.pvt_rwset_hash.is_empty());
+        if !writes_private {
+            continue;
+        }
+        private.settled.push(transaction.tx_id().to_owned());
+        let expected = expected_collections(transaction, context, msp_id);
+        if expected.is_empty() || *code != TxValidationCode::Valid {
+            continue;
+        }
+        let kept = source
+            .private_writes(transaction.tx_id())
+            .and_then(|bytes| TxPvtReadWriteSet::decode(bytes).ok())
+            .unwrap_or_default();
+        let mut committed = TxPvtReadWriteSet {
+            data_model: tx_read_write_set::DataModel::Kv as i32,
+            ns_pvt_rwset: Vec::new(),
+        };
+        for (namespace, collection, hash) in &expected {
+            let found = kept
+                .ns_pvt_rwset
+                .iter()
+                .filter(|ns| ns.namespace == *namespace)
+                .flat_map(|ns| &ns.collection_pvt_rwset)
+                .find(|set| set.collection_name == *collection);
+            match found {
+                Some(set) if weft_protos::hash::sha256(&set.rwset).as_slice() == hash.as_ref() => {
+                    let entry = match committed
+                        .ns_pvt_rwset
+                        .iter_mut()
+                        .find(|ns| ns.namespace == *namespace)
+                    {
+                        Some(entry) => entry,
+                        None => {
+                            committed.ns_pvt_rwset.push(NsPvtReadWriteSet {
+                                namespace: namespace.clone(),
+                                collection_pvt_rwset: Vec::new(),
+                            });
+                            let last = committed.ns_pvt_rwset.len() - 1;
+                            &mut committed.ns_pvt_rwset[last]
+                        }
+                    };
+                    entry.collection_pvt_rwset.push(set.clone());
+                }
+                found => {
+                    let reason = if found.is_some() {
+                        "does not match its hash"
+                    } else {
+                        "not received"
+                    };
+                    tracing::warn!(
+                        channel = %context.channel_id,
+                        block = decoded.header.number,
+                        tx_id = transaction.tx_id(),
+                        %namespace,
+                        %collection,
+                        reason,
+                        "private data missing on this peer"
+                    );
+                }
+            }
+        }
+        if !committed.ns_pvt_rwset.is_empty() {
+            private
+                .committed
+                .push((index as u64, committed.encode_to_vec().into()));
+        }
+    }
+    private
+}
+
+/// The collections of `transaction` with a private write set that an
+/// organisation `msp_id` keeps: (namespace, collection, hash of the set).
+fn expected_collections(
+    transaction: &TxEnvelope,
+    context: &ChannelContext,
+    msp_id: &str,
+) -> Vec<(String, String, Bytes)> {
+    let TxBody::Endorser(endorser) = &transaction.body else {
+        return Vec::new();
+    };
+    let mut expected = Vec::new();
+    for namespace in endorser
+        .actions
+        .iter()
+        .flat_map(|action| &action.namespaces)
+    {
+        for collection in &namespace.collection_hashed {
+            if collection.pvt_rwset_hash.is_empty()
+                || !context.keeps_collection(&namespace.namespace, &collection.collection, msp_id)
+            {
+                continue;
+            }
+            expected.push((
+                namespace.namespace.clone(),
+                collection.collection.clone(),
+                collection.pvt_rwset_hash.clone(),
+            ));
+        }
+    }
+    expected
+}
+
+/// Adds block `block`'s committed private data (as [`gather`] found it, or
+/// as the block store kept it) to `batch`: each write at its transaction's
+/// version. A stored set that does not decode is skipped with an error
+/// logged; it was checked against its hash before it was stored.
+pub(crate) fn apply(batch: &mut UpdateBatch, block: u64, private: &[(u64, Bytes)]) {
+    for (tx_index, bytes) in private {
+        let Ok(set) = TxPvtReadWriteSet::decode(bytes.clone()) else {
+            tracing::error!(block, tx_index, "stored private data does not decode");
+            continue;
+        };
+        let height = Height::new(block, *tx_index);
+        for namespace in &set.ns_pvt_rwset {
+            for collection in &namespace.collection_pvt_rwset {
+                let Ok(writes) = KvrwSet::decode(collection.rwset.clone()) else {
+                    tracing::error!(block, tx_index, "stored private write set does not decode");
+                    continue;
+                };
+                let state_namespace =
+                    private_namespace(&namespace.namespace, &collection.collection_name);
+                for write in writes.writes {
+                    if write.is_delete {
+                        batch.delete(&state_namespace, &write.key, height);
+                    } else {
+                        batch.put(&state_namespace, &write.key, write.value, height);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Schedules in `batch` the expiry of what the valid transactions of block
+/// `number` write to collections with a `blockToLive`: each key's hash,
+/// and where `private` (the block's committed private data) holds the
+/// key's value, the value.
+pub(crate) fn schedule_expiry(
+    batch: &mut UpdateBatch,
+    decoded: &DecodedBlock,
+    codes: &[TxValidationCode],
+    definitions: &ChaincodeDefinitions,
+    private: &[(u64, Bytes)],
+) {
+    let number = decoded.header.number;
+    let lifetime =
+        |namespace: &str, collection: &str| match definitions.collection(namespace, collection) {
+            Ok(Some(declared)) if declared.block_to_live > 0 => Some(declared.block_to_live),
+            _ => None,
+        };
+    let mut schedule =
+        |expiring: u64, kind: char, namespace: &str, collection: &str, key: &str, tx: u64| {
+            let entry = format!("{expiring:016x}/{kind}/{namespace}/{collection}/{key}");
+            let version = Height::new(number, tx);
+            batch.put(EXPIRY_NAMESPACE, &entry, encode_version(version), version);
+        };
+    for (index, (transaction, code)) in decoded.transactions.iter().zip(codes).enumerate() {
+        let (Ok(transaction), TxValidationCode::Valid) = (transaction, code) else {
+            continue;
+        };
+        let TxBody::Endorser(endorser) = &transaction.body else {
+            continue;
+        };
+        for namespace in endorser
+            .actions
+            .iter()
+            .flat_map(|action| &action.namespaces)
+        {
+            for collection in &namespace.collection_hashed {
+                let Some(lifetime) = lifetime(&namespace.namespace, &collection.collection) else {
+                    continue;
+                };
+                let expiring = number.saturating_add(lifetime).saturating_add(1);
+                for write in collection
+                    .rwset
+                    .hashed_writes
+                    .iter()
+                    .filter(|w| !w.is_delete)
+                {
+                    let key = hex::encode(&write.key_hash);
+                    schedule(
+                        expiring,
+                        'h',
+                        &namespace.namespace,
+                        &collection.collection,
+                        &key,
+                        index as u64,
+                    );
+                }
+            }
+        }
+    }
+    for (tx_index, bytes) in private {
+        let Ok(set) = TxPvtReadWriteSet::decode(bytes.clone()) else {
+            continue;
+        };
+        for namespace in &set.ns_pvt_rwset {
+            for collection in &namespace.collection_pvt_rwset {
+                let Some(lifetime) = lifetime(&namespace.namespace, &collection.collection_name)
+                else {
+                    continue;
+                };
+                let Ok(writes) = KvrwSet::decode(collection.rwset.clone()) else {
+                    continue;
+                };
+                let expiring = number.saturating_add(lifetime).saturating_add(1);
+                for write in writes.writes.iter().filter(|w| !w.is_delete) {
+                    schedule(
+                        expiring,
+                        'p',
+                        &namespace.namespace,
+                        &collection.collection_name,
+                        &write.key,
+                        *tx_index,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Adds to `batch` (block `number`'s update) the deletion of what expires
+/// at block `number`: each scheduled key whose stored version is still the
+/// one scheduled and that the block does not write again, and the
+/// schedule's entries.
+pub(crate) fn purge_expired(
+    batch: &mut UpdateBatch,
+    state: &dyn StateReader,
+    number: u64,
+) -> weft_statedb::Result<()> {
+    let start = format!("{number:016x}/");
+    let end = format!("{number:016x}0");
+    let due = state.range(EXPIRY_NAMESPACE, &start, &end, usize::MAX)?;
+    let height = Height::new(number, 0);
+    for (entry, scheduled) in due {
+        batch.delete(EXPIRY_NAMESPACE, &entry, height);
+        let mut parts = entry.splitn(5, '/').skip(1);
+        let (Some(kind), Some(namespace), Some(collection), Some(key)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let target = match kind {
+            "h" => hashed_namespace(namespace, collection),
+            "p" => private_namespace(namespace, collection),
+            _ => continue,
+        };
+        if batch.get(&target, key).is_some() {
+            continue;
+        }
+        let still = state
+            .get(&target, key)?
+            .is_some_and(|stored: VersionedValue| {
+                Some(stored.version) == decode_version(&scheduled.value)
+            });
+        if still {
+            batch.delete(&target, key, height);
+        }
+    }
+    Ok(())
+}
+
+fn encode_version(version: Height) -> Bytes {
+    let mut bytes = Vec::with_capacity(16);
+    bytes.extend_from_slice(&version.block_num.to_be_bytes());
+    bytes.extend_from_slice(&version.tx_num.to_be_bytes());
+    bytes.into()
+}
+
+fn decode_version(bytes: &[u8]) -> Option<Height> {
+    let block = u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
+    let tx = u64::from_be_bytes(bytes.get(8..16)?.try_into().ok()?);
+    Some(Height::new(block, tx))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use weft_statedb::VersionedState;
+    use weft_statedb::memory::{MemoryOptions, MemoryState};
+
+    use super::*;
+
+    #[test]
+    fn what_expires_is_purged_unless_written_again_and_the_rest_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = MemoryState::open(dir.path(), MemoryOptions::default()).unwrap();
+        let hashed = hashed_namespace("cc", "c");
+        let private = private_namespace("cc", "c");
+        let written = Height::new(3, 1);
+        let value = |text: &'static str| Bytes::from_static(text.as_bytes());
+        let mut batch = UpdateBatch::new();
+        batch.put(&hashed, "aa", value("hash"), written);
+        batch.put(&private, "k", value("v"), written);
+        batch.put(&private, "later", value("v"), written);
+        // Replaced in block 5 by a write that lives longer.
+        batch.put(&private, "rewritten", value("new"), Height::new(5, 0));
+        for (expiring, entry) in [
+            (7u64, "h/cc/c/aa"),
+            (7, "p/cc/c/k"),
+            (7, "p/cc/c/rewritten"),
+            (7, "p/cc/c/again"),
+            (8, "p/cc/c/later"),
+        ] {
+            let key = format!("{expiring:016x}/{entry}");
+            batch.put(EXPIRY_NAMESPACE, &key, encode_version(written), written);
+        }
+        state.apply(&batch, Height::new(5, 0)).unwrap();
+
+        // Block 7 writes `again` itself, and purges what expires with it.
+        let mut batch = UpdateBatch::new();
+        batch.put(&private, "again", value("fresh"), Height::new(7, 0));
+        purge_expired(&mut batch, &state, 7).unwrap();
+        state.apply(&batch, Height::new(7, 0)).unwrap();
+
+        assert!(state.get(&hashed, "aa").unwrap().is_none());
+        assert!(state.get(&private, "k").unwrap().is_none());
+        assert_eq!(
+            state.get(&private, "rewritten").unwrap().unwrap().value,
+            value("new")
+        );
+        assert_eq!(
+            state.get(&private, "again").unwrap().unwrap().value,
+            value("fresh")
+        );
+        assert!(state.get(&private, "later").unwrap().is_some());
+        let left: Vec<String> = state
+            .range(EXPIRY_NAMESPACE, "", "", 10)
+            .unwrap()
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect();
+        assert_eq!(left, [format!("{:016x}/p/cc/c/later", 8)]);
+    }
+}

@@ -1,0 +1,69 @@
+// Drives the `secrets` contract (tests/js/secrets, private data written
+// with Fabric's contract API) through Fabric's own Gateway client, as an
+// application of one organisation would. SECRETS_AS says which part:
+//
+//   SECRETS_AS=creator  creates assets with transient data, reads them
+//                       back, deletes one (Org1's user, at Org1's peer)
+//   SECRETS_AS=other    reads what the creator's organisation wrote from
+//                       another organisation's peer (Org2's user)
+//   SECRETS_AS=expired  reads the appraisal again once its blockToLive
+//                       has passed (Org1's user, at Org1's peer)
+//
+//   node secrets.js <peer host:port> <mspId> <cert.pem> <key.pem> <channel>
+//
+// The connection is gateway-client.js's. Prints one JSON object with what
+// the client saw; tests/peer.rs runs it against weft's peers.
+'use strict';
+
+const { runGatewayClient } = require('./gateway-client');
+
+// The outcome of `call`: its result as text, or the error's details.
+async function outcome(call) {
+    try {
+        return { ok: Buffer.from(await call()).toString() };
+    } catch (err) {
+        const details = (err.details || []).map((detail) => detail.message);
+        return { error: details.length > 0 ? details.join('; ') : err.message };
+    }
+}
+
+runGatewayClient(async (gateway, channelName) => {
+    const contract = gateway.getNetwork(channelName).getContract('secrets');
+    const evaluate = (name, ...args) => outcome(() => contract.evaluateTransaction(name, ...args));
+    const seen = {};
+    if (process.env.SECRETS_AS === 'creator') {
+        for (const [id, color, appraisedValue] of [['s1', 'blue', 300], ['s2', 'red', 400]]) {
+            const properties = JSON.stringify({ id, color, size: 5, appraisedValue });
+            const submitted = await contract.submitAsync('createAsset', {
+                transientData: { asset_properties: properties },
+                endorsingOrganizations: ['Org1MSP'],
+            });
+            const status = await submitted.getStatus();
+            seen[`created_${id}`] = { code: status.code, valid: status.successful, block: Number(status.blockNumber) };
+        }
+        seen.asset = await evaluate('readAsset', 's1');
+        seen.appraisal = await evaluate('readFrom', 'Org1MSPPrivateCollection', 's1');
+        seen.verified = await evaluate('verify', 'assetCollection', 's1', seen.asset.ok || '');
+        seen.ids = await evaluate('assetIds', '', '');
+        const deleted = await contract.submitAsync('deleteAsset', { arguments: ['s2'] });
+        seen.deleted = (await deleted.getStatus()).successful;
+        seen.afterDelete = await evaluate('readAsset', 's2');
+        seen.idsAfterDelete = await evaluate('assetIds', '', '');
+        seen.undeclared = await evaluate('readFrom', 'nope', 's1');
+        seen.undeclaredHash = await evaluate('hashOf', 'nope', 's1');
+        await contract.submitTransaction('writeTo', 'org1Notes', 'n1', 'for org1 only');
+        seen.note = await evaluate('readFrom', 'org1Notes', 'n1');
+        seen.appraisalHash = await evaluate('hashOf', 'Org1MSPPrivateCollection', 's1');
+    } else if (process.env.SECRETS_AS === 'expired') {
+        seen.asset = await evaluate('readAsset', 's1');
+        seen.appraisal = await evaluate('readFrom', 'Org1MSPPrivateCollection', 's1');
+        seen.appraisalHash = await evaluate('hashOf', 'Org1MSPPrivateCollection', 's1');
+    } else {
+        seen.asset = await evaluate('readAsset', 's1');
+        seen.appraisal = await evaluate('readFrom', 'Org1MSPPrivateCollection', 's1');
+        seen.appraisalHash = await evaluate('hashOf', 'Org1MSPPrivateCollection', 's1');
+        seen.note = await evaluate('readFrom', 'org1Notes', 'n1');
+        seen.afterDelete = await evaluate('readAsset', 's2');
+    }
+    return seen;
+});
