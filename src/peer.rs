@@ -27,11 +27,9 @@ use weft_msp::UnixTime;
 use weft_msp::{RememberingSigner, Signer, own};
 use weft_peer_committer::{
     BlockSource, ChannelCommitter, ChannelHandle, Channels, CommitterMetrics, DeclaredIndexes,
-    DeliverService, Intake, IntakeConfig,
+    DeliverService, Intake, IntakeConfig, MissingWrites, PrivateWrites as PrivateWritesSource,
 };
-use weft_peer_endorser::dissemination::{
-    DisseminationConfig, Disseminator, PUSH_ACK_TIMEOUT, PrivateDataService,
-};
+use weft_peer_endorser::dissemination::{DisseminationConfig, Disseminator, PrivateDataService};
 use weft_peer_endorser::package::InstalledPackages;
 use weft_peer_endorser::{
     Chaincode, ChannelView, Endorser, EndorserMetrics, EndorserService, ExternalChaincode,
@@ -43,6 +41,7 @@ use weft_protos::gateway::gateway_server::GatewayServer;
 use weft_protos::privatedata::private_data_server::PrivateDataServer;
 use weft_protos::protos::deliver_server::DeliverServer;
 use weft_protos::protos::endorser_server::EndorserServer;
+use weft_protos::rwset::TxPvtReadWriteSet;
 use weft_protos::serve::{CallLimits, ConnectionLimits, REQUEST_START_MAX};
 use weft_statedb::VersionedState;
 use weft_statedb::json_index::JsonIndex;
@@ -164,7 +163,7 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
             tls: config.tls.as_ref().map(|tls| tls.client.clone()),
             keepalive: config.peer.keepalive.client.keepalive(),
             dial_timeout: config.gateway.dial_timeout.0,
-            ack_timeout: PUSH_ACK_TIMEOUT,
+            ack_timeout: config.private_data.push_ack_timeout.0,
         },
         signer.clone(),
     ));
@@ -175,7 +174,14 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         // A replica applies blocks its validating peers committed, without
         // their private data (docs/chaincode.md, "Private data").
         if config.committer.block_source == BlockSourceMode::Orderers {
-            committer = committer.keeping_private_data_of(config.peer.local_msp_id.clone());
+            let source = Arc::new(PrivateDataSource {
+                ledger: committer.handle().ledger.clone(),
+                disseminator: disseminator.clone(),
+                channel_id: committer.channel_id().to_owned(),
+                runtime: tokio::runtime::Handle::current(),
+                patience: config.private_data.pull_retry_threshold.0,
+            });
+            committer = committer.keeping_private_data_of(config.peer.local_msp_id.clone(), source);
         }
         if config.committer.recognise_own_endorsements {
             committer.recognise_own_signatures(endorsement_signer.memory().clone());
@@ -188,7 +194,6 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
             Arc::new(CommittedChannel {
                 handle: committer.handle(),
                 commit_status: config.gateway.commit_status,
-                local_msp_id: config.peer.local_msp_id.clone(),
                 disseminator: disseminator.clone(),
                 runtime: tokio::runtime::Handle::current(),
             }),
@@ -260,9 +265,12 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
                     .max_encoding_message_size(MESSAGE_BYTES_MAX),
             )
             .add_service(
-                PrivateDataServer::new(PrivateDataService::new(endorser.clone()))
-                    .max_decoding_message_size(MESSAGE_BYTES_MAX)
-                    .max_encoding_message_size(MESSAGE_BYTES_MAX),
+                PrivateDataServer::new(PrivateDataService::new(
+                    endorser.clone(),
+                    config.peer.local_msp_id.clone(),
+                ))
+                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX),
             )
             .add_service(
                 EndorserServer::new(EndorserService::new(endorser))
@@ -341,8 +349,6 @@ async fn stopped(mut shutdown: watch::Receiver<bool>) {
 struct CommittedChannel {
     handle: ChannelHandle,
     commit_status: CommitStatusMode,
-    /// This peer's organisation.
-    local_msp_id: String,
     /// Hands endorsed private data to other members' peers.
     disseminator: Arc<Disseminator>,
     runtime: tokio::runtime::Handle,
@@ -425,9 +431,52 @@ impl JoinedChannel for CommittedChannel {
         })
     }
 
-    fn keeps_collection(&self, namespace: &str, collection: &str) -> bool {
+    fn is_collection_member(&self, namespace: &str, collection: &str, msp_id: &str) -> bool {
         let context = self.handle.context.read().clone();
-        context.keeps_collection(namespace, collection, &self.local_msp_id)
+        context.keeps_collection(namespace, collection, msp_id)
+    }
+}
+
+/// Where a channel's committer finds the private data of a block: the
+/// transient store, then the peers of the other members, asked from the
+/// committer's own thread.
+struct PrivateDataSource {
+    ledger: Arc<BlockStore>,
+    disseminator: Arc<Disseminator>,
+    channel_id: String,
+    runtime: tokio::runtime::Handle,
+    /// How long a block waits for what it misses.
+    patience: std::time::Duration,
+}
+
+impl PrivateWritesSource for PrivateDataSource {
+    fn private_writes(&self, tx_id: &str) -> Option<Bytes> {
+        self.ledger.private_writes(tx_id)
+    }
+
+    fn pull(&self, missing: &[MissingWrites]) -> Vec<(String, TxPvtReadWriteSet)> {
+        if self.patience.is_zero() {
+            return Vec::new();
+        }
+        let wanted: Vec<_> = missing
+            .iter()
+            .map(|missing| {
+                (
+                    weft_protos::privatedata::MissingWrites {
+                        tx_id: missing.tx_id.clone(),
+                        block_number: missing.block_number,
+                        tx_index: missing.tx_index,
+                        namespace: missing.namespace.clone(),
+                        collection: missing.collection.clone(),
+                    },
+                    missing.member_orgs.clone(),
+                )
+            })
+            .collect();
+        self.runtime.block_on(
+            self.disseminator
+                .pull(&self.channel_id, &wanted, self.patience),
+        )
     }
 }
 

@@ -506,8 +506,10 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     // uses it, through Fabric's Gateway client and contract API. Org1's
     // user creates assets from transient data; the shared collection's
     // values reach Org2's peer (pushed at endorsement, committed with the
-    // block) while Org1's own collections stay on Org1's peer, every peer
-    // holds the hashes, and Fabric's access checks and messages hold.
+    // block), Org1's peer pulls what Org2's user writes to a collection
+    // pushed to no one when the block arrives, while Org1's own
+    // collections stay on Org1's peer; every peer holds the hashes;
+    // Fabric's access checks and messages hold; blockToLive purges.
     let dir = tempfile::tempdir().unwrap();
     let mut network = Network::create(dir.path());
     let chaincode = ShimChaincode::contract(&network.dir, "secrets");
@@ -527,9 +529,12 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
              "requiredPeerCount": 1, "maxPeerCount": 1, "blockToLive": 1000000,
              "memberOnlyRead": true, "memberOnlyWrite": true},
             {"name": "Org1MSPPrivateCollection", "policy": "OR('Org1MSP.member')",
-             "requiredPeerCount": 0, "maxPeerCount": 1, "blockToLive": 3,
+             "requiredPeerCount": 0, "maxPeerCount": 1, "blockToLive": 4,
              "memberOnlyRead": true, "memberOnlyWrite": false,
              "endorsementPolicy": {"signaturePolicy": "OR('Org1MSP.member')"}},
+            {"name": "pulledCollection", "policy": "OR('Org1MSP.member','Org2MSP.member')",
+             "requiredPeerCount": 0, "maxPeerCount": 0, "blockToLive": 0,
+             "memberOnlyRead": false, "memberOnlyWrite": false},
             {"name": "org1Notes", "policy": "OR('Org1MSP.member')",
              "requiredPeerCount": 0, "maxPeerCount": 0, "blockToLive": 0,
              "memberOnlyRead": false, "memberOnlyWrite": false}]"#,
@@ -647,12 +652,12 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
             .all(|code| *code == TxValidationCode::Valid)
     );
 
-    // The appraisal's collection keeps values for 3 blocks: once block
-    // created + 4 commits, its value and hash are gone; the shared
+    // The appraisal's collection keeps values for 4 blocks: once block
+    // created + 5 commits, its value and hash are gone; the shared
     // collection's stay.
     let tick = network.put("tick", None, &[&network.org1_peer]);
     assert_eq!(broadcast(orderer.grpc, &[tick]).await, [Status::Success]);
-    committed_codes(org1.grpc, &network.client, created + 4).await;
+    committed_codes(org1.grpc, &network.client, created + 5).await;
     let expired = gateway_client_as(
         &network,
         "org1",
@@ -667,6 +672,7 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
         "{expired}"
     );
     assert_eq!(expired["appraisalHash"]["ok"], "", "{expired}");
+    assert_eq!(ok(&expired, "pulled"), "pulled at commit", "{expired}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1458,6 +1464,12 @@ fn a_bad_peer_config_names_the_file_and_key() {
              mspConfigPath: msp\n  fileSystemPath: data\n  keepalive:\n    deliveryClient:\n      \
              timeout: 0s\norderers: [\"127.0.0.1:1\"]\n",
             "peer.keepalive.deliveryClient.timeout: must be more than zero",
+        ),
+        (
+            "peer:\n  id: p\n  listenAddress: 127.0.0.1:0\n  localMspId: Org1MSP\n  \
+             mspConfigPath: msp\n  fileSystemPath: data\norderers: [\"127.0.0.1:1\"]\n\
+             privateData:\n  pushAckTimeout: 0s\n",
+            "privateData.pushAckTimeout: must be more than zero",
         ),
     ] {
         std::fs::write(&config, text).unwrap();

@@ -68,8 +68,8 @@ impl JoinedChannel for FuzzChannel {
         writes.keep_in(tx_id, &self.blocks)
     }
 
-    fn keeps_collection(&self, namespace: &str, collection: &str) -> bool {
-        context().keeps_collection(namespace, collection, peer0().msp_id())
+    fn is_collection_member(&self, namespace: &str, collection: &str, msp_id: &str) -> bool {
+        context().keeps_collection(namespace, collection, msp_id)
     }
 }
 

@@ -36,6 +36,8 @@ pub struct PeerConfig {
     #[serde(default)]
     pub gateway: GatewaySection,
     #[serde(default)]
+    pub private_data: PrivateDataSection,
+    #[serde(default)]
     pub operations: OperationsSection,
     /// `peer.tls`, its files read: set by [`PeerConfig::load`].
     #[serde(skip)]
@@ -400,6 +402,30 @@ impl Default for GatewaySection {
     }
 }
 
+/// How private data moves between peers (Fabric's
+/// `peer.gossip.pvtData`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct PrivateDataSection {
+    /// How long an endorsing peer waits for another peer to acknowledge
+    /// the private data it pushed.
+    pub push_ack_timeout: GoDuration,
+    /// How long a block whose private data this peer is missing waits
+    /// while the data is asked of other members' peers; then it commits
+    /// without it.
+    pub pull_retry_threshold: GoDuration,
+}
+
+impl Default for PrivateDataSection {
+    /// Fabric's `core.yaml` defaults.
+    fn default() -> Self {
+        Self {
+            push_ack_timeout: GoDuration(std::time::Duration::from_secs(3)),
+            pull_retry_threshold: GoDuration(std::time::Duration::from_secs(60)),
+        }
+    }
+}
+
 /// When the Gateway's `CommitStatus` and chaincode events report a
 /// transaction (`gateway.commitStatus`); only stream channels tell the two
 /// apart.
@@ -531,6 +557,9 @@ impl PeerConfig {
         }
         if config.chaincode.execute_timeout.0.is_zero() {
             bail!("{file}: chaincode.executeTimeout: must be more than zero");
+        }
+        if config.private_data.push_ack_timeout.0.is_zero() {
+            bail!("{file}: privateData.pushAckTimeout: must be more than zero");
         }
         if config.ledger.durability == DurabilityMode::GroupCommit
             && config.ledger.group_commit_blocks == 0

@@ -5,9 +5,11 @@
 //   SECRETS_AS=creator  creates assets with transient data, reads them
 //                       back, deletes one (Org1's user, at Org1's peer)
 //   SECRETS_AS=other    reads what the creator's organisation wrote from
-//                       another organisation's peer (Org2's user)
+//                       another organisation's peer, and writes to a
+//                       collection pushed to no one (Org2's user)
 //   SECRETS_AS=expired  reads the appraisal again once its blockToLive
-//                       has passed (Org1's user, at Org1's peer)
+//                       has passed, and what Org2's user wrote (Org1's
+//                       user, at Org1's peer)
 //
 //   node secrets.js <peer host:port> <mspId> <cert.pem> <key.pem> <channel>
 //
@@ -58,12 +60,15 @@ runGatewayClient(async (gateway, channelName) => {
         seen.asset = await evaluate('readAsset', 's1');
         seen.appraisal = await evaluate('readFrom', 'Org1MSPPrivateCollection', 's1');
         seen.appraisalHash = await evaluate('hashOf', 'Org1MSPPrivateCollection', 's1');
+        seen.pulled = await evaluate('readFrom', 'pulledCollection', 'p1');
     } else {
         seen.asset = await evaluate('readAsset', 's1');
         seen.appraisal = await evaluate('readFrom', 'Org1MSPPrivateCollection', 's1');
         seen.appraisalHash = await evaluate('hashOf', 'Org1MSPPrivateCollection', 's1');
         seen.note = await evaluate('readFrom', 'org1Notes', 'n1');
         seen.afterDelete = await evaluate('readAsset', 's2');
+        // A collection pushed to no one: Org1's peer pulls it at commit.
+        await contract.submitTransaction('writeTo', 'pulledCollection', 'p1', 'pulled at commit');
     }
     return seen;
 });

@@ -204,6 +204,18 @@ impl ChannelContext {
         )
     }
 
+    /// The organisations whose peers keep the private values of
+    /// `collection` of `namespace` (none for an undeclared collection).
+    pub fn collection_members(&self, namespace: &str, collection: &str) -> Vec<String> {
+        if let Some(owner) = collection.strip_prefix(IMPLICIT_COLLECTION_PREFIX) {
+            return vec![owner.to_owned()];
+        }
+        match self.definitions.collection(namespace, collection) {
+            Ok(Some(declared)) => declared.member_orgs.iter().cloned().collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Whether `creator` is a valid identity of the channel that satisfies
     /// `policy` at `now` (a collection's membership, for the chaincode
     /// access checks).

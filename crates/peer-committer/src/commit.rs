@@ -43,7 +43,7 @@ use crate::indexes::ChannelIndexes;
 use crate::key_policies::check_key_level_policies;
 use crate::lifecycle::{ChaincodeDefinitions, LIFECYCLE_NAMESPACE};
 use crate::mvcc::{mark_duplicate_tx_ids, update_batch, validate_block};
-use crate::private;
+use crate::private::{self, PrivateWrites};
 use crate::{ChannelContext, DeclaredIndexes, Error, Result, TxValidationCode};
 
 /// What committing a block produced.
@@ -101,8 +101,9 @@ pub struct ChannelCommitter {
     /// The chaincodes' JSON indexes, built and kept in the state.
     indexes: ChannelIndexes,
     /// The organisation whose collections' private values this peer
-    /// commits; `None`: it commits only their hashes.
-    private_data_of: Option<String>,
+    /// commits, and where it finds them; `None`: it commits only their
+    /// hashes.
+    private_data_of: Option<(String, Arc<dyn PrivateWrites + Send + Sync>)>,
 }
 
 impl std::fmt::Debug for ChannelCommitter {
@@ -258,10 +259,14 @@ impl ChannelCommitter {
 
     /// This committer committing, besides every collection's hashes, the
     /// private values of the collections `msp_id` (this peer's
-    /// organisation) is a member of, from the transient store (see
-    /// `private.rs`).
-    pub fn keeping_private_data_of(mut self, msp_id: impl Into<String>) -> Self {
-        self.private_data_of = Some(msp_id.into());
+    /// organisation) is a member of, found through `source`: the
+    /// transient store, then other members' peers (see `private.rs`).
+    pub fn keeping_private_data_of(
+        mut self,
+        msp_id: impl Into<String>,
+        source: Arc<dyn PrivateWrites + Send + Sync>,
+    ) -> Self {
+        self.private_data_of = Some((msp_id.into(), source));
         self
     }
 
@@ -602,8 +607,8 @@ impl ChannelCommitter {
         let number = decoded.header.number;
         let mut batch = update_batch(decoded, codes, self.state.as_ref())?;
         let mut private = match &self.private_data_of {
-            Some(msp_id) => {
-                private::gather(decoded, codes, &self.context, msp_id, self.ledger.as_ref())
+            Some((msp_id, source)) => {
+                private::gather(decoded, codes, &self.context, msp_id, source.as_ref())
             }
             None => BlockPrivateData::default(),
         };

@@ -48,11 +48,32 @@ use crate::lifecycle::ChaincodeDefinitions;
 /// (see the module's docs). No chaincode's namespace starts with `$`.
 pub const EXPIRY_NAMESPACE: &str = "$$expiry";
 
-/// Where a transaction's private writes may be found by TxID: the
-/// transient store, in the peer.
+/// Where a transaction's private writes may be found: the transient
+/// store, and the peers of other members.
 pub trait PrivateWrites {
     /// The serialized `TxPvtReadWriteSet` kept for `tx_id`, if any.
     fn private_writes(&self, tx_id: &str) -> Option<Bytes>;
+
+    /// Asks other members' peers for `missing`; returns what was found, by
+    /// TxID (each set checked against its hash afterwards). Called at most
+    /// once per block; the default asks no one.
+    fn pull(&self, missing: &[MissingWrites]) -> Vec<(String, TxPvtReadWriteSet)> {
+        let _ = missing;
+        Vec::new()
+    }
+}
+
+/// One collection's writes of one transaction that a member peer is
+/// missing at commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingWrites {
+    pub tx_id: String,
+    pub block_number: u64,
+    pub tx_index: u64,
+    pub namespace: String,
+    pub collection: String,
+    /// The organisations whose peers may hold it.
+    pub member_orgs: Vec<String>,
 }
 
 /// The transient store of the block store.
@@ -67,7 +88,8 @@ impl PrivateWrites for weft_ledger::BlockStore {
 
 /// Gathers what block `decoded` commits of private data on a peer of
 /// organisation `msp_id`: for each valid transaction, the write sets of the
-/// collections the organisation keeps, found through `source` and matching
+/// collections the organisation keeps, found in the transient store or
+/// else pulled from other members' peers through `source`, and matching
 /// their hashes. Every transaction of the block that wrote private data
 /// has its transient entry settled, kept by this peer or not.
 pub(crate) fn gather(
@@ -77,7 +99,11 @@ pub(crate) fn gather(
     msp_id: &str,
     source: &dyn PrivateWrites,
 ) -> BlockPrivateData {
+    let number = decoded.header.number;
     let mut private = BlockPrivateData::default();
+    // Per transaction index: its TxID, the sets it keeps, the collections
+    // still without a matching set.
+    let mut found: Vec<(u64, String, TxPvtReadWriteSet, Vec<Expected>)> = Vec::new();
     for (index, (transaction, code)) in decoded.transactions.iter().zip(codes).enumerate() {
         let Ok(transaction) = transaction else {
             continue;
@@ -94,79 +120,132 @@ pub(crate) fn gather(
         if !writes_private {
             continue;
         }
-        private.settled.push(transaction.tx_id().to_owned());
+        let tx_id = transaction.tx_id();
+        private.settled.push(tx_id.to_owned());
         let expected = expected_collections(transaction, context, msp_id);
         if expected.is_empty() || *code != TxValidationCode::Valid {
             continue;
         }
         let kept = source
-            .private_writes(transaction.tx_id())
+            .private_writes(tx_id)
             .and_then(|bytes| TxPvtReadWriteSet::decode(bytes).ok())
             .unwrap_or_default();
-        let mut committed = TxPvtReadWriteSet {
-            data_model: tx_read_write_set::DataModel::Kv as i32,
-            ns_pvt_rwset: Vec::new(),
-        };
-        for (namespace, collection, hash) in &expected {
-            let found = kept
-                .ns_pvt_rwset
-                .iter()
-                .filter(|ns| ns.namespace == *namespace)
-                .flat_map(|ns| &ns.collection_pvt_rwset)
-                .find(|set| set.collection_name == *collection);
-            match found {
-                Some(set) if weft_protos::hash::sha256(&set.rwset).as_slice() == hash.as_ref() => {
-                    let entry = match committed
-                        .ns_pvt_rwset
-                        .iter_mut()
-                        .find(|ns| ns.namespace == *namespace)
-                    {
-                        Some(entry) => entry,
-                        None => {
-                            committed.ns_pvt_rwset.push(NsPvtReadWriteSet {
-                                namespace: namespace.clone(),
-                                collection_pvt_rwset: Vec::new(),
-                            });
-                            let last = committed.ns_pvt_rwset.len() - 1;
-                            &mut committed.ns_pvt_rwset[last]
-                        }
-                    };
-                    entry.collection_pvt_rwset.push(set.clone());
-                }
-                found => {
-                    let reason = if found.is_some() {
-                        "does not match its hash"
-                    } else {
-                        "not received"
-                    };
-                    tracing::warn!(
-                        channel = %context.channel_id,
-                        block = decoded.header.number,
-                        tx_id = transaction.tx_id(),
-                        %namespace,
-                        %collection,
-                        reason,
-                        "private data missing on this peer"
-                    );
+        let mut committed = empty_set();
+        let still = take_matching(&kept, expected, &mut committed);
+        found.push((index as u64, tx_id.to_owned(), committed, still));
+    }
+
+    let missing: Vec<MissingWrites> = found
+        .iter()
+        .flat_map(|(index, tx_id, _, still)| {
+            still.iter().map(|expected| MissingWrites {
+                tx_id: tx_id.clone(),
+                block_number: number,
+                tx_index: *index,
+                namespace: expected.namespace.clone(),
+                collection: expected.collection.clone(),
+                member_orgs: expected.member_orgs.clone(),
+            })
+        })
+        .collect();
+    if !missing.is_empty() {
+        let pulled = source.pull(&missing);
+        for (_, tx_id, committed, still) in &mut found {
+            for (pulled_id, set) in &pulled {
+                if pulled_id == tx_id && !still.is_empty() {
+                    *still = take_matching(set, std::mem::take(still), committed);
                 }
             }
+        }
+    }
+
+    for (index, tx_id, committed, still) in found {
+        for expected in &still {
+            tracing::warn!(
+                channel = %context.channel_id,
+                block = number,
+                %tx_id,
+                namespace = %expected.namespace,
+                collection = %expected.collection,
+                "private data missing on this peer (not received, or not matching its hash)"
+            );
         }
         if !committed.ns_pvt_rwset.is_empty() {
             private
                 .committed
-                .push((index as u64, committed.encode_to_vec().into()));
+                .push((index, committed.encode_to_vec().into()));
         }
     }
     private
 }
 
+/// A collection of a transaction whose plaintext this peer keeps.
+#[derive(Debug, Clone)]
+struct Expected {
+    namespace: String,
+    collection: String,
+    /// The hash of its write set, as the transaction carries it.
+    hash: Bytes,
+    member_orgs: Vec<String>,
+}
+
+fn empty_set() -> TxPvtReadWriteSet {
+    TxPvtReadWriteSet {
+        data_model: tx_read_write_set::DataModel::Kv as i32,
+        ns_pvt_rwset: Vec::new(),
+    }
+}
+
+/// Moves into `committed` the sets of `candidates` that match an
+/// `expected` collection's hash; returns the expected collections left
+/// without one.
+fn take_matching(
+    candidates: &TxPvtReadWriteSet,
+    expected: Vec<Expected>,
+    committed: &mut TxPvtReadWriteSet,
+) -> Vec<Expected> {
+    let mut still = Vec::new();
+    for wanted in expected {
+        let matching = candidates
+            .ns_pvt_rwset
+            .iter()
+            .filter(|ns| ns.namespace == wanted.namespace)
+            .flat_map(|ns| &ns.collection_pvt_rwset)
+            .find(|set| {
+                set.collection_name == wanted.collection
+                    && weft_protos::hash::sha256(&set.rwset).as_slice() == wanted.hash.as_ref()
+            });
+        let Some(set) = matching else {
+            still.push(wanted);
+            continue;
+        };
+        let entry = match committed
+            .ns_pvt_rwset
+            .iter()
+            .position(|ns| ns.namespace == wanted.namespace)
+        {
+            Some(position) => &mut committed.ns_pvt_rwset[position],
+            None => {
+                committed.ns_pvt_rwset.push(NsPvtReadWriteSet {
+                    namespace: wanted.namespace.clone(),
+                    collection_pvt_rwset: Vec::new(),
+                });
+                let last = committed.ns_pvt_rwset.len() - 1;
+                &mut committed.ns_pvt_rwset[last]
+            }
+        };
+        entry.collection_pvt_rwset.push(set.clone());
+    }
+    still
+}
+
 /// The collections of `transaction` with a private write set that an
-/// organisation `msp_id` keeps: (namespace, collection, hash of the set).
+/// organisation `msp_id` keeps.
 fn expected_collections(
     transaction: &TxEnvelope,
     context: &ChannelContext,
     msp_id: &str,
-) -> Vec<(String, String, Bytes)> {
+) -> Vec<Expected> {
     let TxBody::Endorser(endorser) = &transaction.body else {
         return Vec::new();
     };
@@ -182,11 +261,13 @@ fn expected_collections(
             {
                 continue;
             }
-            expected.push((
-                namespace.namespace.clone(),
-                collection.collection.clone(),
-                collection.pvt_rwset_hash.clone(),
-            ));
+            expected.push(Expected {
+                namespace: namespace.namespace.clone(),
+                collection: collection.collection.clone(),
+                hash: collection.pvt_rwset_hash.clone(),
+                member_orgs: context
+                    .collection_members(&namespace.namespace, &collection.collection),
+            });
         }
     }
     expected

@@ -846,7 +846,7 @@ mod commit {
         let mut committer =
             ChannelCommitter::create(block("ch10-block-0.block"), state.clone(), ledger.clone())
                 .unwrap()
-                .keeping_private_data_of("Org1MSP");
+                .keeping_private_data_of("Org1MSP", ledger.clone());
         commit_chain(&mut committer, 1..5);
 
         // kv is defined (block 2), so it has Org1's implicit collection.

@@ -1,6 +1,7 @@
 //! Private data dissemination: an endorsing peer hands a transaction's
 //! private writes to peers of the collections' member organisations
-//! before it answers, and a peer receives what others hand it.
+//! before it answers, a peer receives what others hand it, and a member
+//! peer missing data at commit asks the others for it.
 //!
 //! Fabric does this over gossip, with each collection's
 //! `requiredPeerCount` (peers that must have acknowledged the data before
@@ -13,6 +14,14 @@
 //! is a member of, in one signed envelope; the receiver checks the
 //! signature and its own membership, and keeps the writes in its
 //! transient store until the transaction's block commits them.
+//!
+//! A member peer that did not receive a transaction's data (it was down,
+//! or beyond `maximumPeerCount`) asks the known peers of the collection's
+//! members for it when the block arrives (`Pull`), retrying for up to
+//! `privateData.pullRetryThreshold`, as Fabric's peers pull at commit. A
+//! peer answers only for collections the asking peer's organisation is a
+//! member of, from what it committed or still holds in its transient
+//! store.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -24,10 +33,13 @@ use tonic::transport::{Channel, ClientTlsConfig};
 use tonic::{Request, Response, Status};
 use weft_msp::Signer;
 use weft_protos::common::{ChannelHeader, Envelope, HeaderType, Payload, SignatureHeader};
+use weft_protos::msp::SerializedIdentity;
 use weft_protos::privatedata::private_data_client::PrivateDataClient;
 use weft_protos::privatedata::private_data_server::PrivateData;
-use weft_protos::privatedata::{PrivateDataPush, PushAck};
-use weft_protos::rwset::{NsPvtReadWriteSet, TxPvtReadWriteSet};
+use weft_protos::privatedata::{
+    MissingWrites, PrivateDataPull, PrivateDataPush, PullResult, PulledWrites, PushAck,
+};
+use weft_protos::rwset::{CollectionPvtReadWriteSet, NsPvtReadWriteSet, TxPvtReadWriteSet};
 
 use crate::chaincode::PrivateWrites;
 use crate::{Endorser, JoinedChannel};
@@ -35,9 +47,10 @@ use crate::{Endorser, JoinedChannel};
 /// The policy a pushing peer must satisfy: a member of the channel.
 const SENDER_POLICY: &str = "/Channel/Application/Readers";
 
-/// How long a push waits for a peer's acknowledgement (Fabric's
-/// `peer.gossip.pvtData.pushAckTimeout`).
-pub const PUSH_ACK_TIMEOUT: Duration = Duration::from_secs(3);
+/// The most collections one pull may ask for.
+const PULL_ITEMS_MAX: usize = 100_000;
+/// The longest pause between two rounds of pulls.
+const PULL_BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// Who a peer hands private data to, and how.
 #[derive(Debug, Clone)]
@@ -51,6 +64,8 @@ pub struct DisseminationConfig {
     pub tls: Option<ClientTlsConfig>,
     pub keepalive: weft_protos::serve::Keepalive,
     pub dial_timeout: Duration,
+    /// How long a push or a pull waits for a peer's answer (Fabric's
+    /// `peer.gossip.pvtData.pushAckTimeout`).
     pub ack_timeout: Duration,
 }
 
@@ -151,7 +166,7 @@ impl Disseminator {
         let mut failures = Vec::new();
         for (address, (_, collections)) in &plan.sends {
             let sent = self
-                .envelope(channel_id, tx_id, &only(&writes.rwset, collections))
+                .push_envelope(channel_id, tx_id, &only(&writes.rwset, collections))
                 .and_then(|envelope| Ok((envelope, self.link(address)?)));
             let (envelope, link) = match sent {
                 Ok(sent) => sent,
@@ -203,8 +218,78 @@ impl Disseminator {
         Ok(())
     }
 
-    /// The signed envelope carrying `writes` of `tx_id`.
-    fn envelope(
+    /// Asks the known peers of the member organisations of each of
+    /// `missing` (with those organisations) for it, round after round
+    /// until all is found or `patience` has passed; returns what was
+    /// found, by TxID. The caller checks each set against its hash.
+    pub async fn pull(
+        &self,
+        channel_id: &str,
+        missing: &[(MissingWrites, Vec<String>)],
+        patience: Duration,
+    ) -> Vec<(String, TxPvtReadWriteSet)> {
+        let deadline = tokio::time::Instant::now() + patience;
+        let mut found: Vec<(String, TxPvtReadWriteSet)> = Vec::new();
+        let mut wanted: Vec<&(MissingWrites, Vec<String>)> = missing.iter().collect();
+        let mut pause = Duration::from_millis(100);
+        loop {
+            for (msp_id, address) in &self.config.peers {
+                if *msp_id == self.config.local_msp_id {
+                    continue;
+                }
+                let asked: Vec<MissingWrites> = wanted
+                    .iter()
+                    .filter(|(_, members)| members.contains(msp_id))
+                    .map(|(writes, _)| writes.clone())
+                    .collect();
+                if asked.is_empty() {
+                    continue;
+                }
+                match self.pull_from(channel_id, address, asked).await {
+                    Ok(pulled) => found.extend(pulled),
+                    Err(reason) => {
+                        tracing::debug!(peer = %address, %reason, "private data pull failed");
+                    }
+                }
+                wanted.retain(|(writes, _)| !holds(&found, writes));
+            }
+            let eligible = wanted.iter().any(|(_, members)| {
+                self.config.peers.iter().any(|(msp_id, _)| {
+                    *msp_id != self.config.local_msp_id && members.contains(msp_id)
+                })
+            });
+            if wanted.is_empty() || !eligible || tokio::time::Instant::now() + pause > deadline {
+                return found;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(PULL_BACKOFF_MAX);
+        }
+    }
+
+    /// One pull of `asked` from the peer at `address`.
+    async fn pull_from(
+        &self,
+        channel_id: &str,
+        address: &str,
+        asked: Vec<MissingWrites>,
+    ) -> Result<Vec<(String, TxPvtReadWriteSet)>, String> {
+        let request = PrivateDataPull { missing: asked };
+        let envelope = self.envelope(channel_id, request.encode_to_vec().into())?;
+        let mut client = PrivateDataClient::new(self.link(address)?);
+        let answer = tokio::time::timeout(self.config.ack_timeout, client.pull(envelope))
+            .await
+            .map_err(|_| format!("no answer within {:?}", self.config.ack_timeout))?
+            .map_err(|status| status.message().to_owned())?;
+        Ok(answer
+            .into_inner()
+            .found
+            .into_iter()
+            .map(|pulled| (pulled.tx_id, pulled.private_writes.unwrap_or_default()))
+            .collect())
+    }
+
+    /// The signed envelope of a push of `writes` of `tx_id`.
+    fn push_envelope(
         &self,
         channel_id: &str,
         tx_id: &str,
@@ -214,6 +299,11 @@ impl Disseminator {
             tx_id: tx_id.to_owned(),
             private_writes: Some(writes.clone()),
         };
+        self.envelope(channel_id, push.encode_to_vec().into())
+    }
+
+    /// An envelope on `channel_id` carrying `data`, signed by this peer.
+    fn envelope(&self, channel_id: &str, data: bytes::Bytes) -> Result<Envelope, String> {
         let nonce = self.signer.new_nonce().map_err(|e| e.to_string())?;
         let seconds = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -221,7 +311,7 @@ impl Disseminator {
         weft_protos::tx::signed_envelope(
             HeaderType::Message,
             channel_id,
-            push.encode_to_vec().into(),
+            data,
             self.signer.as_ref(),
             nonce,
             seconds,
@@ -255,6 +345,19 @@ async fn push(link: Channel, envelope: Envelope, timeout: Duration) -> Result<()
     }
 }
 
+/// Whether `found` holds the writes of `missing`'s collection.
+fn holds(found: &[(String, TxPvtReadWriteSet)], missing: &MissingWrites) -> bool {
+    found.iter().any(|(tx_id, set)| {
+        *tx_id == missing.tx_id
+            && set
+                .ns_pvt_rwset
+                .iter()
+                .filter(|ns| ns.namespace == missing.namespace)
+                .flat_map(|ns| &ns.collection_pvt_rwset)
+                .any(|collection| collection.collection_name == missing.collection)
+    })
+}
+
 /// The sets of `writes` for the (namespace, collection) pairs `wanted`.
 fn only(writes: &TxPvtReadWriteSet, wanted: &[(String, String)]) -> TxPvtReadWriteSet {
     TxPvtReadWriteSet {
@@ -286,16 +389,30 @@ fn only(writes: &TxPvtReadWriteSet, wanted: &[(String, String)]) -> TxPvtReadWri
 #[derive(Debug, Clone)]
 pub struct PrivateDataService {
     endorser: Arc<Endorser>,
+    /// This peer's organisation.
+    local_msp_id: String,
+}
+
+/// An envelope from another peer, checked.
+struct Opened {
+    channel_id: String,
+    channel: Arc<dyn JoinedChannel>,
+    /// The sending peer's organisation.
+    sender_msp_id: String,
+    data: bytes::Bytes,
 }
 
 impl PrivateDataService {
-    pub fn new(endorser: Arc<Endorser>) -> Self {
-        Self { endorser }
+    pub fn new(endorser: Arc<Endorser>, local_msp_id: String) -> Self {
+        Self {
+            endorser,
+            local_msp_id,
+        }
     }
 
-    /// Checks a pushed envelope and keeps its writes; the status says why
-    /// not.
-    fn receive(&self, envelope: &Envelope) -> Result<(), Status> {
+    /// Checks an envelope another peer sent: a payload whose header names
+    /// a channel this peer has joined, signed by a member of it.
+    fn open(&self, envelope: &Envelope) -> Result<Opened, Status> {
         let payload = Payload::decode(envelope.payload.clone())
             .map_err(|e| Status::invalid_argument(format!("malformed payload: {e}")))?;
         let header = payload
@@ -321,12 +438,32 @@ impl PrivateDataService {
             .map_err(|reason| {
                 Status::permission_denied(format!("access denied: channel {channel_id}: {reason}"))
             })?;
-        let push = PrivateDataPush::decode(payload.data)
+        // The identity validated against its MSP: its MSP ID is its own.
+        let sender_msp_id = SerializedIdentity::decode(signature_header.creator)
+            .map_err(|e| Status::invalid_argument(format!("malformed creator: {e}")))?
+            .mspid;
+        Ok(Opened {
+            channel_id,
+            channel,
+            sender_msp_id,
+            data: payload.data,
+        })
+    }
+
+    /// Keeps the writes a checked push carries; the status says why not.
+    fn receive(&self, envelope: &Envelope) -> Result<(), Status> {
+        let opened = self.open(envelope)?;
+        let push = PrivateDataPush::decode(opened.data)
             .map_err(|e| Status::invalid_argument(format!("malformed push: {e}")))?;
         let writes = push.private_writes.unwrap_or_default();
         for namespace in &writes.ns_pvt_rwset {
             for set in &namespace.collection_pvt_rwset {
-                if !channel.keeps_collection(&namespace.namespace, &set.collection_name) {
+                let member = opened.channel.is_collection_member(
+                    &namespace.namespace,
+                    &set.collection_name,
+                    &self.local_msp_id,
+                );
+                if !member {
                     return Err(Status::permission_denied(format!(
                         "this peer's organisation is not a member of collection {} of {}",
                         set.collection_name, namespace.namespace
@@ -334,13 +471,97 @@ impl PrivateDataService {
                 }
             }
         }
-        let blocks = channel.blocks();
+        let blocks = opened.channel.blocks();
         blocks
             .keep_transient(&push.tx_id, blocks.height(), &writes.encode_to_vec())
             .map_err(|e| Status::internal(format!("keeping the private data failed: {e}")))?;
-        tracing::debug!(tx_id = %push.tx_id, channel = %channel_id, "private data received");
+        tracing::debug!(tx_id = %push.tx_id, channel = %opened.channel_id, "private data received");
         Ok(())
     }
+
+    /// What this peer holds of a checked pull's collections, each asked by
+    /// a peer of one of its member organisations.
+    fn answer_pull(&self, envelope: &Envelope) -> Result<PullResult, Status> {
+        let opened = self.open(envelope)?;
+        let pull = PrivateDataPull::decode(opened.data)
+            .map_err(|e| Status::invalid_argument(format!("malformed pull: {e}")))?;
+        if pull.missing.len() > PULL_ITEMS_MAX {
+            return Err(Status::invalid_argument(format!(
+                "a pull may ask for at most {PULL_ITEMS_MAX} collections"
+            )));
+        }
+        let blocks = opened.channel.blocks();
+        let mut committed: HashMap<u64, Vec<(u64, bytes::Bytes)>> = HashMap::new();
+        let mut found: BTreeMap<String, TxPvtReadWriteSet> = BTreeMap::new();
+        for wanted in &pull.missing {
+            let member = opened.channel.is_collection_member(
+                &wanted.namespace,
+                &wanted.collection,
+                &opened.sender_msp_id,
+            );
+            if !member {
+                return Err(Status::permission_denied(format!(
+                    "{} is not a member of collection {} of {}",
+                    opened.sender_msp_id, wanted.collection, wanted.namespace
+                )));
+            }
+            let in_block = match committed.entry(wanted.block_number) {
+                std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+                std::collections::hash_map::Entry::Vacant(entry) => entry.insert(
+                    blocks
+                        .private_data(wanted.block_number)
+                        .map_err(|e| Status::internal(e.to_string()))?,
+                ),
+            };
+            let held = in_block
+                .iter()
+                .find(|(tx_index, _)| *tx_index == wanted.tx_index)
+                .map(|(_, bytes)| bytes.clone())
+                .or_else(|| blocks.transient(&wanted.tx_id).ok().flatten());
+            let Some(set) = held
+                .and_then(|bytes| TxPvtReadWriteSet::decode(bytes).ok())
+                .and_then(|set| collection_of(&set, &wanted.namespace, &wanted.collection))
+            else {
+                continue;
+            };
+            let answer = found.entry(wanted.tx_id.clone()).or_default();
+            match answer
+                .ns_pvt_rwset
+                .iter_mut()
+                .find(|ns| ns.namespace == wanted.namespace)
+            {
+                Some(namespace) => namespace.collection_pvt_rwset.push(set),
+                None => answer.ns_pvt_rwset.push(NsPvtReadWriteSet {
+                    namespace: wanted.namespace.clone(),
+                    collection_pvt_rwset: vec![set],
+                }),
+            }
+        }
+        Ok(PullResult {
+            found: found
+                .into_iter()
+                .map(|(tx_id, private_writes)| PulledWrites {
+                    tx_id,
+                    private_writes: Some(private_writes),
+                })
+                .collect(),
+        })
+    }
+}
+
+/// The set of `collection` of `namespace` in `writes`, if there.
+fn collection_of(
+    writes: &TxPvtReadWriteSet,
+    namespace: &str,
+    collection: &str,
+) -> Option<CollectionPvtReadWriteSet> {
+    writes
+        .ns_pvt_rwset
+        .iter()
+        .filter(|ns| ns.namespace == namespace)
+        .flat_map(|ns| &ns.collection_pvt_rwset)
+        .find(|set| set.collection_name == collection)
+        .cloned()
 }
 
 #[tonic::async_trait]
@@ -351,6 +572,14 @@ impl PrivateData for PrivateDataService {
             tracing::info!(message = status.message(), "private data push refused");
         })?;
         Ok(Response::new(PushAck {}))
+    }
+
+    async fn pull(&self, request: Request<Envelope>) -> Result<Response<PullResult>, Status> {
+        let envelope = request.into_inner();
+        let answer = self.answer_pull(&envelope).inspect_err(|status| {
+            tracing::info!(message = status.message(), "private data pull refused");
+        })?;
+        Ok(Response::new(answer))
     }
 }
 
@@ -365,7 +594,6 @@ mod tests {
     use weft_protos::protos::{
         CollectionConfig, CollectionConfigPackage, CollectionPolicyConfig, StaticCollectionConfig,
     };
-    use weft_protos::rwset::CollectionPvtReadWriteSet;
 
     use super::*;
 
@@ -427,7 +655,7 @@ mod tests {
                 tls: None,
                 keepalive: weft_protos::serve::Keepalive::CLIENT_DEFAULT,
                 dial_timeout: Duration::from_secs(1),
-                ack_timeout: PUSH_ACK_TIMEOUT,
+                ack_timeout: Duration::from_secs(3),
             },
             Arc::new(org.signer(weft_msp::NodeRole::Peer)),
         )

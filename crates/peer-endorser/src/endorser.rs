@@ -77,9 +77,9 @@ pub trait JoinedChannel: ChannelView + Send + Sync {
     /// says why the endorsement cannot be given.
     fn keep_private_writes(&self, tx_id: &str, writes: &PrivateWrites) -> Result<(), String>;
 
-    /// Whether this peer's organisation keeps the private values of
-    /// `collection` of chaincode `namespace` (is a member of it).
-    fn keeps_collection(&self, namespace: &str, collection: &str) -> bool;
+    /// Whether the peers of organisation `msp_id` keep the private values
+    /// of `collection` of chaincode `namespace` (it is a member of it).
+    fn is_collection_member(&self, namespace: &str, collection: &str, msp_id: &str) -> bool;
 }
 
 /// The peer's endorser: its channels, chaincodes and signing identity.
@@ -648,7 +648,7 @@ mod tests {
             writes.keep_in(tx_id, &self.blocks)
         }
 
-        fn keeps_collection(&self, _namespace: &str, _collection: &str) -> bool {
+        fn is_collection_member(&self, _namespace: &str, _collection: &str, _msp: &str) -> bool {
             false
         }
     }
