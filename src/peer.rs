@@ -151,15 +151,17 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
                 tokio::runtime::Handle::current(),
             ),
     );
+    // Peers of the other organisations: (MSP ID, address).
+    let other_peers: Vec<(String, String)> = config
+        .gateway
+        .peers
+        .iter()
+        .map(|peer| (peer.msp_id.clone(), peer.address.clone()))
+        .collect();
     let disseminator = Arc::new(Disseminator::new(
         DisseminationConfig {
             local_msp_id: config.peer.local_msp_id.clone(),
-            peers: config
-                .gateway
-                .peers
-                .iter()
-                .map(|peer| (peer.msp_id.clone(), peer.address.clone()))
-                .collect(),
+            peers: other_peers.clone(),
             tls: config.tls.as_ref().map(|tls| tls.client.clone()),
             keepalive: config.peer.keepalive.client.keepalive(),
             dial_timeout: config.gateway.dial_timeout.0,
@@ -216,12 +218,7 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
     let gateway_config = GatewayConfig {
         local_msp_id: config.peer.local_msp_id.clone(),
         local_address: grpc_address.to_string(),
-        peers: config
-            .gateway
-            .peers
-            .iter()
-            .map(|peer| (peer.msp_id.clone(), peer.address.clone()))
-            .collect(),
+        peers: other_peers,
         orderers: config.orderers.clone(),
         tls: config.tls.as_ref().map(|tls| tls.client.clone()),
         timeouts: weft_peer_endorser::gateway::Timeouts {

@@ -554,14 +554,18 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
         String::from_utf8_lossy(&output.stderr)
     );
 
-    let creator = gateway_client_as(
-        &network,
-        "org1",
-        "secrets.js",
-        org1.grpc,
-        CHANNEL,
-        &[("SECRETS_AS", "creator")],
-    );
+    // tests/js/secrets.js as User1 of `org` at `peer`, in the part `part`.
+    let secrets = |org: &str, peer: SocketAddr, part: &str| {
+        gateway_client_as(
+            &network,
+            org,
+            "secrets.js",
+            peer,
+            CHANNEL,
+            &[("SECRETS_AS", part)],
+        )
+    };
+    let creator = secrets("org1", org1.grpc, "creator");
     let ok = |seen: &serde_json::Value, what: &str| -> serde_json::Value {
         let text = seen[what]["ok"]
             .as_str()
@@ -608,14 +612,7 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     // Org2's peer got the shared collection and only its hashes of
     // Org1's: its user may read the first, is refused the appraisal
     // (member only) and finds no value behind the note's hash.
-    let other = gateway_client_as(
-        &network,
-        "org2",
-        "secrets.js",
-        org2.grpc,
-        CHANNEL,
-        &[("SECRETS_AS", "other")],
-    );
+    let other = secrets("org2", org2.grpc, "other");
     assert_eq!(ok(&other, "asset"), asset, "{other}");
     assert!(
         error(&other, "appraisal").contains(
@@ -658,14 +655,7 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     let tick = network.put("tick", None, &[&network.org1_peer]);
     assert_eq!(broadcast(orderer.grpc, &[tick]).await, [Status::Success]);
     committed_codes(org1.grpc, &network.client, created + 5).await;
-    let expired = gateway_client_as(
-        &network,
-        "org1",
-        "secrets.js",
-        org1.grpc,
-        CHANNEL,
-        &[("SECRETS_AS", "expired")],
-    );
+    let expired = secrets("org1", org1.grpc, "expired");
     assert_eq!(ok(&expired, "asset"), asset, "{expired}");
     assert!(
         error(&expired, "appraisal").contains("s1 does not exist in Org1MSPPrivateCollection"),

@@ -133,14 +133,7 @@ pub(crate) fn indexed_writes(block: &Block) -> HistoryWrites {
 fn writes_of<'a>(transactions: impl Iterator<Item = (usize, &'a TxEnvelope)>) -> Vec<IndexedWrite> {
     let mut writes = Vec::new();
     for (index, transaction) in transactions {
-        let TxBody::Endorser(endorser) = &transaction.body else {
-            continue;
-        };
-        for namespace in endorser
-            .actions
-            .iter()
-            .flat_map(|action| &action.namespaces)
-        {
+        for namespace in transaction.namespaces() {
             for write in &namespace.kv.writes {
                 writes.push(IndexedWrite {
                     namespace: namespace.namespace.clone(),

@@ -22,7 +22,7 @@ use prost::Message;
 use weft_protos::kvrwset::range_query_info::ReadsInfo;
 use weft_protos::kvrwset::{KvMetadataWrite, KvRead, RangeQueryInfo, Version};
 use weft_protos::range_summary::{RangeReads, RangeSummarizer};
-use weft_protos::view::{DecodedBlock, NamespaceRwSet, TxBody, TxEnvelope};
+use weft_protos::view::{DecodedBlock, NamespaceRwSet, TxEnvelope};
 use weft_statedb::{
     Height, StateReader, UpdateBatch, VersionedValue, hashed_namespace, key_metadata_namespace,
 };
@@ -103,7 +103,7 @@ pub fn validate_block(
             );
         }
         // Metadata written alone moves an existing key to this height.
-        for namespace in namespaces_of(transaction) {
+        for namespace in transaction.namespaces() {
             for metadata in &namespace.kv.metadata_writes {
                 let key = (namespace.namespace.clone(), metadata.key.clone());
                 if namespace
@@ -156,7 +156,7 @@ pub fn update_batch(
                 None => batch.delete(&write.namespace, &write.key, height),
             }
         }
-        for namespace in namespaces_of(transaction) {
+        for namespace in transaction.namespaces() {
             apply_key_metadata(&mut batch, namespace, height, state)?;
         }
     }
@@ -241,7 +241,7 @@ struct StateWrite<'a> {
 
 /// The point reads of a transaction, public and hashed, in rwset order.
 fn reads_of(transaction: &TxEnvelope) -> impl Iterator<Item = StateRead<'_>> {
-    namespaces_of(transaction).flat_map(|namespace| {
+    transaction.namespaces().flat_map(|namespace| {
         let public = namespace.kv.reads.iter().map(|read| StateRead {
             namespace: Cow::Borrowed(namespace.namespace.as_str()),
             key: Cow::Borrowed(read.key.as_str()),
@@ -266,7 +266,7 @@ fn reads_of(transaction: &TxEnvelope) -> impl Iterator<Item = StateRead<'_>> {
 /// The writes of a transaction, public and hashed, in rwset order. A purge
 /// of private data deletes its hash.
 fn writes_of(transaction: &TxEnvelope) -> impl Iterator<Item = StateWrite<'_>> {
-    namespaces_of(transaction).flat_map(|namespace| {
+    transaction.namespaces().flat_map(|namespace| {
         let public = namespace.kv.writes.iter().map(|write| StateWrite {
             namespace: Cow::Borrowed(namespace.namespace.as_str()),
             key: Cow::Borrowed(write.key.as_str()),
@@ -286,14 +286,6 @@ fn writes_of(transaction: &TxEnvelope) -> impl Iterator<Item = StateWrite<'_>> {
         });
         public.chain(hashed)
     })
-}
-
-fn namespaces_of(transaction: &TxEnvelope) -> impl Iterator<Item = &NamespaceRwSet> {
-    let actions = match &transaction.body {
-        TxBody::Endorser(endorser) => endorser.actions.as_slice(),
-        _ => &[],
-    };
-    actions.iter().flat_map(|action| action.namespaces.iter())
 }
 
 /// Committed values of every key read by a transaction still valid, in one
@@ -341,7 +333,7 @@ fn check_reads(
             return Ok(TxValidationCode::MvccReadConflict);
         }
     }
-    for namespace in namespaces_of(transaction) {
+    for namespace in transaction.namespaces() {
         for range in &namespace.kv.range_queries_info {
             if !range_unchanged(&namespace.namespace, range, writes, state)? {
                 return Ok(TxValidationCode::PhantomReadConflict);

@@ -36,7 +36,7 @@ use weft_ledger::BlockPrivateData;
 use weft_protos::kvrwset::KvrwSet;
 use weft_protos::protos::TxValidationCode;
 use weft_protos::rwset::{NsPvtReadWriteSet, TxPvtReadWriteSet, tx_read_write_set};
-use weft_protos::view::{DecodedBlock, TxBody, TxEnvelope};
+use weft_protos::view::{DecodedBlock, TxEnvelope};
 use weft_statedb::{
     Height, StateReader, UpdateBatch, VersionedValue, hashed_namespace, private_namespace,
 };
@@ -108,13 +108,8 @@ pub(crate) fn gather(
         let Ok(transaction) = transaction else {
             continue;
         };
-        let TxBody::Endorser(endorser) = &transaction.body else {
-            continue;
-        };
-        let writes_private = endorser
-            .actions
-            .iter()
-            .flat_map(|action| &action.namespaces)
+        let writes_private = transaction
+            .namespaces()
             .flat_map(|namespace| &namespace.collection_hashed)
             .any(|collection| !collection.pvt_rwset_hash.is_empty());
         if !writes_private {
@@ -246,15 +241,8 @@ fn expected_collections(
     context: &ChannelContext,
     msp_id: &str,
 ) -> Vec<Expected> {
-    let TxBody::Endorser(endorser) = &transaction.body else {
-        return Vec::new();
-    };
     let mut expected = Vec::new();
-    for namespace in endorser
-        .actions
-        .iter()
-        .flat_map(|action| &action.namespaces)
-    {
+    for namespace in transaction.namespaces() {
         for collection in &namespace.collection_hashed {
             if collection.pvt_rwset_hash.is_empty()
                 || !context.keeps_collection(&namespace.namespace, &collection.collection, msp_id)
@@ -331,14 +319,7 @@ pub(crate) fn schedule_expiry(
         let (Ok(transaction), TxValidationCode::Valid) = (transaction, code) else {
             continue;
         };
-        let TxBody::Endorser(endorser) = &transaction.body else {
-            continue;
-        };
-        for namespace in endorser
-            .actions
-            .iter()
-            .flat_map(|action| &action.namespaces)
-        {
+        for namespace in transaction.namespaces() {
             for collection in &namespace.collection_hashed {
                 let Some(lifetime) = lifetime(&namespace.namespace, &collection.collection) else {
                     continue;

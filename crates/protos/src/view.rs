@@ -235,6 +235,16 @@ impl TxEnvelope {
     pub fn header_type(&self) -> Option<HeaderType> {
         HeaderType::try_from(self.channel_header.r#type).ok()
     }
+
+    /// The read/write sets of an endorser transaction's actions, namespace
+    /// by namespace; none for other transactions.
+    pub fn namespaces(&self) -> impl Iterator<Item = &NamespaceRwSet> {
+        let actions = match &self.body {
+            TxBody::Endorser(endorser) => endorser.actions.as_slice(),
+            _ => &[],
+        };
+        actions.iter().flat_map(|action| action.namespaces.iter())
+    }
 }
 
 fn decode_endorser_transaction(
