@@ -589,6 +589,11 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     );
     assert_eq!(ok(&creator, "verified"), true, "the hash is the value's");
     assert_eq!(ok(&creator, "ids"), serde_json::json!(["s1", "s2"]));
+    assert_eq!(
+        ok(&creator, "query"),
+        serde_json::json!([{"key": "s2", "value": {"id": "s2", "color": "red"}}]),
+        "{creator}"
+    );
     assert_eq!(creator["deleted"], true, "{creator}");
     assert!(
         error(&creator, "afterDelete").contains("s2 does not exist in assetCollection"),

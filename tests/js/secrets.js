@@ -47,6 +47,10 @@ runGatewayClient(async (gateway, channelName) => {
         seen.appraisal = await evaluate('readFrom', 'Org1MSPPrivateCollection', 's1');
         seen.verified = await evaluate('verify', 'assetCollection', 's1', seen.asset.ok || '');
         seen.ids = await evaluate('assetIds', '', '');
+        seen.query = await evaluate('assetsByQuery', JSON.stringify({
+            selector: { owner: 'Org1MSP', color: { $in: ['red', 'green'] } },
+            fields: ['id', 'color'],
+        }));
         const deleted = await contract.submitAsync('deleteAsset', { arguments: ['s2'] });
         seen.deleted = (await deleted.getStatus()).successful;
         seen.afterDelete = await evaluate('readAsset', 's2');

@@ -669,7 +669,7 @@ impl<'a> Stub<'a> {
             .map_err(|e| StateError::Storage(e.to_string()))?;
         let mut matched = match query.plan(&indexes) {
             Some(scan) => self.documents_by_index(&query, &scan, first, enough)?,
-            None => self.documents_by_scan(&query, first, enough)?,
+            None => self.documents_by_scan(self.namespace, &query, first, enough)?,
         };
         let end = matched.len().min(enough);
         let start = first.min(end);
@@ -692,11 +692,13 @@ impl<'a> Stub<'a> {
         })
     }
 
-    /// The documents matching `query`, in key order (or sorted, ties by
-    /// key), by a scan of the whole namespace: at least `enough` of them
-    /// when there are, the first `first` among them to be skipped.
+    /// The documents of state namespace `namespace` matching `query`, in
+    /// key order (or sorted, ties by key), by a scan of the whole
+    /// namespace: at least `enough` of them when there are, the first
+    /// `first` among them to be skipped.
     fn documents_by_scan(
         &self,
+        namespace: &str,
         query: &Query,
         first: usize,
         enough: usize,
@@ -706,7 +708,7 @@ impl<'a> Stub<'a> {
         'scan: loop {
             let chunk = self
                 .state
-                .range(self.namespace, &from, "", SCAN_CHUNK)
+                .range(namespace, &from, "", SCAN_CHUNK)
                 .map_err(|e| StateError::Storage(e.to_string()))?;
             let drained = chunk.len() < SCAN_CHUNK;
             if let Some((last, _)) = chunk.last() {

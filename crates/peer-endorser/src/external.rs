@@ -673,7 +673,12 @@ impl Session {
             }
             MessageType::GetQueryResult => {
                 let request = GetQueryResult::decode(payload).map_err(malformed)?;
-                public_only(&request.collection)?;
+                if !request.collection.is_empty() {
+                    let results = stub
+                        .get_private_data_query_result(&request.collection, &request.query)
+                        .map_err(|e| e.to_string())?;
+                    return Ok(self.open_query(records(stub.namespace(), results)));
+                }
                 let page = page_request(&request.metadata).map_err(malformed)?;
                 let found = stub
                     .get_query_result(&request.query, page.as_ref())
@@ -834,15 +839,15 @@ fn records(namespace: &str, results: impl IntoIterator<Item = (String, Bytes)>) 
         .collect()
 }
 
-/// Private data calls weft does not serve yet: JSON queries of and
-/// metadata on private data.
+/// Private data calls weft does not serve yet: metadata on private
+/// data.
 fn public_only(collection: &str) -> Result<(), String> {
     if collection.is_empty() {
         Ok(())
     } else {
         Err(format!(
-            "private data collection {collection:?}: JSON queries and key metadata of private \
-             data are not supported by weft yet"
+            "private data collection {collection:?}: key metadata of private data is not \
+             supported by weft yet"
         ))
     }
 }

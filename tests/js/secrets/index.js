@@ -70,6 +70,15 @@ class Secrets extends Contract {
         await ctx.stub.deletePrivateData(`${asset.owner}PrivateCollection`, id);
     }
 
+    // The shared assets a CouchDB (Mango) JSON query selects.
+    async assetsByQuery(ctx, query) {
+        const found = [];
+        for await (const { key, value } of ctx.stub.getPrivateDataQueryResult(SHARED, query)) {
+            found.push({ key, value: JSON.parse(Buffer.from(value).toString()) });
+        }
+        return JSON.stringify(found);
+    }
+
     // The IDs of the shared assets in [start, end).
     async assetIds(ctx, start, end) {
         const ids = [];

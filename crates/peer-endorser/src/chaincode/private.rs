@@ -29,6 +29,7 @@ use weft_statedb::{hashed_namespace, private_namespace};
 
 use super::{RANGE_RESULTS_MAX, StateError, Stub};
 use crate::lifecycle::LIFECYCLE;
+use crate::mango::Query;
 
 /// Fabric's refusal of private data calls in `Init`.
 const IN_INIT: &str = "private data APIs are not allowed in chaincode Init()";
@@ -149,6 +150,39 @@ impl Stub<'_> {
             .into_iter()
             .map(|(key, value)| (key, value.value))
             .collect())
+    }
+
+    /// The private documents (JSON object values) of `collection` that
+    /// match the Mango `query`, as this peer holds them: Fabric's
+    /// `GetPrivateDataQueryResult`, answered by a scan of the collection
+    /// (collections' JSON indexes are not built), with the query's `sort`,
+    /// `skip`, `limit` and `fields`. As in Fabric, nothing is recorded for
+    /// the commit to check again.
+    pub fn get_private_data_query_result(
+        &mut self,
+        collection: &str,
+        query: &str,
+    ) -> Result<Vec<(String, Bytes)>, StateError> {
+        self.check_private(collection, Access::Read)?;
+        let query = Query::parse(query).map_err(|e| StateError::Query(e.to_string()))?;
+        let wanted = query
+            .limit
+            .unwrap_or(RANGE_RESULTS_MAX)
+            .min(RANGE_RESULTS_MAX);
+        let first = query.skip;
+        let enough = first.saturating_add(wanted);
+        let namespace = private_namespace(self.namespace, collection);
+        let mut matched = self.documents_by_scan(&namespace, &query, first, enough)?;
+        let end = matched.len().min(enough);
+        let start = first.min(end);
+        matched
+            .drain(start..end)
+            .map(|(key, _, document)| {
+                let shown = serde_json::to_vec(&query.project(&document))
+                    .map_err(|e| StateError::Query(e.to_string()))?;
+                Ok((key, Bytes::from(shown)))
+            })
+            .collect()
     }
 
     /// Fabric's checks of a private data call on `collection`.
