@@ -113,6 +113,10 @@ pub struct BlockPrivateData {
     pub committed: Vec<(u64, Bytes)>,
     /// The block's TxIDs whose transient entries are no longer needed.
     pub settled: Vec<String>,
+    /// Earlier blocks' committed private data to replace, because some of
+    /// it expired with this block: (block, transaction index, what is
+    /// left; `None` removes the entry).
+    pub rewritten: Vec<(u64, u64, Option<Bytes>)>,
 }
 
 impl BlockStore {
@@ -734,6 +738,12 @@ impl Shared {
         let committed = self.cf(CF_PRIVATE)?;
         for (tx_index, writes) in &private.committed {
             batch.put_cf(committed, private_key(number, *tx_index), writes);
+        }
+        for (block, tx_index, left) in &private.rewritten {
+            match left {
+                Some(writes) => batch.put_cf(committed, private_key(*block, *tx_index), writes),
+                None => batch.delete_cf(committed, private_key(*block, *tx_index)),
+            }
         }
         let transient = self.cf(CF_TRANSIENT)?;
         for tx_id in &private.settled {

@@ -225,6 +225,8 @@ impl ChannelCommitter {
             let mut batch = update_batch(&decoded, &codes, state.as_ref())?;
             let private = ledger.private_data(number)?;
             private::apply(&mut batch, number, &private);
+            // The block store lost the expired sets when the block was
+            // first committed.
             private::purge_expired(&mut batch, state.as_ref(), number)?;
             private::schedule_expiry(&mut batch, &decoded, &codes, &definitions, &private);
             indexes.maintain(&mut batch, state.as_ref())?;
@@ -619,7 +621,8 @@ impl ChannelCommitter {
             private.settled.clear();
         }
         private::apply(&mut batch, number, &private.committed);
-        private::purge_expired(&mut batch, self.state.as_ref(), number)?;
+        let expired = private::purge_expired(&mut batch, self.state.as_ref(), number)?;
+        private.rewritten = private::pruned(&self.ledger, &expired)?;
         private::schedule_expiry(
             &mut batch,
             decoded,

@@ -24,11 +24,13 @@
 //! Fabric: that block's state update deletes the key's hash (on every
 //! peer) and its value (on members), unless a later write replaced them.
 //! The schedule lives in the world state itself, in [`EXPIRY_NAMESPACE`]
-//! (key `<expiring block, 16 hex digits>/<h|p>/<chaincode>/<collection>/<key>`,
+//! (key `<expiring block, 16 hex digits>/<h|p|s>/<chaincode>/<collection>/<key>`,
 //! value the version that expires), written by the update that commits
 //! the write: checkpoints, replays and stream rollbacks carry it with the
-//! state. The block store keeps the committed values of expired writes
-//! (Fabric purges its private data store too).
+//! state. The block store's copy of what the transaction committed loses
+//! the collection in the batch of the expiring block too (`s` entries,
+//! whose key is the transaction's version), so that no pull answers it
+//! after that (Fabric purges its private data store likewise).
 
 use bytes::Bytes;
 use prost::Message;
@@ -354,10 +356,18 @@ pub(crate) fn schedule_expiry(
                 else {
                     continue;
                 };
+                let expiring = number.saturating_add(lifetime).saturating_add(1);
+                schedule(
+                    expiring,
+                    's',
+                    &namespace.namespace,
+                    &collection.collection_name,
+                    &format!("{number:016x}{tx_index:016x}"),
+                    *tx_index,
+                );
                 let Ok(writes) = KvrwSet::decode(collection.rwset.clone()) else {
                     continue;
                 };
-                let expiring = number.saturating_add(lifetime).saturating_add(1);
                 for write in writes.writes.iter().filter(|w| !w.is_delete) {
                     schedule(
                         expiring,
@@ -373,15 +383,27 @@ pub(crate) fn schedule_expiry(
     }
 }
 
+/// A collection's writes of one committed transaction, expired: to be
+/// removed from the block store's copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ExpiredWrites {
+    pub(crate) block: u64,
+    pub(crate) tx_index: u64,
+    pub(crate) namespace: String,
+    pub(crate) collection: String,
+}
+
 /// Adds to `batch` (block `number`'s update) the deletion of what expires
 /// at block `number`: each scheduled key whose stored version is still the
 /// one scheduled and that the block does not write again, and the
-/// schedule's entries.
+/// schedule's entries. Returns the committed write sets that expire, for
+/// the block store.
 pub(crate) fn purge_expired(
     batch: &mut UpdateBatch,
     state: &dyn StateReader,
     number: u64,
-) -> weft_statedb::Result<()> {
+) -> weft_statedb::Result<Vec<ExpiredWrites>> {
+    let mut stored = Vec::new();
     let start = format!("{number:016x}/");
     let end = format!("{number:016x}0");
     let due = state.range(EXPIRY_NAMESPACE, &start, &end, usize::MAX)?;
@@ -397,6 +419,21 @@ pub(crate) fn purge_expired(
         let target = match kind {
             "h" => hashed_namespace(namespace, collection),
             "p" => private_namespace(namespace, collection),
+            "s" => {
+                let position = |range: std::ops::Range<usize>| {
+                    key.get(range)
+                        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+                };
+                if let (Some(block), Some(tx_index)) = (position(0..16), position(16..32)) {
+                    stored.push(ExpiredWrites {
+                        block,
+                        tx_index,
+                        namespace: namespace.to_owned(),
+                        collection: collection.to_owned(),
+                    });
+                }
+                continue;
+            }
             _ => continue,
         };
         if batch.get(&target, key).is_some() {
@@ -411,7 +448,54 @@ pub(crate) fn purge_expired(
             batch.delete(&target, key, height);
         }
     }
-    Ok(())
+    Ok(stored)
+}
+
+/// The block store's copies of committed write sets without the
+/// `expired` collections: (block, transaction index, what is left, `None`
+/// when nothing is).
+pub(crate) fn pruned(
+    ledger: &weft_ledger::BlockStore,
+    expired: &[ExpiredWrites],
+) -> weft_ledger::Result<Vec<(u64, u64, Option<Bytes>)>> {
+    let mut pruned: Vec<(u64, u64, TxPvtReadWriteSet)> = Vec::new();
+    for gone in expired {
+        let position = pruned
+            .iter()
+            .position(|(block, tx, _)| (*block, *tx) == (gone.block, gone.tx_index));
+        let index = match position {
+            Some(index) => index,
+            None => {
+                let stored = ledger
+                    .private_data(gone.block)?
+                    .into_iter()
+                    .find(|(tx, _)| *tx == gone.tx_index)
+                    .and_then(|(_, bytes)| TxPvtReadWriteSet::decode(bytes).ok());
+                let Some(set) = stored else {
+                    continue;
+                };
+                pruned.push((gone.block, gone.tx_index, set));
+                pruned.len() - 1
+            }
+        };
+        let set = &mut pruned[index].2;
+        for namespace in &mut set.ns_pvt_rwset {
+            if namespace.namespace == gone.namespace {
+                namespace
+                    .collection_pvt_rwset
+                    .retain(|collection| collection.collection_name != gone.collection);
+            }
+        }
+        set.ns_pvt_rwset
+            .retain(|namespace| !namespace.collection_pvt_rwset.is_empty());
+    }
+    Ok(pruned
+        .into_iter()
+        .map(|(block, tx, set)| {
+            let left = (!set.ns_pvt_rwset.is_empty()).then(|| set.encode_to_vec().into());
+            (block, tx, left)
+        })
+        .collect())
 }
 
 fn encode_version(version: Height) -> Bytes {
@@ -465,7 +549,7 @@ mod tests {
         // Block 7 writes `again` itself, and purges what expires with it.
         let mut batch = UpdateBatch::new();
         batch.put(&private, "again", value("fresh"), Height::new(7, 0));
-        purge_expired(&mut batch, &state, 7).unwrap();
+        assert!(purge_expired(&mut batch, &state, 7).unwrap().is_empty());
         state.apply(&batch, Height::new(7, 0)).unwrap();
 
         assert!(state.get(&hashed, "aa").unwrap().is_none());

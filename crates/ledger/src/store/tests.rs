@@ -887,6 +887,7 @@ fn private_data_is_stored_with_its_block_settles_transient_entries_and_leaves_wi
     let private = BlockPrivateData {
         committed: vec![(1, Bytes::from_static(b"committed of a"))],
         settled: vec!["tx-a".to_owned()],
+        ..BlockPrivateData::default()
     };
     store
         .append_with_history(&chain[2], HistoryWrites::default, &private, false)
@@ -907,10 +908,39 @@ fn private_data_is_stored_with_its_block_settles_transient_entries_and_leaves_wi
         "not in the block"
     );
 
+    // A later block rewrites an earlier block's entry (some of it
+    // expired) and removes another.
+    let expiring = BlockPrivateData {
+        rewritten: vec![(2, 1, Some(Bytes::from_static(b"what is left")))],
+        ..BlockPrivateData::default()
+    };
+    store
+        .append_with_history(&chain[3], HistoryWrites::default, &expiring, false)
+        .unwrap();
+    assert_eq!(
+        store.private_data(2).unwrap(),
+        vec![(1, Bytes::from_static(b"what is left"))]
+    );
+
     // Reopened, the private data is there; truncated, it is gone.
     drop(store);
     let store = open(&dir, Durability::EveryBlock);
     assert_eq!(store.private_data(2).unwrap().len(), 1);
     store.truncate(2).unwrap();
+    assert!(store.private_data(2).unwrap().is_empty());
+    let gone = BlockPrivateData {
+        committed: vec![(0, Bytes::from_static(b"x"))],
+        ..BlockPrivateData::default()
+    };
+    store
+        .append_with_history(&chain[2], HistoryWrites::default, &gone, false)
+        .unwrap();
+    let removing = BlockPrivateData {
+        rewritten: vec![(2, 0, None)],
+        ..BlockPrivateData::default()
+    };
+    store
+        .append_with_history(&chain[3], HistoryWrites::default, &removing, false)
+        .unwrap();
     assert!(store.private_data(2).unwrap().is_empty());
 }
