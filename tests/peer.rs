@@ -642,8 +642,59 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
         "{other}"
     );
 
-    // Both peers agree on the chain.
+    // Peers answer a pull only for collections the asking peer's
+    // organisation is a member of: Org2's peer may have the shared asset
+    // from Org1's peer, never Org1's notes.
     let created = creator["created_s1"]["block"].as_u64().unwrap();
+    let pull = |collection: &str, block_number: u64| {
+        let missing = weft_protos::privatedata::MissingWrites {
+            tx_id: "by its place in the chain".to_owned(),
+            block_number,
+            tx_index: 0,
+            namespace: "secrets".to_owned(),
+            collection: collection.to_owned(),
+        };
+        let request = weft_protos::privatedata::PrivateDataPull {
+            missing: vec![missing],
+        };
+        weft_protos::tx::signed_envelope(
+            HeaderType::Message,
+            CHANNEL,
+            request.encode_to_vec().into(),
+            &network.org2_peer,
+            network.org2_peer.new_nonce().unwrap(),
+            weft_msp::now(),
+        )
+        .unwrap()
+    };
+    let mut private_data = weft_protos::privatedata::private_data_client::PrivateDataClient::new(
+        connect(org1.grpc).await,
+    );
+    let found = private_data
+        .pull(pull("assetCollection", created))
+        .await
+        .unwrap()
+        .into_inner()
+        .found;
+    let set = &found[0].private_writes.as_ref().unwrap().ns_pvt_rwset[0].collection_pvt_rwset[0];
+    assert_eq!(set.collection_name, "assetCollection");
+    let writes = weft_protos::kvrwset::KvrwSet::decode(set.rwset.clone())
+        .unwrap()
+        .writes;
+    assert_eq!(writes[0].key, "s1");
+    let refused = private_data
+        .pull(pull("org1Notes", created + 3))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    assert!(
+        refused
+            .message()
+            .contains("Org2MSP is not a member of collection org1Notes of secrets"),
+        "{refused:?}"
+    );
+
+    // Both peers agree on the chain.
     let last = created + 3;
     let org1_codes = committed_codes(org1.grpc, &network.client, last).await;
     let org2_codes = committed_codes(org2.grpc, &network.client, last).await;
