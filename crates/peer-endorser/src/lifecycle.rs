@@ -4,9 +4,10 @@
 //!
 //! - `ApproveChaincodeDefinitionForMyOrg`: an admin of this peer's
 //!   organisation approves a definition; the approval goes to the
-//!   organisation's implicit collection `_implicit_org_<MSP ID>` as hashed
-//!   writes (weft keeps no private values: only the hashes matter to a
-//!   later commit).
+//!   organisation's implicit collection `_implicit_org_<MSP ID>` (the
+//!   transaction carries the hashes; the endorsing peer keeps the values,
+//!   see `chaincode/private.rs`); only the hashes matter to a later
+//!   commit.
 //! - `CommitChaincodeDefinition`: reads every organisation's approval
 //!   hashes, requires this peer's organisation's, and writes the
 //!   definition to the public `_lifecycle` state; the channel's
