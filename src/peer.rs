@@ -27,7 +27,7 @@ use weft_msp::UnixTime;
 use weft_msp::{RememberingSigner, Signer, own};
 use weft_peer_committer::{
     BlockSource, ChannelCommitter, ChannelHandle, Channels, CommitterMetrics, DeclaredIndexes,
-    DeliverService, Intake, IntakeConfig, MissingWrites, PrivateWrites as PrivateWritesSource,
+    DeliverService, Intake, IntakeConfig, Missing, PrivateWritesSource,
 };
 use weft_peer_endorser::dissemination::{DisseminationConfig, Disseminator, PrivateDataService};
 use weft_peer_endorser::package::InstalledPackages;
@@ -451,28 +451,13 @@ impl PrivateWritesSource for PrivateDataSource {
         self.ledger.private_writes(tx_id)
     }
 
-    fn pull(&self, missing: &[MissingWrites]) -> Vec<(String, TxPvtReadWriteSet)> {
+    fn pull(&self, missing: &[Missing]) -> Vec<(String, TxPvtReadWriteSet)> {
         if self.patience.is_zero() {
             return Vec::new();
         }
-        let wanted: Vec<_> = missing
-            .iter()
-            .map(|missing| {
-                (
-                    weft_protos::privatedata::MissingWrites {
-                        tx_id: missing.tx_id.clone(),
-                        block_number: missing.block_number,
-                        tx_index: missing.tx_index,
-                        namespace: missing.namespace.clone(),
-                        collection: missing.collection.clone(),
-                    },
-                    missing.member_orgs.clone(),
-                )
-            })
-            .collect();
         self.runtime.block_on(
             self.disseminator
-                .pull(&self.channel_id, &wanted, self.patience),
+                .pull(&self.channel_id, missing, self.patience),
         )
     }
 }

@@ -186,13 +186,7 @@ async fn peers_endorse_proposals_with_builtin_chaincode_and_commit_them() {
     let dir = tempfile::tempdir().unwrap();
     let network = Network::create(dir.path());
     let orderer = network.start_solo_orderer();
-    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
-    let org1 = network.start_org_peer(
-        "org1",
-        &dir.path().join("org1"),
-        &[orderer.grpc],
-        &[("Org2MSP", org2.grpc)],
-    );
+    let (org1, org2) = network.start_two_orgs(dir.path(), orderer.grpc);
     let peers = [org1.grpc, org2.grpc];
 
     let mut height = 0;
@@ -515,13 +509,7 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     let chaincode = ShimChaincode::contract(&network.dir, "secrets");
     network.external_chaincodes = vec![("secrets".to_owned(), chaincode.address)];
     let orderer = network.start_solo_orderer();
-    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
-    let org1 = network.start_org_peer(
-        "org1",
-        &dir.path().join("org1"),
-        &[orderer.grpc],
-        &[("Org2MSP", org2.grpc)],
-    );
+    let (org1, org2) = network.start_two_orgs(dir.path(), orderer.grpc);
     let collections = dir.path().join("collections.json");
     std::fs::write(
         &collections,
@@ -741,13 +729,7 @@ async fn a_fabric_contract_uses_keys_pages_history_json_queries_and_calls_throug
         ("mirror".to_owned(), chaincode.address),
     ];
     let orderer = network.start_solo_orderer();
-    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
-    let org1 = network.start_org_peer(
-        "org1",
-        &dir.path().join("org1"),
-        &[orderer.grpc],
-        &[("Org2MSP", org2.grpc)],
-    );
+    let (org1, _org2) = network.start_two_orgs(dir.path(), orderer.grpc);
     let seen = gateway_client(&network, "assets.js", org1.grpc, CHANNEL);
     let json = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
 
@@ -1714,6 +1696,19 @@ impl Network {
 
     /// Starts peer0 of `org` with its ledgers in `data`; its Gateway asks
     /// `gateway_peers` (MSP ID, address) for endorsements.
+    /// A peer of each organisation, in `dir`/org1 and `dir`/org2, on
+    /// `orderer`; org1's Gateway (and dissemination) knows org2's peer.
+    fn start_two_orgs(&self, dir: &Path, orderer: SocketAddr) -> (Node, Node) {
+        let org2 = self.start_org_peer("org2", &dir.join("org2"), &[orderer], &[]);
+        let org1 = self.start_org_peer(
+            "org1",
+            &dir.join("org1"),
+            &[orderer],
+            &[("Org2MSP", org2.grpc)],
+        );
+        (org1, org2)
+    }
+
     fn start_org_peer(
         &self,
         org: &str,

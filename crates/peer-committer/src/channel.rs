@@ -6,6 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use prost::Message;
 use weft_msp::{Identity, MspManager, OwnSignatures, UnixTime};
+use weft_policy::collection::Collection;
 use weft_policy::{ChannelAuthority, PeerOf, PolicyTree, Signatory, SignaturePolicy};
 use weft_protos::common::Config;
 
@@ -178,15 +179,10 @@ impl ChannelContext {
         if self.policies.get(&path).is_some() {
             return EndorsementRule::Channel(path);
         }
-        let member = format!("OR('{msp_id}.member')");
-        let compiled = weft_policy::dsl::parse(&member)
-            .map_err(|e| e.to_string())
-            .and_then(|envelope| {
-                SignaturePolicy::compile(&member, &envelope).map_err(|e| e.to_string())
-            });
-        match compiled {
-            Ok(policy) => EndorsementRule::Signature(Arc::new(policy)),
-            Err(reason) => EndorsementRule::Unreadable(reason),
+        // Any member of the organisation: its implicit collection's members.
+        match Collection::implicit(msp_id) {
+            Ok(collection) => EndorsementRule::Signature(collection.member_policy),
+            Err(reason) => EndorsementRule::Unreadable(reason.to_string()),
         }
     }
 

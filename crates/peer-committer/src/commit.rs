@@ -43,7 +43,7 @@ use crate::indexes::ChannelIndexes;
 use crate::key_policies::check_key_level_policies;
 use crate::lifecycle::{ChaincodeDefinitions, LIFECYCLE_NAMESPACE};
 use crate::mvcc::{mark_duplicate_tx_ids, update_batch, validate_block};
-use crate::private::{self, PrivateWrites};
+use crate::private::{self, PrivateWritesSource};
 use crate::{ChannelContext, DeclaredIndexes, Error, Result, TxValidationCode};
 
 /// What committing a block produced.
@@ -103,7 +103,7 @@ pub struct ChannelCommitter {
     /// The organisation whose collections' private values this peer
     /// commits, and where it finds them; `None`: it commits only their
     /// hashes.
-    private_data_of: Option<(String, Arc<dyn PrivateWrites + Send + Sync>)>,
+    private_data_of: Option<(String, Arc<dyn PrivateWritesSource + Send + Sync>)>,
 }
 
 impl std::fmt::Debug for ChannelCommitter {
@@ -266,7 +266,7 @@ impl ChannelCommitter {
     pub fn keeping_private_data_of(
         mut self,
         msp_id: impl Into<String>,
-        source: Arc<dyn PrivateWrites + Send + Sync>,
+        source: Arc<dyn PrivateWritesSource + Send + Sync>,
     ) -> Self {
         self.private_data_of = Some((msp_id.into(), source));
         self

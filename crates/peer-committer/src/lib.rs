@@ -52,5 +52,5 @@ pub use indexes::DeclaredIndexes;
 pub use intake::{BlockSource, Intake, IntakeConfig, IntakeStatus};
 pub use lifecycle::{ChaincodeDefinitions, EndorsementRule};
 pub use metrics::CommitterMetrics;
-pub use private::{MissingWrites, PrivateWrites};
+pub use private::{Missing, PrivateWritesSource};
 pub use weft_protos::protos::TxValidationCode;

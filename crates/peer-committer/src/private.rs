@@ -36,6 +36,7 @@ use bytes::Bytes;
 use prost::Message;
 use weft_ledger::BlockPrivateData;
 use weft_protos::kvrwset::KvrwSet;
+use weft_protos::privatedata::MissingWrites;
 use weft_protos::protos::TxValidationCode;
 use weft_protos::rwset::{NsPvtReadWriteSet, TxPvtReadWriteSet, tx_read_write_set};
 use weft_protos::view::{DecodedBlock, TxEnvelope};
@@ -52,34 +53,26 @@ pub const EXPIRY_NAMESPACE: &str = "$$expiry";
 
 /// Where a transaction's private writes may be found: the transient
 /// store, and the peers of other members.
-pub trait PrivateWrites {
+pub trait PrivateWritesSource {
     /// The serialized `TxPvtReadWriteSet` kept for `tx_id`, if any.
     fn private_writes(&self, tx_id: &str) -> Option<Bytes>;
 
     /// Asks other members' peers for `missing`; returns what was found, by
     /// TxID (each set checked against its hash afterwards). Called at most
     /// once per block; the default asks no one.
-    fn pull(&self, missing: &[MissingWrites]) -> Vec<(String, TxPvtReadWriteSet)> {
+    fn pull(&self, missing: &[Missing]) -> Vec<(String, TxPvtReadWriteSet)> {
         let _ = missing;
         Vec::new()
     }
 }
 
 /// One collection's writes of one transaction that a member peer is
-/// missing at commit.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MissingWrites {
-    pub tx_id: String,
-    pub block_number: u64,
-    pub tx_index: u64,
-    pub namespace: String,
-    pub collection: String,
-    /// The organisations whose peers may hold it.
-    pub member_orgs: Vec<String>,
-}
+/// missing at commit, as a pull asks for them, with the organisations
+/// whose peers may hold them.
+pub type Missing = (MissingWrites, Vec<String>);
 
 /// The transient store of the block store.
-impl PrivateWrites for weft_ledger::BlockStore {
+impl PrivateWritesSource for weft_ledger::BlockStore {
     fn private_writes(&self, tx_id: &str) -> Option<Bytes> {
         self.transient(tx_id).unwrap_or_else(|error| {
             tracing::error!(tx_id, %error, "reading the transient store failed");
@@ -99,7 +92,7 @@ pub(crate) fn gather(
     codes: &[TxValidationCode],
     context: &ChannelContext,
     msp_id: &str,
-    source: &dyn PrivateWrites,
+    source: &dyn PrivateWritesSource,
 ) -> BlockPrivateData {
     let number = decoded.header.number;
     let mut private = BlockPrivateData::default();
@@ -132,16 +125,19 @@ pub(crate) fn gather(
         found.push((index as u64, tx_id.to_owned(), committed, still));
     }
 
-    let missing: Vec<MissingWrites> = found
+    let missing: Vec<Missing> = found
         .iter()
         .flat_map(|(index, tx_id, _, still)| {
-            still.iter().map(|expected| MissingWrites {
-                tx_id: tx_id.clone(),
-                block_number: number,
-                tx_index: *index,
-                namespace: expected.namespace.clone(),
-                collection: expected.collection.clone(),
-                member_orgs: expected.member_orgs.clone(),
+            still.iter().map(|expected| {
+                let wanted = MissingWrites {
+                    tx_id: tx_id.clone(),
+                    block_number: number,
+                    tx_index: *index,
+                    namespace: expected.namespace.clone(),
+                    collection: expected.collection.clone(),
+                };
+                let members = context.collection_members(&expected.namespace, &expected.collection);
+                (wanted, members)
             })
         })
         .collect();
@@ -183,7 +179,6 @@ struct Expected {
     collection: String,
     /// The hash of its write set, as the transaction carries it.
     hash: Bytes,
-    member_orgs: Vec<String>,
 }
 
 fn empty_set() -> TxPvtReadWriteSet {
@@ -255,8 +250,6 @@ fn expected_collections(
                 namespace: namespace.namespace.clone(),
                 collection: collection.collection.clone(),
                 hash: collection.pvt_rwset_hash.clone(),
-                member_orgs: context
-                    .collection_members(&namespace.namespace, &collection.collection),
             });
         }
     }

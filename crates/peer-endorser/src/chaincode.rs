@@ -45,6 +45,8 @@ use crate::mango::Query;
 
 mod private;
 
+pub(crate) use private::key_hash;
+
 /// A document found by a JSON query: its key, stored value and JSON.
 type Document = (String, weft_statedb::VersionedValue, serde_json::Value);
 

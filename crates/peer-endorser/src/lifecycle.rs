@@ -42,7 +42,10 @@ use weft_protos::lifecycle::{query_installed_chaincode_result, query_installed_c
 use weft_protos::protos::application_policy::Type as PolicyType;
 use weft_protos::protos::{ApplicationPolicy, CollectionConfigPackage, Response};
 
-use crate::chaincode::{Chaincode, StateError, Stub, error, success};
+use weft_policy::collection::implicit_collection;
+use weft_statedb::hashed_namespace;
+
+use crate::chaincode::{Chaincode, StateError, Stub, error, key_hash, success};
 use crate::package::{InstalledPackages, Package};
 
 /// The namespace and name of the lifecycle chaincode.
@@ -391,10 +394,9 @@ pub fn approved_package(
     else {
         return None;
     };
-    let hashed_namespace = format!("{LIFECYCLE}$$h{}", implicit_collection(local_msp_id));
+    let namespace = hashed_namespace(LIFECYCLE, &implicit_collection(local_msp_id));
     let key = format!("chaincode-sources/fields/{name}#{sequence}/PackageID");
-    let key_hash = hex::encode(weft_protos::hash::sha256(key.as_bytes()));
-    let approved = state.get(&hashed_namespace, &key_hash).ok()??;
+    let approved = state.get(&namespace, &key_hash(&key)).ok()??;
     installed
         .iter()
         .find(|package| {
@@ -593,10 +595,6 @@ fn check_name(name: &str) -> Result<&str, Failure> {
     }
 }
 
-fn implicit_collection(msp_id: &str) -> String {
-    format!("_implicit_org_{msp_id}")
-}
-
 fn metadata(datatype: &str, fields: &[&str]) -> Bytes {
     StateMetadata {
         datatype: datatype.to_owned(),
@@ -725,7 +723,7 @@ mod tests {
                 let hashed = HashedRwSet::decode(collection.hashed_rwset.clone()).unwrap();
                 for write in hashed.hashed_writes {
                     batch.put(
-                        &format!("{}$$h{}", namespace.namespace, collection.collection_name),
+                        &hashed_namespace(&namespace.namespace, &collection.collection_name),
                         &hex::encode(&write.key_hash),
                         write.value_hash,
                         Height::new(1, 0),

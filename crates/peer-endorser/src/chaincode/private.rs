@@ -56,10 +56,7 @@ impl Stub<'_> {
     ) -> Result<Option<Bytes>, StateError> {
         self.check_private(collection, Access::Read)?;
         let value = self.read(&private_namespace(self.namespace, collection), key)?;
-        let hash = self.read(
-            &hashed_namespace(self.namespace, collection),
-            &key_hash(key),
-        )?;
+        let hash = self.stored_hash(collection, key)?;
         let value_version = value.as_ref().map(|value| value.version);
         let hash_version = hash.as_ref().map(|hash| hash.version);
         if value_version != hash_version {
@@ -87,10 +84,7 @@ impl Stub<'_> {
         key: &str,
     ) -> Result<Option<Bytes>, StateError> {
         self.check_private(collection, Access::Hash)?;
-        let current = self.read(
-            &hashed_namespace(self.namespace, collection),
-            &key_hash(key),
-        )?;
+        let current = self.stored_hash(collection, key)?;
         let version = current
             .as_ref()
             .map(|value| (value.version.block_num, value.version.tx_num));
@@ -278,6 +272,19 @@ impl Stub<'_> {
         Ok(collections)
     }
 
+    /// The hash of private `key` of `collection` in the snapshot, with its
+    /// version; not recorded.
+    fn stored_hash(
+        &self,
+        collection: &str,
+        key: &str,
+    ) -> Result<Option<weft_statedb::VersionedValue>, StateError> {
+        self.read(
+            &hashed_namespace(self.namespace, collection),
+            &key_hash(key),
+        )
+    }
+
     /// `key` of `namespace` in the snapshot, not recorded.
     fn read(
         &self,
@@ -291,7 +298,7 @@ impl Stub<'_> {
 }
 
 /// The state key of a private key's hash: its SHA-256 in lowercase hex.
-fn key_hash(key: &str) -> String {
+pub(crate) fn key_hash(key: &str) -> String {
     hex::encode(weft_protos::hash::sha256(key.as_bytes()))
 }
 
