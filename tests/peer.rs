@@ -707,6 +707,59 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     );
     assert_eq!(expired["appraisalHash"]["ok"], "", "{expired}");
     assert_eq!(ok(&expired, "pulled"), "pulled at commit", "{expired}");
+
+    // A key-level endorsement policy on Org2's user's note (Fabric's
+    // setPrivateDataValidationParameter) holds at commit on both peers:
+    // written, or purged, with one organisation's endorsement the note
+    // stays as it was; with both, it changes. Once purged, neither peer
+    // holds its value, hash or policy, and no pull finds a copy of it.
+    let guarded = secrets("org1", org1.grpc, "guarded");
+    let code = |what: &str| {
+        let code = guarded[what]["code"].as_i64();
+        code.and_then(|code| TxValidationCode::try_from(code as i32).ok())
+            .unwrap_or_else(|| panic!("{what}: {guarded}"))
+    };
+    let block = |what: &str| guarded[what]["block"].as_u64().unwrap();
+    assert_eq!(code("guard"), TxValidationCode::Valid, "{guarded}");
+    assert_eq!(
+        ok(&guarded, "guardOf"),
+        serde_json::json!(["Org1MSP", "Org2MSP"]),
+        "{guarded}"
+    );
+    assert_eq!(
+        code("writtenByOne"),
+        TxValidationCode::EndorsementPolicyFailure
+    );
+    assert_eq!(code("writtenByBoth"), TxValidationCode::Valid);
+    assert_eq!(ok(&guarded, "note"), "by both", "{guarded}");
+    assert_eq!(
+        code("purgedByOne"),
+        TxValidationCode::EndorsementPolicyFailure
+    );
+    assert_eq!(code("purgedByBoth"), TxValidationCode::Valid);
+    let last = block("purgedByBoth");
+    assert_eq!(
+        committed_codes(org1.grpc, &network.client, last).await,
+        committed_codes(org2.grpc, &network.client, last).await
+    );
+    for (org, peer) in [("org1", org1.grpc), ("org2", org2.grpc)] {
+        let purged = secrets(org, peer, "purged");
+        assert!(
+            error(&purged, "note").contains("p1 does not exist in pulledCollection"),
+            "{purged}"
+        );
+        assert_eq!(purged["hash"]["ok"], "", "{purged}");
+        assert_eq!(ok(&purged, "guardOf"), serde_json::json!([]), "{purged}");
+    }
+    for written in [block("guard"), block("writtenByBoth")] {
+        let found = private_data
+            .pull(pull("pulledCollection", written))
+            .await
+            .unwrap()
+            .into_inner()
+            .found;
+        assert!(found.is_empty(), "block {written}: {found:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,6 +10,11 @@
 //   SECRETS_AS=expired  reads the appraisal again once its blockToLive
 //                       has passed, and what Org2's user wrote (Org1's
 //                       user, at Org1's peer)
+//   SECRETS_AS=guarded  puts a key-level endorsement policy on Org2's
+//                       user's note, writes it endorsed by one
+//                       organisation and by both, then purges it (Org1's
+//                       user, at Org1's peer, naming the endorsers)
+//   SECRETS_AS=purged   reads the purged note (any user, at any peer)
 //
 //   node secrets.js <peer host:port> <mspId> <cert.pem> <key.pem> <channel>
 //
@@ -60,6 +65,32 @@ runGatewayClient(async (gateway, channelName) => {
         await contract.submitTransaction('writeTo', 'org1Notes', 'n1', 'for org1 only');
         seen.note = await evaluate('readFrom', 'org1Notes', 'n1');
         seen.appraisalHash = await evaluate('hashOf', 'Org1MSPPrivateCollection', 's1');
+    } else if (process.env.SECRETS_AS === 'guarded') {
+        // The commit status of `name(...args)` endorsed by `orgs`: its
+        // code and block.
+        const submit = async (name, args, orgs) => {
+            const submitted = await contract.submitAsync(name, {
+                arguments: args,
+                endorsingOrganizations: orgs,
+            });
+            const status = await submitted.getStatus();
+            return { code: status.code, block: Number(status.blockNumber) };
+        };
+        // Org2's user's note, in a collection of both organisations
+        // pushed to no one: each endorsing peer keeps its own copy.
+        const note = ['pulledCollection', 'p1'];
+        const both = ['Org1MSP', 'Org2MSP'];
+        seen.guard = await submit('guard', [...note, both.join(',')], both);
+        seen.guardOf = await evaluate('guardOf', ...note);
+        seen.writtenByOne = await submit('writeTo', [...note, 'by one'], ['Org1MSP']);
+        seen.writtenByBoth = await submit('writeTo', [...note, 'by both'], both);
+        seen.note = await evaluate('readFrom', ...note);
+        seen.purgedByOne = await submit('purge', note, ['Org1MSP']);
+        seen.purgedByBoth = await submit('purge', note, both);
+    } else if (process.env.SECRETS_AS === 'purged') {
+        seen.note = await evaluate('readFrom', 'pulledCollection', 'p1');
+        seen.hash = await evaluate('hashOf', 'pulledCollection', 'p1');
+        seen.guardOf = await evaluate('guardOf', 'pulledCollection', 'p1');
     } else if (process.env.SECRETS_AS === 'expired') {
         seen.asset = await evaluate('readAsset', 's1');
         seen.appraisal = await evaluate('readFrom', 'Org1MSPPrivateCollection', 's1');

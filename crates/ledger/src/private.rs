@@ -20,9 +20,18 @@
 //!   was kept at, at heights that are multiples of it (Fabric's
 //!   `transientstoreMaxBlockRetention`).
 //!
+//! - Each private key a block's committed data writes is indexed by its
+//!   chaincode, collection and hash, so that a purge (Fabric 2.5's
+//!   `PurgePrivateData`) finds every committed copy holding the key and
+//!   the committer can rewrite them without it. The block that purges a
+//!   key drops its entries below it. A truncation leaves the entries of
+//!   the blocks it removes: a purge that follows one to a copy without
+//!   the key (or to no copy) changes nothing.
+//!
 //! | column family | key | value |
 //! |---|---|---|
 //! | `private` | block u64 BE ‖ tx index u64 BE | the transaction's committed private writes |
+//! | `private_keys` | chaincode ‖ 0 ‖ collection ‖ 0 ‖ SHA-256 of the key ‖ block u64 BE ‖ tx index u64 BE | empty |
 //! | `transient` | `t` ‖ TxID | height u64 BE ‖ the private writes |
 //! | `transient` | `h` ‖ height u64 BE ‖ TxID | empty: what to purge, by height |
 
@@ -30,6 +39,49 @@
 pub(crate) const CF_PRIVATE: &str = "private";
 /// Column family of the transient store.
 pub(crate) const CF_TRANSIENT: &str = "transient";
+/// Column family of the index of committed private keys.
+pub(crate) const CF_PRIVATE_KEYS: &str = "private_keys";
+
+/// A private key as the index of committed private keys names it: its
+/// chaincode, its collection, and the SHA-256 of the key (every peer
+/// knows the hash; only members know the key).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PrivateKeyRef {
+    pub namespace: String,
+    pub collection: String,
+    pub key_hash: [u8; 32],
+}
+
+impl PrivateKeyRef {
+    /// The prefix of the key's index entries: chaincode ‖ 0 ‖ collection
+    /// ‖ 0 ‖ hash (names never hold a NUL, and the hash has a fixed
+    /// length, so no key's prefix is another's).
+    pub(crate) fn index_prefix(&self) -> Vec<u8> {
+        let mut prefix =
+            Vec::with_capacity(self.namespace.len() + self.collection.len() + 2 + 32 + 16);
+        prefix.extend_from_slice(self.namespace.as_bytes());
+        prefix.push(0);
+        prefix.extend_from_slice(self.collection.as_bytes());
+        prefix.push(0);
+        prefix.extend_from_slice(&self.key_hash);
+        prefix
+    }
+
+    /// The index entry of the key written by transaction `tx_index` of
+    /// block `block`.
+    pub(crate) fn index_key(&self, block: u64, tx_index: u64) -> Vec<u8> {
+        let mut key = self.index_prefix();
+        key.extend_from_slice(&private_key(block, tx_index));
+        key
+    }
+}
+
+/// The (block, transaction index) of an index entry under `prefix`.
+pub(crate) fn indexed_position(prefix: &[u8], key: &[u8]) -> Option<(u64, u64)> {
+    let position = key.strip_prefix(prefix)?;
+    let block: [u8; 8] = position.get(..8)?.try_into().ok()?;
+    Some((u64::from_be_bytes(block), tx_index_of(position)?))
+}
 
 /// Blocks a transient entry is kept for at least, past the height at which
 /// it was kept (Fabric's default `transientstoreMaxBlockRetention`).
@@ -112,5 +164,22 @@ mod tests {
         assert_eq!(tx_id_of_by_height(&by_height_key(5, "tx1")), Some("tx1"));
         assert_eq!(tx_id_of_by_height(&entry_key("tx1")), None);
         assert_eq!(entry_writes(&encode_entry(4, b"abc")), Some(&b"abc"[..]));
+    }
+
+    #[test]
+    fn a_private_keys_index_entries_share_its_prefix_alone_and_sort_by_position() {
+        let key = |namespace: &str, collection: &str, byte: u8| PrivateKeyRef {
+            namespace: namespace.to_owned(),
+            collection: collection.to_owned(),
+            key_hash: [byte; 32],
+        };
+        let k = key("cc", "c", 1);
+        let prefix = k.index_prefix();
+        assert!(k.index_key(1, 9) < k.index_key(2, 0));
+        assert_eq!(indexed_position(&prefix, &k.index_key(7, 3)), Some((7, 3)));
+        // Neither a longer collection name nor another hash shares it.
+        for other in [key("cc", "cc", 1), key("cc", "c", 2), key("c", "cc", 1)] {
+            assert!(!other.index_key(0, 0).starts_with(&prefix));
+        }
     }
 }

@@ -39,8 +39,9 @@ use crate::keys::{
     decode_tail, decode_tx_location, encode_tail, encode_tx_location,
 };
 use crate::private::{
-    CF_PRIVATE, CF_TRANSIENT, TRANSIENT_RETENTION_BLOCKS, by_height_key, by_height_start,
-    encode_entry, entry_writes, private_key, tx_id_of_by_height, tx_index_of,
+    CF_PRIVATE, CF_PRIVATE_KEYS, CF_TRANSIENT, PrivateKeyRef, TRANSIENT_RETENTION_BLOCKS,
+    by_height_key, by_height_start, encode_entry, entry_writes, private_key, tx_id_of_by_height,
+    tx_index_of,
 };
 
 /// A channel's blocks in RocksDB, with the TxID index, the tail record and
@@ -117,6 +118,12 @@ pub struct BlockPrivateData {
     /// it expired with this block: (block, transaction index, what is
     /// left; `None` removes the entry).
     pub rewritten: Vec<(u64, u64, Option<Bytes>)>,
+    /// The private keys the block's committed writes write (or whose
+    /// metadata they write): (transaction index, key), indexed for purges.
+    pub key_writes: Vec<(u64, PrivateKeyRef)>,
+    /// The keys the block purges: their index entries below the block are
+    /// removed (the committer rewrote the copies they point to).
+    pub purged_keys: Vec<PrivateKeyRef>,
 }
 
 impl BlockStore {
@@ -559,6 +566,28 @@ impl BlockStore {
         Ok(found)
     }
 
+    /// Where committed private data holds `key`: the (block, transaction
+    /// index) of every committed write set the index names for it, in
+    /// chain order (see `private.rs`: entries of truncated blocks may
+    /// remain).
+    pub fn private_key_writes(&self, key: &PrivateKeyRef) -> Result<Vec<(u64, u64)>> {
+        let shared = &*self.shared;
+        let prefix = key.index_prefix();
+        let entries = shared.db.iterator_cf(
+            shared.cf(CF_PRIVATE_KEYS)?,
+            IteratorMode::From(&prefix, Direction::Forward),
+        );
+        let mut found = Vec::new();
+        for entry in entries {
+            let (entry, _) = entry.map_err(|source| Error::PrivateData { source })?;
+            let Some(position) = crate::private::indexed_position(&prefix, &entry) else {
+                break;
+            };
+            found.push(position);
+        }
+        Ok(found)
+    }
+
     /// Every committed write of `key` in `namespace`, newest first, at
     /// most `limit` of them: each with the writing transaction's TxID and
     /// timestamp, the value written and whether it was a delete (Fabric's
@@ -744,6 +773,13 @@ impl Shared {
                 Some(writes) => batch.put_cf(committed, private_key(*block, *tx_index), writes),
                 None => batch.delete_cf(committed, private_key(*block, *tx_index)),
             }
+        }
+        let keys = self.cf(CF_PRIVATE_KEYS)?;
+        for purged in &private.purged_keys {
+            batch.delete_range_cf(keys, purged.index_key(0, 0), purged.index_key(number, 0));
+        }
+        for (tx_index, key) in &private.key_writes {
+            batch.put_cf(keys, key.index_key(number, *tx_index), []);
         }
         let transient = self.cf(CF_TRANSIENT)?;
         for tx_id in &private.settled {
@@ -1132,6 +1168,7 @@ fn open_db(path: &Path) -> Result<DB> {
         ColumnFamilyDescriptor::new(CF_HISTORY, history),
         ColumnFamilyDescriptor::new(CF_PRIVATE, Options::default()),
         ColumnFamilyDescriptor::new(CF_TRANSIENT, Options::default()),
+        ColumnFamilyDescriptor::new(CF_PRIVATE_KEYS, Options::default()),
     ];
     DB::open_cf_descriptors(&options, path, families).map_err(|source| Error::Open {
         path: path.to_owned(),
@@ -1288,6 +1325,7 @@ fn make_everything_durable(db: &DB, height: u64) -> Result<()> {
         CF_HISTORY,
         CF_PRIVATE,
         CF_TRANSIENT,
+        CF_PRIVATE_KEYS,
     ] {
         if let Some(family) = db.cf_handle(name) {
             db.flush_cf(family).map_err(sync_error)?;

@@ -11,6 +11,7 @@
 //! verified once, however many policies are consulted. Key-level policies
 //! need the state, so they are checked later (`key_policies.rs`).
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -20,9 +21,11 @@ use sha2::{Digest, Sha256};
 use weft_msp::{Identity, UnixTime};
 use weft_policy::{SignaturePolicy, SignedData, valid_identities_checked_by};
 use weft_protos::view::{
-    DecodedBlock, EndorsedAction, EndorserTransaction, NamespaceRwSet, TxBody, TxEnvelope,
+    CollectionHashes, DecodedBlock, EndorsedAction, EndorserTransaction, NamespaceRwSet, TxBody,
+    TxEnvelope,
 };
 use weft_protos::{DecodeError, Layer};
+use weft_statedb::hashed_namespace;
 
 use crate::lifecycle::EndorsementRule;
 use crate::{ChannelContext, TxValidationCode};
@@ -115,18 +118,6 @@ fn check_endorser_transaction(
     if proposal_hash(tx, action) != action.proposal_hash.as_ref() {
         return TxValidationCode::InvalidEndorserTransaction;
     }
-    if sets_private_key_metadata(action) {
-        // The metadata of private keys carries key-level endorsement
-        // policies that later writes of the hashed keys must satisfy. weft
-        // enforces those of public keys only (`key_policies.rs`), so it
-        // refuses to record private ones rather than let later writes skip
-        // them.
-        tracing::warn!(
-            tx_id = tx.tx_id(),
-            "private key metadata writes are not supported; transaction marked INVALID_OTHER_REASON"
-        );
-        return TxValidationCode::InvalidOtherReason;
-    }
     let Some(chaincode) = endorser
         .chaincode_id
         .as_ref()
@@ -138,14 +129,15 @@ fn check_endorser_transaction(
     endorsement_verdict(
         action,
         &chaincode.name,
-        &HashMap::new(),
+        &KeyRules::new(),
         &endorsers,
         context,
     )
 }
 
-/// What a written key must satisfy instead of its chaincode's rule, as the
-/// serial pass over key-level policies (`key_policies.rs`) finds it.
+/// What a written key must satisfy instead of its chaincode's (or its
+/// collection's) rule, as the serial pass over key-level policies
+/// (`key_policies.rs`) finds it.
 pub(crate) enum KeyRule {
     /// Its key-level policy (`Err`: a policy that does not decode, which
     /// nothing satisfies).
@@ -155,31 +147,35 @@ pub(crate) enum KeyRule {
     ChangedInBlock,
 }
 
-/// Fabric 2.x's endorsement rules for one action whose `endorsers` were
-/// verified, `key_rules` naming the (namespace, key) pairs written that
-/// need more than their chaincode's rule (none in stage 1). The invoked
-/// `chaincode` and every namespace written are checked: in each, a key
-/// with a rule of its own needs that rule, any other key written needs
-/// the chaincode's rule (once), each private collection written needs the
-/// collection's rule, and a namespace where nothing was checked (a
-/// read-only invocation) needs the chaincode's.
+/// The rules of the written keys that need more than their chaincode's
+/// or collection's rule, by [`StateKey`].
+pub(crate) type KeyRules<'a> = HashMap<StateKey<'a>, KeyRule>;
+
+/// A key of the world state: a public key in its chaincode's namespace,
+/// or the hash (lowercase hex) of a private key in its collection's
+/// hashed namespace (`weft_statedb::hashed_namespace`).
+pub(crate) type StateKey<'a> = (Cow<'a, str>, Cow<'a, str>);
+
+/// Fabric 2.x's endorsement rules (its `statebased` validator) for one
+/// action whose `endorsers` were verified, `key_rules` naming the keys
+/// written that need more than their chaincode's rule (none in stage 1).
+/// The invoked `chaincode` and every namespace written are checked: in
+/// each, a key (public, or private by its hash) with a rule of its own
+/// needs that rule; any other public key written needs the chaincode's
+/// rule, any other private key its collection's (each checked once); and
+/// a namespace where nothing was checked (a read-only invocation) needs
+/// the chaincode's.
 pub(crate) fn endorsement_verdict(
     action: &EndorsedAction,
     chaincode: &str,
-    key_rules: &HashMap<(&str, &str), KeyRule>,
+    key_rules: &KeyRules<'_>,
     endorsers: &[Arc<Identity>],
     context: &ChannelContext,
 ) -> TxValidationCode {
     let mut namespaces: BTreeSet<&str> = action
         .namespaces
         .iter()
-        .filter(|namespace| {
-            written_keys(namespace).next().is_some()
-                || namespace
-                    .collection_hashed
-                    .iter()
-                    .any(|collection| !collection.rwset.hashed_writes.is_empty())
-        })
+        .filter(|namespace| writes_anything(namespace))
         .map(|namespace| namespace.namespace.as_str())
         .collect();
     namespaces.insert(chaincode);
@@ -191,54 +187,103 @@ pub(crate) fn endorsement_verdict(
             }
             continue;
         };
-        // Whether the chaincode's rule was checked, and whether any rule was.
+        let mut judge = Judge {
+            key_rules,
+            endorsers,
+            context,
+            any_checked: false,
+        };
         let mut chaincode_checked = false;
-        let mut any_checked = false;
         for key in written_keys(namespace) {
-            let key_rule = if key_rules.is_empty() {
-                None
-            } else {
-                key_rules.get(&(name, key))
-            };
-            match key_rule {
-                Some(KeyRule::ChangedInBlock) => {
-                    return TxValidationCode::EndorsementPolicyFailure;
-                }
-                Some(KeyRule::Policy(policy)) => {
-                    let rule = match policy {
-                        Ok(policy) => EndorsementRule::Signature(policy.clone()),
-                        Err(reason) => EndorsementRule::Unreadable(reason.clone()),
-                    };
-                    if !context.satisfies(&rule, endorsers) {
-                        return TxValidationCode::EndorsementPolicyFailure;
-                    }
-                    any_checked = true;
-                }
-                None if chaincode_checked => {}
-                None => {
-                    if !context.satisfies(&chaincode_rule, endorsers) {
-                        return TxValidationCode::EndorsementPolicyFailure;
-                    }
-                    chaincode_checked = true;
-                    any_checked = true;
-                }
+            let key = (Cow::Borrowed(name), Cow::Borrowed(key));
+            if !judge.key(&key, &chaincode_rule, &mut chaincode_checked) {
+                return TxValidationCode::EndorsementPolicyFailure;
             }
         }
         for collection in &namespace.collection_hashed {
-            if collection.rwset.hashed_writes.is_empty() {
+            let mut hashes = written_hashes(collection).peekable();
+            if hashes.peek().is_none() {
                 continue;
             }
             let rule = context.collection_rule(name, &collection.collection);
-            if !context.satisfies(&rule, endorsers) {
-                return TxValidationCode::EndorsementPolicyFailure;
+            let mut collection_checked = false;
+            let state_namespace = if key_rules.is_empty() {
+                String::new()
+            } else {
+                hashed_namespace(name, &collection.collection)
+            };
+            for hash in hashes {
+                let key = if key_rules.is_empty() {
+                    (Cow::Borrowed(""), Cow::Borrowed(""))
+                } else {
+                    (
+                        Cow::Borrowed(state_namespace.as_str()),
+                        Cow::Owned(hex::encode(hash)),
+                    )
+                };
+                if !judge.key(&key, &rule, &mut collection_checked) {
+                    return TxValidationCode::EndorsementPolicyFailure;
+                }
             }
-            any_checked = true;
         }
-        if !any_checked && !context.satisfies(&chaincode_rule, endorsers) {
+        if !judge.any_checked && !context.satisfies(&chaincode_rule, endorsers) {
             return TxValidationCode::EndorsementPolicyFailure;
         }
     }
     TxValidationCode::Valid
+}
+
+/// Judges the written keys of one namespace for [`endorsement_verdict`].
+struct Judge<'r, 'k> {
+    key_rules: &'r KeyRules<'k>,
+    endorsers: &'r [Arc<Identity>],
+    context: &'r ChannelContext,
+    /// Whether any rule was checked in the namespace.
+    any_checked: bool,
+}
+
+impl Judge<'_, '_> {
+    /// Whether the endorsements satisfy `key`'s own rule, or if it has
+    /// none, `fallback` (checked once: `fallback_checked` remembers).
+    fn key(
+        &mut self,
+        key: &StateKey<'_>,
+        fallback: &EndorsementRule,
+        fallback_checked: &mut bool,
+    ) -> bool {
+        let own = if self.key_rules.is_empty() {
+            None
+        } else {
+            self.key_rules.get(key)
+        };
+        let holds = match own {
+            Some(KeyRule::ChangedInBlock) => false,
+            Some(KeyRule::Policy(policy)) => {
+                let rule = match policy {
+                    Ok(policy) => EndorsementRule::Signature(policy.clone()),
+                    Err(reason) => EndorsementRule::Unreadable(reason.clone()),
+                };
+                self.context.satisfies(&rule, self.endorsers)
+            }
+            None if *fallback_checked => return true,
+            None => {
+                *fallback_checked = true;
+                self.context.satisfies(fallback, self.endorsers)
+            }
+        };
+        self.any_checked = true;
+        holds
+    }
+}
+
+/// Whether a namespace's write set writes any value or metadata, public
+/// or private.
+fn writes_anything(namespace: &NamespaceRwSet) -> bool {
+    written_keys(namespace).next().is_some()
+        || namespace
+            .collection_hashed
+            .iter()
+            .any(|collection| written_hashes(collection).next().is_some())
 }
 
 /// The public keys a namespace's writes and metadata writes touch.
@@ -257,13 +302,15 @@ pub(crate) fn written_keys(namespace: &NamespaceRwSet) -> impl Iterator<Item = &
         )
 }
 
-/// Whether the action writes metadata of private (hashed) keys.
-fn sets_private_key_metadata(action: &EndorsedAction) -> bool {
-    action.namespaces.iter().any(|ns| {
-        ns.collection_hashed
-            .iter()
-            .any(|collection| !collection.rwset.metadata_writes.is_empty())
-    })
+/// The hashes of the private keys a collection's writes and metadata
+/// writes touch.
+pub(crate) fn written_hashes(collection: &CollectionHashes) -> impl Iterator<Item = &Bytes> + '_ {
+    let rwset = &collection.rwset;
+    rwset
+        .hashed_writes
+        .iter()
+        .map(|write| &write.key_hash)
+        .chain(rwset.metadata_writes.iter().map(|write| &write.key_hash))
 }
 
 /// The endorsers whose identity validates and whose signature over the

@@ -223,10 +223,10 @@ impl ChannelCommitter {
                 ));
             }
             let mut batch = update_batch(&decoded, &codes, state.as_ref())?;
-            let private = ledger.private_data(number)?;
-            private::apply(&mut batch, number, &private);
-            // The block store lost the expired sets when the block was
-            // first committed.
+            let private = private::decode_committed(number, &ledger.private_data(number)?);
+            private::apply(&mut batch, number, &private, state.as_ref())?;
+            // The block store lost the expired and purged writes when the
+            // block was first committed.
             private::purge_expired(&mut batch, state.as_ref(), number)?;
             private::schedule_expiry(&mut batch, &decoded, &codes, &definitions, &private);
             indexes.maintain(&mut batch, state.as_ref())?;
@@ -620,15 +620,25 @@ impl ChannelCommitter {
             // (or purged with age).
             private.settled.clear();
         }
-        private::apply(&mut batch, number, &private.committed);
+        let committed = private::decode_committed(number, &private.committed);
+        private::apply(&mut batch, number, &committed, self.state.as_ref())?;
         let expired = private::purge_expired(&mut batch, self.state.as_ref(), number)?;
         private.rewritten = private::pruned(&self.ledger, &expired)?;
+        private.key_writes = private::key_writes(&committed);
+        private::purge_keys(
+            &mut batch,
+            decoded,
+            codes,
+            &mut private,
+            &self.ledger,
+            self.state.as_ref(),
+        )?;
         private::schedule_expiry(
             &mut batch,
             decoded,
             codes,
             &self.context.definitions,
-            &private.committed,
+            &committed,
         );
         self.indexes.update(
             &mut batch,

@@ -16,9 +16,11 @@
 //! - in each namespace the transaction writes (and the chaincode it
 //!   invokes), every public key written or whose metadata is written needs
 //!   its own policy if it has one, and the chaincode's rule otherwise
-//!   (checked once); each private collection written needs its
-//!   collection's rule; a namespace where no rule was checked at all needs
-//!   the chaincode's;
+//!   (checked once); likewise every private key, found by its hash (its
+//!   metadata is kept under the hash on every peer, in the metadata
+//!   namespace of the collection's hashed namespace), needs its own policy
+//!   or else its collection's rule; a namespace where no rule was checked
+//!   at all needs the chaincode's;
 //! - a key whose metadata an earlier transaction of the same block wrote,
 //!   that transaction having passed its endorsement checks, cannot be
 //!   written by a later one (Fabric's `ValidationParameterUpdatedError`):
@@ -34,6 +36,7 @@
 //! DUPLICATE_TXID, so its metadata write can still invalidate later
 //! transactions; here a duplicate is never judged and never counts.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -42,10 +45,13 @@ use weft_msp::UnixTime;
 use weft_policy::SignaturePolicy;
 use weft_protos::kvrwset::KvMetadataWrite;
 use weft_protos::tx::VALIDATION_PARAMETER;
-use weft_protos::view::{DecodedBlock, TxBody};
-use weft_statedb::{StateReader, key_metadata_namespace};
+use weft_protos::view::{DecodedBlock, NamespaceRwSet, TxBody};
+use weft_statedb::{StateReader, hashed_namespace, key_metadata_namespace};
 
-use crate::checks::{KeyRule, endorsement_verdict, verified_endorsers, written_keys};
+use crate::checks::{
+    KeyRule, KeyRules, StateKey, endorsement_verdict, verified_endorsers, written_hashes,
+    written_keys,
+};
 use crate::{ChannelContext, TxValidationCode};
 
 /// Judges again, in block order, the transactions of `block` still valid
@@ -60,8 +66,8 @@ pub fn check_key_level_policies(
 ) -> weft_statedb::Result<()> {
     let mut policies = KeyPolicies::new(state);
     // Keys whose metadata an earlier transaction of the block, valid so
-    // far, wrote, by namespace.
-    let mut changed: HashMap<String, HashSet<String>> = HashMap::new();
+    // far, wrote.
+    let mut changed: HashSet<StateKey<'static>> = HashSet::new();
     for (transaction, code) in block.transactions.iter().zip(codes.iter_mut()) {
         if !matches!(
             *code,
@@ -78,18 +84,15 @@ pub fn check_key_level_policies(
         let [action] = endorser.actions.as_slice() else {
             continue;
         };
-        let mut rules: HashMap<(&str, &str), KeyRule> = HashMap::new();
-        for namespace in &action.namespaces {
-            let name = namespace.namespace.as_str();
-            for key in written_keys(namespace) {
-                let rule = if changed.get(name).is_some_and(|keys| keys.contains(key)) {
-                    Some(KeyRule::ChangedInBlock)
-                } else {
-                    policies.of(name, key)?.map(KeyRule::Policy)
-                };
-                if let Some(rule) = rule {
-                    rules.insert((name, key), rule);
-                }
+        let mut rules = KeyRules::new();
+        for key in action.namespaces.iter().flat_map(written_state_keys) {
+            let rule = if changed.contains(&key) {
+                Some(KeyRule::ChangedInBlock)
+            } else {
+                policies.of(&key.0, &key.1)?.map(KeyRule::Policy)
+            };
+            if let Some(rule) = rule {
+                rules.insert(key, rule);
             }
         }
         if !rules.is_empty() {
@@ -107,16 +110,56 @@ pub fn check_key_level_policies(
             }
         }
         if *code == TxValidationCode::Valid {
-            for namespace in &action.namespaces {
-                if namespace.kv.metadata_writes.is_empty() {
-                    continue;
-                }
-                let keys = changed.entry(namespace.namespace.clone()).or_default();
-                keys.extend(namespace.kv.metadata_writes.iter().map(|w| w.key.clone()));
-            }
+            changed.extend(
+                action
+                    .namespaces
+                    .iter()
+                    .flat_map(metadata_state_keys)
+                    .map(|(namespace, key)| {
+                        (namespace.into_owned().into(), key.into_owned().into())
+                    }),
+            );
         }
     }
     Ok(())
+}
+
+/// Every key of the world state `namespace`'s writes and metadata writes
+/// touch: its public keys, and its collections' private keys by hash.
+fn written_state_keys(namespace: &NamespaceRwSet) -> Vec<StateKey<'_>> {
+    let name = namespace.namespace.as_str();
+    let mut keys: Vec<StateKey<'_>> = written_keys(namespace)
+        .map(|key| (Cow::Borrowed(name), Cow::Borrowed(key)))
+        .collect();
+    for collection in &namespace.collection_hashed {
+        let hashed: Cow<'_, str> = Cow::Owned(hashed_namespace(name, &collection.collection));
+        keys.extend(
+            written_hashes(collection).map(|hash| (hashed.clone(), Cow::Owned(hex::encode(hash)))),
+        );
+    }
+    keys
+}
+
+/// The keys of the world state whose metadata `namespace` writes.
+fn metadata_state_keys(namespace: &NamespaceRwSet) -> Vec<StateKey<'_>> {
+    let name = namespace.namespace.as_str();
+    let mut keys: Vec<StateKey<'_>> = namespace
+        .kv
+        .metadata_writes
+        .iter()
+        .map(|write| (Cow::Borrowed(name), Cow::Borrowed(write.key.as_str())))
+        .collect();
+    for collection in &namespace.collection_hashed {
+        let hashed: Cow<'_, str> = Cow::Owned(hashed_namespace(name, &collection.collection));
+        keys.extend(
+            collection
+                .rwset
+                .metadata_writes
+                .iter()
+                .map(|write| (hashed.clone(), Cow::Owned(hex::encode(&write.key_hash)))),
+        );
+    }
+    keys
 }
 
 /// The committed key-level policies, looked up key by key, skipping

@@ -20,7 +20,7 @@ use bytes::Bytes;
 
 use prost::Message;
 use weft_protos::kvrwset::range_query_info::ReadsInfo;
-use weft_protos::kvrwset::{KvMetadataWrite, KvRead, RangeQueryInfo, Version};
+use weft_protos::kvrwset::{KvMetadataEntry, KvMetadataWrite, KvRead, RangeQueryInfo, Version};
 use weft_protos::range_summary::{RangeReads, RangeSummarizer};
 use weft_protos::view::{DecodedBlock, NamespaceRwSet, TxEnvelope};
 use weft_statedb::{
@@ -103,17 +103,9 @@ pub fn validate_block(
             );
         }
         // Metadata written alone moves an existing key to this height.
-        for namespace in transaction.namespaces() {
-            for metadata in &namespace.kv.metadata_writes {
-                let key = (namespace.namespace.clone(), metadata.key.clone());
-                if namespace
-                    .kv
-                    .writes
-                    .iter()
-                    .any(|write| write.key == metadata.key)
-                {
-                    continue;
-                }
+        for keyed in transaction.namespaces().flat_map(keyed_writes) {
+            for (key, _) in keyed.metadata_alone() {
+                let key = (keyed.namespace.clone().into_owned(), key.into_owned());
                 let exists = match writes.get(&key) {
                     Some(written) => written.is_some(),
                     None => state.get(&key.0, &key.1)?.is_some(),
@@ -127,12 +119,101 @@ pub fn validate_block(
     Ok(())
 }
 
+/// The writes of one state namespace of a transaction that has metadata
+/// written or keys deleted: a namespace's public keys, or one collection's
+/// private keys by their hashes (in the collection's hashed namespace).
+struct KeyedWrites<'a> {
+    namespace: Cow<'a, str>,
+    /// Each key whose value is written, and whether it is deleted (or
+    /// purged).
+    values: Vec<(Cow<'a, str>, bool)>,
+    /// Each key whose metadata is written, with its new entries (none:
+    /// the metadata is removed).
+    metadata: Vec<(Cow<'a, str>, &'a [KvMetadataEntry])>,
+}
+
+impl<'a> KeyedWrites<'a> {
+    /// The keys deleted.
+    fn deleted(&self) -> impl Iterator<Item = &Cow<'a, str>> + '_ {
+        self.values
+            .iter()
+            .filter(|(_, deleted)| *deleted)
+            .map(|(key, _)| key)
+    }
+
+    /// The metadata writes of keys whose value is not written.
+    fn metadata_alone(&self) -> impl Iterator<Item = (Cow<'a, str>, &'a [KvMetadataEntry])> + '_ {
+        self.metadata
+            .iter()
+            .filter(|(key, _)| !self.values.iter().any(|(written, _)| written == key))
+            .cloned()
+    }
+}
+
+/// The state namespaces of `namespace`'s write set where metadata is
+/// written or a key deleted; namespaces with neither are skipped without
+/// building anything.
+fn keyed_writes(namespace: &NamespaceRwSet) -> impl Iterator<Item = KeyedWrites<'_>> {
+    let name = namespace.namespace.as_str();
+    let kv = &namespace.kv;
+    let public =
+        (!kv.metadata_writes.is_empty() || kv.writes.iter().any(|w| w.is_delete)).then(|| {
+            KeyedWrites {
+                namespace: Cow::Borrowed(name),
+                values: kv
+                    .writes
+                    .iter()
+                    .map(|write| (Cow::Borrowed(write.key.as_str()), write.is_delete))
+                    .collect(),
+                metadata: kv
+                    .metadata_writes
+                    .iter()
+                    .map(|write| (Cow::Borrowed(write.key.as_str()), write.entries.as_slice()))
+                    .collect(),
+            }
+        });
+    let hashed = namespace
+        .collection_hashed
+        .iter()
+        .filter_map(move |collection| {
+            let rwset = &collection.rwset;
+            let deletes = rwset
+                .hashed_writes
+                .iter()
+                .any(|w| w.is_delete || w.is_purge);
+            if rwset.metadata_writes.is_empty() && !deletes {
+                return None;
+            }
+            Some(KeyedWrites {
+                namespace: Cow::Owned(hashed_namespace(name, &collection.collection)),
+                values: rwset
+                    .hashed_writes
+                    .iter()
+                    .map(|write| {
+                        let key = Cow::Owned(hex::encode(&write.key_hash));
+                        (key, write.is_delete || write.is_purge)
+                    })
+                    .collect(),
+                metadata: rwset
+                    .metadata_writes
+                    .iter()
+                    .map(|write| {
+                        let key = Cow::Owned(hex::encode(&write.key_hash));
+                        (key, write.entries.as_slice())
+                    })
+                    .collect(),
+            })
+        });
+    public.into_iter().chain(hashed)
+}
+
 /// The update batch of a block: the writes of its valid transactions, in
 /// block order, each at height (block, transaction index), with their key
 /// metadata applied as Fabric applies it (`tx_ops.go`): a delete removes
 /// the key's metadata too; a value written alone keeps the key's metadata;
 /// metadata written alone keeps the key's value, now at the writer's
-/// height; metadata of a key that does not exist is dropped. `state` is
+/// height; metadata of a key that does not exist is dropped. The metadata
+/// of private keys is kept likewise, under their hashes, on every peer. `state` is
 /// the state the block commits on, read only for keys with metadata
 /// written or deleted. Used after MVCC, and to replay a committed block
 /// from its stored validation codes.
@@ -156,26 +237,22 @@ pub fn update_batch(
                 None => batch.delete(&write.namespace, &write.key, height),
             }
         }
-        for namespace in transaction.namespaces() {
-            apply_key_metadata(&mut batch, namespace, height, state)?;
+        for keyed in transaction.namespaces().flat_map(keyed_writes) {
+            apply_key_metadata(&mut batch, &keyed, height, state)?;
         }
     }
     Ok(batch)
 }
 
-/// Adds to `batch` what one transaction's writes in `namespace` (already
-/// in `batch`) do to its keys' metadata.
+/// Adds to `batch` what one transaction's writes in a state namespace
+/// (already in `batch`) do to its keys' metadata.
 fn apply_key_metadata(
     batch: &mut UpdateBatch,
-    namespace: &NamespaceRwSet,
+    keyed: &KeyedWrites<'_>,
     height: Height,
     state: &dyn StateReader,
 ) -> weft_statedb::Result<()> {
-    let kv = &namespace.kv;
-    if kv.metadata_writes.is_empty() && !kv.writes.iter().any(|write| write.is_delete) {
-        return Ok(());
-    }
-    let name = namespace.namespace.as_str();
+    let name = keyed.namespace.as_ref();
     let metadata_namespace = key_metadata_namespace(name);
     let latest = |batch: &UpdateBatch, namespace: &str, key: &str| match batch.get(namespace, key) {
         Some(write) => Ok(write.value.clone()),
@@ -183,18 +260,16 @@ fn apply_key_metadata(
             .get(namespace, key)
             .map(|found| found.map(|v| v.value)),
     };
-    for write in kv.writes.iter().filter(|write| write.is_delete) {
-        if latest(batch, &metadata_namespace, &write.key)?.is_some() {
-            batch.delete(&metadata_namespace, &write.key, height);
+    // A delete removes the key, metadata and all.
+    for key in keyed.deleted() {
+        if latest(batch, &metadata_namespace, key)?.is_some() {
+            batch.delete(&metadata_namespace, key, height);
         }
     }
-    for metadata in &kv.metadata_writes {
-        let key = metadata.key.as_str();
-        let value_write = kv.writes.iter().find(|write| write.key == key);
-        match value_write {
-            // A delete removes the key, metadata and all.
-            Some(write) if write.is_delete => continue,
-            Some(_) => {}
+    for (key, entries) in &keyed.metadata {
+        match keyed.values.iter().find(|(written, _)| written == key) {
+            Some((_, true)) => continue,
+            Some((_, false)) => {}
             None => {
                 // Metadata alone: the value stays, at the new height.
                 let Some(value) = latest(batch, name, key)? else {
@@ -203,7 +278,7 @@ fn apply_key_metadata(
                 batch.put(name, key, value, height);
             }
         }
-        if metadata.entries.is_empty() {
+        if entries.is_empty() {
             if latest(batch, &metadata_namespace, key)?.is_some() {
                 batch.delete(&metadata_namespace, key, height);
             }
@@ -211,7 +286,7 @@ fn apply_key_metadata(
             // Stored as Fabric stores it: the entries alone.
             let stored = KvMetadataWrite {
                 key: String::new(),
-                entries: metadata.entries.clone(),
+                entries: entries.to_vec(),
             };
             batch.put(
                 &metadata_namespace,

@@ -32,9 +32,11 @@
 //! whose key is the transaction's version), so that no pull answers it
 //! after that (Fabric purges its private data store likewise).
 
+use std::collections::HashMap;
+
 use bytes::Bytes;
 use prost::Message;
-use weft_ledger::BlockPrivateData;
+use weft_ledger::{BlockPrivateData, PrivateKeyRef};
 use weft_protos::kvrwset::KvrwSet;
 use weft_protos::privatedata::MissingWrites;
 use weft_protos::protos::TxValidationCode;
@@ -256,47 +258,286 @@ fn expected_collections(
     expected
 }
 
-/// Adds block `block`'s committed private data (as [`gather`] found it, or
-/// as the block store kept it) to `batch`: each write at its transaction's
-/// version. A stored set that does not decode is skipped with an error
-/// logged; it was checked against its hash before it was stored.
-pub(crate) fn apply(batch: &mut UpdateBatch, block: u64, private: &[(u64, Bytes)]) {
+/// One collection's private writes committed by a transaction of a
+/// block, decoded once for everything the commit does with them.
+#[derive(Debug, Clone)]
+pub(crate) struct CommittedWrites {
+    pub(crate) tx_index: u64,
+    pub(crate) namespace: String,
+    pub(crate) collection: String,
+    pub(crate) rwset: KvrwSet,
+}
+
+/// Decodes block `block`'s committed private data (as [`gather`] found
+/// it, or as the block store kept it). A stored set that does not decode
+/// is skipped with an error logged; it was checked against its hash
+/// before it was stored.
+pub(crate) fn decode_committed(block: u64, private: &[(u64, Bytes)]) -> Vec<CommittedWrites> {
+    let mut decoded = Vec::new();
     for (tx_index, bytes) in private {
         let Ok(set) = TxPvtReadWriteSet::decode(bytes.clone()) else {
             tracing::error!(block, tx_index, "stored private data does not decode");
             continue;
         };
-        let height = Height::new(block, *tx_index);
-        for namespace in &set.ns_pvt_rwset {
-            for collection in &namespace.collection_pvt_rwset {
-                let Ok(writes) = KvrwSet::decode(collection.rwset.clone()) else {
+        for namespace in set.ns_pvt_rwset {
+            for collection in namespace.collection_pvt_rwset {
+                let Ok(rwset) = KvrwSet::decode(collection.rwset) else {
                     tracing::error!(block, tx_index, "stored private write set does not decode");
                     continue;
                 };
-                let state_namespace =
-                    private_namespace(&namespace.namespace, &collection.collection_name);
-                for write in writes.writes {
-                    if write.is_delete {
-                        batch.delete(&state_namespace, &write.key, height);
-                    } else {
-                        batch.put(&state_namespace, &write.key, write.value, height);
-                    }
-                }
+                decoded.push(CommittedWrites {
+                    tx_index: *tx_index,
+                    namespace: namespace.namespace.clone(),
+                    collection: collection.collection_name,
+                    rwset,
+                });
             }
         }
     }
+    decoded
+}
+
+/// Adds a block's committed private writes to `batch` (block `block`'s
+/// update, made by [`crate::mvcc::update_batch`] first): each write at its
+/// transaction's version; a key whose metadata alone is written keeps its
+/// value at the new version, as its hash does (the metadata itself is kept
+/// under the hash, on every peer).
+pub(crate) fn apply(
+    batch: &mut UpdateBatch,
+    block: u64,
+    committed: &[CommittedWrites],
+    state: &dyn StateReader,
+) -> weft_statedb::Result<()> {
+    for writes in committed {
+        let height = Height::new(block, writes.tx_index);
+        let state_namespace = private_namespace(&writes.namespace, &writes.collection);
+        for write in &writes.rwset.writes {
+            if write.is_delete {
+                batch.delete(&state_namespace, &write.key, height);
+            } else {
+                batch.put(&state_namespace, &write.key, write.value.clone(), height);
+            }
+        }
+        for metadata in &writes.rwset.metadata_writes {
+            let key = metadata.key.as_str();
+            if writes.rwset.writes.iter().any(|write| write.key == key) {
+                continue;
+            }
+            let latest = match batch.get(&state_namespace, key) {
+                Some(write) => write.value.clone(),
+                None => state.get(&state_namespace, key)?.map(|stored| stored.value),
+            };
+            if let Some(value) = latest {
+                batch.put(&state_namespace, key, value, height);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The private keys a block's committed writes touch (values or
+/// metadata), for the block store's index of them.
+pub(crate) fn key_writes(committed: &[CommittedWrites]) -> Vec<(u64, PrivateKeyRef)> {
+    let mut keys = Vec::new();
+    for writes in committed {
+        let rwset = &writes.rwset;
+        let touched = rwset
+            .writes
+            .iter()
+            .map(|write| &write.key)
+            .chain(rwset.metadata_writes.iter().map(|write| &write.key));
+        for key in touched {
+            keys.push((
+                writes.tx_index,
+                PrivateKeyRef {
+                    namespace: writes.namespace.clone(),
+                    collection: writes.collection.clone(),
+                    key_hash: weft_protos::hash::sha256(key.as_bytes()),
+                },
+            ));
+        }
+    }
+    keys
+}
+
+/// Carries out the purges (Fabric 2.5's `PurgePrivateData`) of block
+/// `decoded`'s valid transactions on this peer: every committed copy of a
+/// purged key, in earlier blocks (found through the block store's index)
+/// and in this block's transactions before the purge, is rewritten
+/// without it (`private.rewritten`, `private.committed`); the key's value
+/// leaves the private namespace unless a later transaction of the block
+/// writes it again. The key's hash, and its metadata, leave the state as
+/// for any delete (`crate::mvcc::update_batch`). A peer that holds no copy
+/// of the key has nothing more to do.
+pub(crate) fn purge_keys(
+    batch: &mut UpdateBatch,
+    decoded: &DecodedBlock,
+    codes: &[TxValidationCode],
+    private: &mut BlockPrivateData,
+    ledger: &weft_ledger::BlockStore,
+    state: &dyn StateReader,
+) -> crate::Result<()> {
+    let number = decoded.header.number;
+    let purges: Vec<(u64, PrivateKeyRef)> = decoded
+        .transactions
+        .iter()
+        .zip(codes)
+        .enumerate()
+        .filter(|(_, (_, code))| **code == TxValidationCode::Valid)
+        .filter_map(|(index, (transaction, _))| Some((index as u64, transaction.as_ref().ok()?)))
+        .flat_map(|(index, transaction)| {
+            transaction.namespaces().flat_map(move |namespace| {
+                namespace
+                    .collection_hashed
+                    .iter()
+                    .flat_map(move |collection| {
+                        collection
+                            .rwset
+                            .hashed_writes
+                            .iter()
+                            .filter(|write| write.is_purge)
+                            .filter_map(move |write| {
+                                let key_hash = write.key_hash.as_ref().try_into().ok()?;
+                                Some((
+                                    index,
+                                    PrivateKeyRef {
+                                        namespace: namespace.namespace.clone(),
+                                        collection: collection.collection.clone(),
+                                        key_hash,
+                                    },
+                                ))
+                            })
+                    })
+            })
+        })
+        .collect();
+    if purges.is_empty() {
+        return Ok(());
+    }
+    // Earlier blocks' copies as rewritten so far (expiry may have pruned
+    // some already): (block, tx index) → the set, `None` when gone.
+    let mut rewritten: HashMap<(u64, u64), Option<TxPvtReadWriteSet>> = private
+        .rewritten
+        .drain(..)
+        .map(|(block, tx, left)| {
+            let set = left.and_then(|bytes| TxPvtReadWriteSet::decode(bytes).ok());
+            ((block, tx), set)
+        })
+        .collect();
+    for (purging, key) in purges {
+        let mut plaintext: Vec<String> = Vec::new();
+        for (block, tx) in ledger.private_key_writes(&key)? {
+            if block >= number {
+                continue;
+            }
+            let entry = match rewritten.entry((block, tx)) {
+                std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+                std::collections::hash_map::Entry::Vacant(entry) => {
+                    let stored = ledger
+                        .private_data(block)?
+                        .into_iter()
+                        .find(|(index, _)| *index == tx)
+                        .and_then(|(_, bytes)| TxPvtReadWriteSet::decode(bytes).ok());
+                    entry.insert(stored)
+                }
+            };
+            if let Some(set) = entry {
+                plaintext.extend(without_key(set, &key));
+            }
+        }
+        for (tx_index, bytes) in &mut private.committed {
+            if *tx_index >= purging {
+                continue;
+            }
+            let Ok(mut set) = TxPvtReadWriteSet::decode(bytes.clone()) else {
+                continue;
+            };
+            let removed = without_key(&mut set, &key);
+            if !removed.is_empty() {
+                *bytes = set.encode_to_vec().into();
+                plaintext.extend(removed);
+                private
+                    .key_writes
+                    .retain(|(index, written)| *index != *tx_index || *written != key);
+            }
+        }
+        let height = Height::new(number, purging);
+        let state_namespace = private_namespace(&key.namespace, &key.collection);
+        plaintext.sort();
+        plaintext.dedup();
+        for key in plaintext {
+            let written_later = batch
+                .get(&state_namespace, &key)
+                .is_some_and(|write| write.version > height);
+            if !written_later && state.get(&state_namespace, &key)?.is_some() {
+                batch.delete(&state_namespace, &key, height);
+            }
+        }
+        private.purged_keys.push(key);
+    }
+    private.rewritten = rewritten
+        .into_iter()
+        .map(|((block, tx), set)| {
+            let left = set
+                .filter(|set| !set.ns_pvt_rwset.is_empty())
+                .map(|set| Bytes::from(set.encode_to_vec()));
+            (block, tx, left)
+        })
+        .collect();
+    Ok(())
+}
+
+/// Removes from `set` the writes (values and metadata) of `key`'s
+/// collection whose key hashes to `key`'s hash, dropping collections and
+/// namespaces left empty; returns the keys removed.
+fn without_key(set: &mut TxPvtReadWriteSet, key: &PrivateKeyRef) -> Vec<String> {
+    let mut removed = Vec::new();
+    let hashes_to =
+        |plaintext: &str| weft_protos::hash::sha256(plaintext.as_bytes()) == key.key_hash;
+    for namespace in &mut set.ns_pvt_rwset {
+        if namespace.namespace != key.namespace {
+            continue;
+        }
+        for collection in &mut namespace.collection_pvt_rwset {
+            if collection.collection_name != key.collection {
+                continue;
+            }
+            let Ok(mut rwset) = KvrwSet::decode(collection.rwset.clone()) else {
+                continue;
+            };
+            let before = rwset.writes.len() + rwset.metadata_writes.len();
+            rwset.writes.retain(|write| {
+                let matches = hashes_to(&write.key);
+                if matches {
+                    removed.push(write.key.clone());
+                }
+                !matches
+            });
+            rwset.metadata_writes.retain(|write| !hashes_to(&write.key));
+            if rwset.writes.len() + rwset.metadata_writes.len() != before {
+                collection.rwset = rwset.encode_to_vec().into();
+            }
+        }
+        namespace.collection_pvt_rwset.retain(|collection| {
+            KvrwSet::decode(collection.rwset.clone())
+                .is_ok_and(|rwset| !rwset.writes.is_empty() || !rwset.metadata_writes.is_empty())
+        });
+    }
+    set.ns_pvt_rwset
+        .retain(|namespace| !namespace.collection_pvt_rwset.is_empty());
+    removed
 }
 
 /// Schedules in `batch` the expiry of what the valid transactions of block
 /// `number` write to collections with a `blockToLive`: each key's hash,
-/// and where `private` (the block's committed private data) holds the
+/// and where `committed` (the block's committed private data) holds the
 /// key's value, the value.
 pub(crate) fn schedule_expiry(
     batch: &mut UpdateBatch,
     decoded: &DecodedBlock,
     codes: &[TxValidationCode],
     definitions: &ChaincodeDefinitions,
-    private: &[(u64, Bytes)],
+    committed: &[CommittedWrites],
 ) {
     let number = decoded.header.number;
     let lifetime =
@@ -339,39 +580,29 @@ pub(crate) fn schedule_expiry(
             }
         }
     }
-    for (tx_index, bytes) in private {
-        let Ok(set) = TxPvtReadWriteSet::decode(bytes.clone()) else {
+    for writes in committed {
+        let Some(lifetime) = lifetime(&writes.namespace, &writes.collection) else {
             continue;
         };
-        for namespace in &set.ns_pvt_rwset {
-            for collection in &namespace.collection_pvt_rwset {
-                let Some(lifetime) = lifetime(&namespace.namespace, &collection.collection_name)
-                else {
-                    continue;
-                };
-                let expiring = number.saturating_add(lifetime).saturating_add(1);
-                schedule(
-                    expiring,
-                    's',
-                    &namespace.namespace,
-                    &collection.collection_name,
-                    &format!("{number:016x}{tx_index:016x}"),
-                    *tx_index,
-                );
-                let Ok(writes) = KvrwSet::decode(collection.rwset.clone()) else {
-                    continue;
-                };
-                for write in writes.writes.iter().filter(|w| !w.is_delete) {
-                    schedule(
-                        expiring,
-                        'p',
-                        &namespace.namespace,
-                        &collection.collection_name,
-                        &write.key,
-                        *tx_index,
-                    );
-                }
-            }
+        let expiring = number.saturating_add(lifetime).saturating_add(1);
+        let tx_index = writes.tx_index;
+        schedule(
+            expiring,
+            's',
+            &writes.namespace,
+            &writes.collection,
+            &format!("{number:016x}{tx_index:016x}"),
+            tx_index,
+        );
+        for write in writes.rwset.writes.iter().filter(|w| !w.is_delete) {
+            schedule(
+                expiring,
+                'p',
+                &writes.namespace,
+                &writes.collection,
+                &write.key,
+                tx_index,
+            );
         }
     }
 }

@@ -211,53 +211,8 @@ fn tampered_transactions_get_fabrics_codes() {
         payload.data = transaction.encode_to_vec().into();
     });
 
-    let sets_private_key_policy = resigned(&original, |payload| {
-        // A key-level endorsement policy of a private key, which weft does
-        // not enforce, so does not record.
-        let mut transaction =
-            weft_protos::protos::Transaction::decode(payload.data.clone()).unwrap();
-        let action = &mut transaction.actions[0];
-        let mut action_payload =
-            weft_protos::protos::ChaincodeActionPayload::decode(action.payload.clone()).unwrap();
-        let endorsed = action_payload.action.as_mut().unwrap();
-        let mut response = weft_protos::protos::ProposalResponsePayload::decode(
-            endorsed.proposal_response_payload.clone(),
-        )
-        .unwrap();
-        let mut chaincode_action =
-            weft_protos::protos::ChaincodeAction::decode(response.extension.clone()).unwrap();
-        let mut rwset =
-            weft_protos::rwset::TxReadWriteSet::decode(chaincode_action.results.clone()).unwrap();
-        let hashed = weft_protos::kvrwset::HashedRwSet {
-            metadata_writes: vec![weft_protos::kvrwset::KvMetadataWriteHash {
-                key_hash: Bytes::from_static(&[7; 32]),
-                entries: vec![weft_protos::kvrwset::KvMetadataEntry {
-                    name: "VALIDATION_PARAMETER".to_owned(),
-                    value: Bytes::from_static(b"policy"),
-                }],
-            }],
-            ..Default::default()
-        };
-        rwset.ns_rwset[0].collection_hashed_rwset.push(
-            weft_protos::rwset::CollectionHashedReadWriteSet {
-                collection_name: "secrets".to_owned(),
-                hashed_rwset: hashed.encode_to_vec().into(),
-                pvt_rwset_hash: Bytes::new(),
-            },
-        );
-        chaincode_action.results = rwset.encode_to_vec().into();
-        response.extension = chaincode_action.encode_to_vec().into();
-        endorsed.proposal_response_payload = response.encode_to_vec().into();
-        action.payload = action_payload.encode_to_vec().into();
-        payload.data = transaction.encode_to_vec().into();
-    });
-
     let cases: Vec<(Bytes, TxValidationCode)> = vec![
         (original.clone(), TxValidationCode::Valid),
-        (
-            sets_private_key_policy,
-            TxValidationCode::InvalidOtherReason,
-        ),
         (
             bad_signature.encode_to_vec().into(),
             TxValidationCode::BadCreatorSignature,
@@ -670,6 +625,113 @@ mod key_level_policies {
         );
         assert_eq!(codes, [EndorsementPolicyFailure]);
     }
+
+    /// A `kv` transaction by User1 that writes private `writes` of
+    /// collection `c` and sets the key-level policy of private `policies`,
+    /// endorsed by `endorsers`.
+    fn private_transaction(
+        writes: &[(&str, &str)],
+        policies: &[(&str, Bytes)],
+        endorsers: &[&Signer],
+    ) -> Bytes {
+        let mut rwset = ReadWriteSetBuilder::new();
+        for (key, value) in writes {
+            rwset.write_private("kv", "c", key, Bytes::copy_from_slice(value.as_bytes()));
+        }
+        for (key, policy) in policies {
+            let entries = BTreeMap::from([(VALIDATION_PARAMETER.to_owned(), policy.clone())]);
+            rwset.write_private_metadata("kv", "c", key, entries);
+        }
+        kv_transaction_by(rwset.encode(), Bytes::new(), endorsers)
+    }
+
+    #[test]
+    fn a_private_key_with_a_policy_is_written_only_as_its_policy_says() {
+        // Goal: a private key's policy (Fabric's
+        // SetPrivateDataValidationParameter), kept under the key's hash on
+        // every peer, is enforced on writes of the key as a public key's
+        // is; a policy set alone keeps the key's hash at the new height;
+        // and a key whose policy changed earlier in the block is refused.
+        let dir = tempfile::tempdir().unwrap();
+        let state = MemoryState::open(dir.path(), MemoryOptions::default()).unwrap();
+        let hashed = weft_statedb::hashed_namespace("kv", "c");
+        let hash_of = |key: &str| hex::encode(weft_protos::hash::sha256(key.as_bytes()));
+        let mut seed = UpdateBatch::new();
+        for key in ["guarded", "open"] {
+            seed.put(
+                &hashed,
+                &hash_of(key),
+                Bytes::from_static(b"h0"),
+                Height::new(2, 0),
+            );
+        }
+        let metadata = weft_protos::tx::metadata_write(
+            "",
+            &BTreeMap::from([(VALIDATION_PARAMETER.to_owned(), admins_only())]),
+        );
+        seed.put(
+            &key_metadata_namespace(&hashed),
+            &hash_of("guarded"),
+            metadata.encode_to_vec().into(),
+            Height::new(2, 0),
+        );
+        state.apply(&seed, Height::new(2, 0)).unwrap();
+        let context = context("ch10");
+        let (peer, admin) = (peer(), admin());
+
+        let codes = commit(
+            &state,
+            &context,
+            3,
+            vec![
+                private_transaction(&[("guarded", "by peer")], &[], &[&peer]),
+                private_transaction(&[("guarded", "by admin")], &[], &[&admin]),
+                // A key without a policy needs the collection's rule (here
+                // the chaincode's), which the admin alone does not meet.
+                private_transaction(&[("open", "by admin")], &[], &[&admin]),
+                private_transaction(&[], &[("open", admins_only())], &[&peer]),
+                private_transaction(&[("open", "too soon")], &[], &[&admin, &peer]),
+            ],
+        );
+        assert_eq!(
+            codes,
+            [
+                EndorsementPolicyFailure,
+                Valid,
+                EndorsementPolicyFailure,
+                Valid,
+                EndorsementPolicyFailure
+            ]
+        );
+        let guarded = state.get(&hashed, &hash_of("guarded")).unwrap().unwrap();
+        assert_eq!(guarded.version, Height::new(3, 1));
+        let open = state.get(&hashed, &hash_of("open")).unwrap().unwrap();
+        assert_eq!(
+            (&open.value[..], open.version),
+            (&b"h0"[..], Height::new(3, 3)),
+            "the policy set alone moves the hash, keeping it"
+        );
+        let stored = state
+            .get(&key_metadata_namespace(&hashed), &hash_of("open"))
+            .unwrap()
+            .unwrap();
+        let entries = weft_protos::kvrwset::KvMetadataWrite::decode(stored.value)
+            .unwrap()
+            .entries;
+        assert_eq!(entries[0].value, admins_only());
+
+        // Now the admin alone may write it; the peer alone may not.
+        let codes = commit(
+            &state,
+            &context,
+            4,
+            vec![
+                private_transaction(&[("open", "by peer")], &[], &[&peer]),
+                private_transaction(&[("open", "by admin")], &[], &[&admin]),
+            ],
+        );
+        assert_eq!(codes, [EndorsementPolicyFailure, Valid]);
+    }
 }
 
 mod commit {
@@ -913,6 +975,132 @@ mod commit {
         assert_eq!(state.durable_height(), None, "nothing was checkpointed");
         ChannelCommitter::open("ch10", state.clone(), ledger).unwrap();
         check(&state);
+    }
+
+    #[test]
+    fn a_purge_removes_every_committed_copy_of_a_private_key() {
+        // Goal: Fabric 2.5's PurgePrivateData on a member peer. Once the
+        // purge commits, the key's value and hash are gone from the state
+        // and no copy of it stays in the block store (so no pull answers
+        // it), while the other keys written beside it stay; a policy set
+        // alone on a private key moves its value with its hash.
+        let peer = Peer::new();
+        let (state, ledger) = peer.stores();
+        let mut committer =
+            ChannelCommitter::create(block("ch10-block-0.block"), state.clone(), ledger.clone())
+                .unwrap()
+                .keeping_private_data_of("Org1MSP", ledger.clone());
+        commit_chain(&mut committer, 1..5);
+        let collection = "_implicit_org_Org1MSP";
+        let endorser = super::key_level_policies::peer();
+        // A transaction whose private writes `build` records, its private
+        // writes kept in the transient store when `kept`.
+        let transaction = |build: &dyn Fn(&mut weft_protos::tx::ReadWriteSetBuilder),
+                           kept: bool| {
+            let mut rwset = weft_protos::tx::ReadWriteSetBuilder::new();
+            build(&mut rwset);
+            let envelope = kv_transaction_by(rwset.encode(), Bytes::new(), &[&endorser]);
+            let tx_id = weft_protos::view::TxEnvelope::decode(envelope.clone(), Limits::default())
+                .unwrap()
+                .tx_id()
+                .to_owned();
+            if kept {
+                let writes = rwset.private_writes().unwrap().encode_to_vec();
+                ledger.keep_transient(&tx_id, 5, &writes).unwrap();
+            }
+            envelope
+        };
+        let write = |pairs: &'static [(&'static str, &'static str)]| {
+            move |rwset: &mut weft_protos::tx::ReadWriteSetBuilder| {
+                for (key, value) in pairs {
+                    rwset.write_private(
+                        "kv",
+                        collection,
+                        key,
+                        Bytes::from_static(value.as_bytes()),
+                    );
+                }
+            }
+        };
+        let both = transaction(&write(&[("k1", "v1"), ("k2", "v2")]), true);
+        let block5 = validated_block(&ledger, 5, vec![both]);
+        committer.apply_validated(block5).unwrap();
+        let again = transaction(&write(&[("k1", "v1 again")]), true);
+        let policy = transaction(
+            &|rwset| {
+                let entries = std::collections::BTreeMap::from([(
+                    weft_protos::tx::VALIDATION_PARAMETER.to_owned(),
+                    Bytes::from_static(b"a policy"),
+                )]);
+                rwset.write_private_metadata("kv", collection, "k2", entries);
+            },
+            true,
+        );
+        let block6 = validated_block(&ledger, 6, vec![again, policy]);
+        committer.apply_validated(block6).unwrap();
+        let private = weft_statedb::private_namespace("kv", collection);
+        let k2 = state.get(&private, "k2").unwrap().unwrap();
+        assert_eq!(
+            (&k2.value[..], k2.version),
+            (&b"v2"[..], weft_statedb::Height::new(6, 1)),
+            "the value moves with its hash"
+        );
+
+        // The purge's own private write set never reached this peer: the
+        // block store's copies still tell it which key to remove.
+        let purge = transaction(
+            &|rwset| {
+                rwset.purge_private("kv", collection, "k1");
+            },
+            false,
+        );
+        let block7 = validated_block(&ledger, 7, vec![purge]);
+        assert_eq!(
+            committer.apply_validated(block7).unwrap().codes,
+            [TxValidationCode::Valid]
+        );
+        assert!(state.get(&private, "k1").unwrap().is_none());
+        let hashed = weft_statedb::hashed_namespace("kv", collection);
+        let hash_of = |key: &str| weft_protos::hash::sha256(key.as_bytes());
+        assert!(
+            state
+                .get(&hashed, &hex::encode(hash_of("k1")))
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(
+            state.get(&private, "k2").unwrap().unwrap().value,
+            Bytes::from_static(b"v2")
+        );
+        // Block 5's copy keeps k2 alone; block 6's first copy is gone.
+        let keys_in = |block: u64| -> Vec<(u64, Vec<String>)> {
+            ledger
+                .private_data(block)
+                .unwrap()
+                .into_iter()
+                .map(|(tx, bytes)| {
+                    let set = weft_protos::rwset::TxPvtReadWriteSet::decode(bytes).unwrap();
+                    let rwset = weft_protos::kvrwset::KvrwSet::decode(
+                        set.ns_pvt_rwset[0].collection_pvt_rwset[0].rwset.clone(),
+                    )
+                    .unwrap();
+                    let keys = rwset.writes.into_iter().map(|w| w.key);
+                    (
+                        tx,
+                        keys.chain(rwset.metadata_writes.into_iter().map(|w| w.key))
+                            .collect(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(keys_in(5), [(0, vec!["k2".to_owned()])]);
+        assert_eq!(keys_in(6), [(1, vec!["k2".to_owned()])]);
+        let k1 = weft_ledger::PrivateKeyRef {
+            namespace: "kv".to_owned(),
+            collection: collection.to_owned(),
+            key_hash: hash_of("k1"),
+        };
+        assert!(ledger.private_key_writes(&k1).unwrap().is_empty());
     }
 
     #[test]

@@ -430,9 +430,20 @@ impl<'a> Stub<'a> {
     /// version, as Fabric's simulator records it.
     pub fn get_state_metadata(&mut self, key: &str) -> Result<BTreeMap<String, Bytes>, StateError> {
         self.get_state(key)?;
+        self.stored_metadata(&key_metadata_namespace(self.namespace), key, key)
+    }
+
+    /// The metadata entries stored under `stored_key` in
+    /// `metadata_namespace` (the metadata of `key`), not recorded.
+    fn stored_metadata(
+        &self,
+        metadata_namespace: &str,
+        stored_key: &str,
+        key: &str,
+    ) -> Result<BTreeMap<String, Bytes>, StateError> {
         let stored = self
             .state
-            .get(&key_metadata_namespace(self.namespace), key)
+            .get(metadata_namespace, stored_key)
             .map_err(|e| StateError::Storage(e.to_string()))?;
         let Some(stored) = stored else {
             return Ok(BTreeMap::new());

@@ -38,9 +38,10 @@
 //! JSON queries (GET_QUERY_RESULT, CouchDB's Mango) are answered from the
 //! world state ([`crate::mango`]), whole or a page at a time.
 //! Key metadata (GET_STATE_METADATA, PUT_STATE_METADATA: key-level
-//! endorsement policies) is served for public keys. What weft does not
-//! serve (private data) is answered with an ERROR naming it, which the
-//! shim raises in the chaincode.
+//! endorsement policies) is served for public and private keys, and
+//! PURGE_PRIVATE_DATA for private ones. A request weft cannot serve is
+//! answered with an ERROR naming it, which the shim raises in the
+//! chaincode.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -60,13 +61,13 @@ use weft_protos::protos::write_record::Type as WriteType;
 use weft_protos::protos::{
     ChaincodeAdditionalParams, ChaincodeId, ChaincodeInput, ChaincodeMessage, ChaincodeSpec,
     DelState, GetHistoryForKey, GetQueryResult, GetState, GetStateByRange, GetStateMetadata,
-    GetStateMultiple, GetStateMultipleResult, PutState, PutStateMetadata, QueryMetadata,
-    QueryResponse, QueryResponseMetadata, QueryResultBytes, QueryStateClose, QueryStateNext,
-    Response, SignedProposal, StateMetadata, StateMetadataResult, WriteBatchState,
+    GetStateMultiple, GetStateMultipleResult, PurgePrivateState, PutState, PutStateMetadata,
+    QueryMetadata, QueryResponse, QueryResponseMetadata, QueryResultBytes, QueryStateClose,
+    QueryStateNext, Response, SignedProposal, StateMetadata, StateMetadataResult, WriteBatchState,
 };
 use weft_protos::queryresult::Kv;
 
-use crate::chaincode::{Chaincode, PageRequest, Stub, error};
+use crate::chaincode::{Chaincode, PageRequest, StateError, Stub, error};
 
 /// Results handed to the chaincode per RESPONSE to a range query (Fabric's
 /// `internalQueryLimit`).
@@ -608,9 +609,11 @@ impl Session {
                         }
                         Ok(WriteType::DelState) => stub.del_state(&record.key),
                         Ok(WriteType::PutStateMetadata) => {
-                            public_only(&record.collection)?;
                             let metadata = record.metadata.unwrap_or_default();
-                            stub.put_state_metadata(&record.key, &metadata.metakey, metadata.value)
+                            put_metadata(stub, &record.collection, &record.key, metadata)
+                        }
+                        Ok(WriteType::PurgePrivateData) => {
+                            purge(stub, &record.collection, &record.key)
                         }
                         _ => return Err(format!("unknown write type {}", record.r#type)),
                     }
@@ -711,10 +714,12 @@ impl Session {
             }
             MessageType::GetStateMetadata => {
                 let request = GetStateMetadata::decode(payload).map_err(malformed)?;
-                public_only(&request.collection)?;
-                let entries = stub
-                    .get_state_metadata(&request.key)
-                    .map_err(|e| e.to_string())?;
+                let entries = if request.collection.is_empty() {
+                    stub.get_state_metadata(&request.key)
+                } else {
+                    stub.get_private_data_metadata(&request.collection, &request.key)
+                }
+                .map_err(|e| e.to_string())?;
                 Ok(StateMetadataResult {
                     entries: entries
                         .into_iter()
@@ -726,11 +731,10 @@ impl Session {
             }
             MessageType::PutStateMetadata => {
                 let request = PutStateMetadata::decode(payload).map_err(malformed)?;
-                public_only(&request.collection)?;
                 let metadata = request
                     .metadata
                     .ok_or_else(|| "PUT_STATE_METADATA carries no metadata".to_owned())?;
-                stub.put_state_metadata(&request.key, &metadata.metakey, metadata.value)
+                put_metadata(stub, &request.collection, &request.key, metadata)
                     .map_err(|e| e.to_string())?;
                 Ok(Bytes::new())
             }
@@ -742,7 +746,9 @@ impl Session {
                 Ok(hash.unwrap_or_default())
             }
             MessageType::PurgePrivateData => {
-                Err("purging private data is not supported by weft yet".to_owned())
+                let request = PurgePrivateState::decode(payload).map_err(malformed)?;
+                purge(stub, &request.collection, &request.key).map_err(|e| e.to_string())?;
+                Ok(Bytes::new())
             }
             other => Err(format!(
                 "a chaincode does not send {} during a transaction",
@@ -839,17 +845,30 @@ fn records(namespace: &str, results: impl IntoIterator<Item = (String, Bytes)>) 
         .collect()
 }
 
-/// Private data calls weft does not serve yet: metadata on private
-/// data.
-fn public_only(collection: &str) -> Result<(), String> {
+/// PUT_STATE_METADATA (alone or in a write batch): of a public key, or
+/// of a private one when `collection` is named.
+fn put_metadata(
+    stub: &mut Stub<'_>,
+    collection: &str,
+    key: &str,
+    metadata: StateMetadata,
+) -> Result<(), StateError> {
     if collection.is_empty() {
-        Ok(())
+        stub.put_state_metadata(key, &metadata.metakey, metadata.value)
     } else {
-        Err(format!(
-            "private data collection {collection:?}: key metadata of private data is not \
-             supported by weft yet"
-        ))
+        stub.put_private_data_metadata(collection, key, &metadata.metakey, metadata.value)
     }
+}
+
+/// PURGE_PRIVATE_DATA (alone or in a write batch), with Fabric's refusal
+/// of a purge that names no collection.
+fn purge(stub: &mut Stub<'_>, collection: &str, key: &str) -> Result<(), StateError> {
+    if collection.is_empty() {
+        return Err(StateError::Private(
+            "only applicable for private data".to_owned(),
+        ));
+    }
+    stub.purge_private_data(collection, key)
 }
 
 /// Serves a chaincode's requests during one transaction as a connection
@@ -1224,18 +1243,6 @@ mod tests {
             answer(&mut session, &mut stub, &batch).0,
             MessageType::Response
         );
-        let private = request(
-            MessageType::PutStateMetadata,
-            PutStateMetadata {
-                key: "k000".to_owned(),
-                collection: "secrets".to_owned(),
-                metadata: Some(metadata(b"private")),
-            },
-        );
-        assert_eq!(
-            answer(&mut session, &mut stub, &private).0,
-            MessageType::Error
-        );
 
         let kv = kv_of(&stub);
         assert_eq!(
@@ -1285,6 +1292,16 @@ mod tests {
                  configuration upon chaincode definition/instantiation",
             ),
             (garbage, "malformed PUT_STATE payload"),
+            (
+                request(
+                    MessageType::PurgePrivateData,
+                    PurgePrivateState {
+                        key: "k000".to_owned(),
+                        collection: String::new(),
+                    },
+                ),
+                "only applicable for private data",
+            ),
             (bad_key, "must not be empty"),
             (
                 request(MessageType::GetHistoryForKey, GetState::default()),

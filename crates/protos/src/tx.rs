@@ -15,7 +15,7 @@
 //! Signing is delegated to a [`Sign`] implementation (weft's MSP signer
 //! implements it), so this module stays free of key handling and I/O.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use prost::Message;
@@ -23,8 +23,8 @@ use prost::Message;
 use crate::common::{ChannelHeader, Envelope, Header, HeaderType, Payload, SignatureHeader};
 use crate::hash::{compute_tx_id, sha256};
 use crate::kvrwset::{
-    HashedRwSet, KvMetadataEntry, KvMetadataWrite, KvRead, KvReadHash, KvWrite, KvWriteHash,
-    KvrwSet, RangeQueryInfo, Version,
+    HashedRwSet, KvMetadataEntry, KvMetadataWrite, KvMetadataWriteHash, KvRead, KvReadHash,
+    KvWrite, KvWriteHash, KvrwSet, RangeQueryInfo, Version,
 };
 use crate::orderer::{SeekInfo, SeekPosition, SeekSpecified, seek_info, seek_position};
 use crate::protos::{
@@ -498,6 +498,11 @@ struct NamespaceSets {
 struct CollectionSets {
     reads: BTreeMap<String, Option<Version>>,
     writes: BTreeMap<String, Option<Bytes>>,
+    /// The deleted keys of `writes` that are purges (their past values
+    /// are removed too).
+    purges: BTreeSet<String>,
+    /// Each key's new metadata, entries by name, as for public keys.
+    metadata_writes: BTreeMap<String, BTreeMap<String, Bytes>>,
 }
 
 impl ReadWriteSetBuilder {
@@ -580,17 +585,44 @@ impl ReadWriteSetBuilder {
         key: &str,
         value: Bytes,
     ) -> &mut Self {
-        self.collection(namespace, collection)
-            .writes
-            .insert(key.to_owned(), Some(value));
+        let sets = self.collection(namespace, collection);
+        sets.writes.insert(key.to_owned(), Some(value));
+        sets.purges.remove(key);
         self
     }
 
     /// Records a delete of private `key` of `collection`.
     pub fn delete_private(&mut self, namespace: &str, collection: &str, key: &str) -> &mut Self {
+        let sets = self.collection(namespace, collection);
+        sets.writes.insert(key.to_owned(), None);
+        sets.purges.remove(key);
+        self
+    }
+
+    /// Records a purge of private `key` of `collection`: a delete that
+    /// also removes every earlier value of the key from the members'
+    /// private data (Fabric 2.5's `PurgePrivateData`).
+    pub fn purge_private(&mut self, namespace: &str, collection: &str, key: &str) -> &mut Self {
+        let sets = self.collection(namespace, collection);
+        sets.writes.insert(key.to_owned(), None);
+        sets.purges.insert(key.to_owned());
+        self
+    }
+
+    /// Records `entries` as the whole new metadata of private `key` of
+    /// `collection` (see [`ReadWriteSetBuilder::write_metadata`]): the
+    /// transaction carries them under the key's hash, the private write
+    /// set names the key alone.
+    pub fn write_private_metadata(
+        &mut self,
+        namespace: &str,
+        collection: &str,
+        key: &str,
+        entries: BTreeMap<String, Bytes>,
+    ) -> &mut Self {
         self.collection(namespace, collection)
-            .writes
-            .insert(key.to_owned(), None);
+            .metadata_writes
+            .insert(key.to_owned(), entries);
         self
     }
 
@@ -607,7 +639,7 @@ impl ReadWriteSetBuilder {
                 let collection_pvt_rwset: Vec<CollectionPvtReadWriteSet> = sets
                     .collections
                     .iter()
-                    .filter(|(_, collection)| !collection.writes.is_empty())
+                    .filter(|(_, collection)| collection.writes_anything())
                     .map(|(name, collection)| CollectionPvtReadWriteSet {
                         collection_name: name.clone(),
                         rwset: collection.private_rwset(),
@@ -733,29 +765,111 @@ impl CollectionSets {
                     key_hash: hash(key.as_bytes()),
                     is_delete: value.is_none(),
                     value_hash: value.as_ref().map(|v| hash(v)).unwrap_or_default(),
-                    is_purge: false,
+                    is_purge: self.purges.contains(key),
                 })
                 .collect(),
-            metadata_writes: Vec::new(),
+            metadata_writes: self
+                .metadata_writes
+                .iter()
+                .map(|(key, entries)| KvMetadataWriteHash {
+                    key_hash: hash(key.as_bytes()),
+                    entries: metadata_write(key, entries).entries,
+                })
+                .collect(),
         };
         CollectionHashedReadWriteSet {
             collection_name: name.to_owned(),
             hashed_rwset: hashed.encode_to_vec().into(),
-            pvt_rwset_hash: if self.writes.is_empty() {
-                Bytes::new()
-            } else {
+            pvt_rwset_hash: if self.writes_anything() {
                 hash(&self.private_rwset())
+            } else {
+                Bytes::new()
             },
         }
     }
 
-    /// The collection's private write set: a `KVRWSet` of the writes alone.
+    /// Whether the collection has a private write set: values or
+    /// metadata written.
+    fn writes_anything(&self) -> bool {
+        !self.writes.is_empty() || !self.metadata_writes.is_empty()
+    }
+
+    /// The collection's private write set: a `KVRWSet` of the writes and,
+    /// for each key whose metadata is written, the key alone (Fabric keeps
+    /// the metadata itself under the key's hash only).
     fn private_rwset(&self) -> Bytes {
         KvrwSet {
             writes: kv_writes(&self.writes),
+            metadata_writes: self
+                .metadata_writes
+                .keys()
+                .map(|key| KvMetadataWrite {
+                    key: key.clone(),
+                    entries: Vec::new(),
+                })
+                .collect(),
             ..KvrwSet::default()
         }
         .encode_to_vec()
         .into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn private_purges_and_metadata_are_encoded_as_fabrics_simulator_encodes_them() {
+        // Goal: a purge is a delete marked `is_purge` in the hashed set;
+        // a private key's metadata travels in the clear under the key's
+        // hash, while the private write set names the key alone; the
+        // collection's hash covers that private set.
+        let mut builder = ReadWriteSetBuilder::new();
+        builder
+            .write_private("cc", "c", "kept", Bytes::from_static(b"v"))
+            .purge_private("cc", "c", "gone")
+            .write_private_metadata(
+                "cc",
+                "c",
+                "guarded",
+                BTreeMap::from([(VALIDATION_PARAMETER.to_owned(), Bytes::from_static(b"p"))]),
+            );
+        let rwset = TxReadWriteSet::decode(builder.encode()).unwrap();
+        let collection = &rwset.ns_rwset[0].collection_hashed_rwset[0];
+        let hashed = HashedRwSet::decode(collection.hashed_rwset.clone()).unwrap();
+        let hash = |text: &str| Bytes::copy_from_slice(&sha256(text.as_bytes()));
+        let writes: Vec<(Bytes, bool, bool)> = hashed
+            .hashed_writes
+            .iter()
+            .map(|w| (w.key_hash.clone(), w.is_delete, w.is_purge))
+            .collect();
+        // In plaintext key order: "gone", then "kept".
+        assert_eq!(
+            writes,
+            [(hash("gone"), true, true), (hash("kept"), false, false)]
+        );
+        assert_eq!(hashed.metadata_writes[0].key_hash, hash("guarded"));
+        assert_eq!(hashed.metadata_writes[0].entries[0].value, "p");
+
+        let private = builder.private_writes().unwrap();
+        let set = &private.ns_pvt_rwset[0].collection_pvt_rwset[0];
+        assert_eq!(collection.pvt_rwset_hash, hash_bytes(&set.rwset));
+        let kv = KvrwSet::decode(set.rwset.clone()).unwrap();
+        assert_eq!(kv.metadata_writes[0].key, "guarded");
+        assert!(kv.metadata_writes[0].entries.is_empty());
+
+        // Written again after the purge, the key is an ordinary write.
+        builder.write_private("cc", "c", "gone", Bytes::from_static(b"back"));
+        let rwset = TxReadWriteSet::decode(builder.encode()).unwrap();
+        let collection = &rwset.ns_rwset[0].collection_hashed_rwset[0];
+        let hashed = HashedRwSet::decode(collection.hashed_rwset.clone()).unwrap();
+        assert!(!hashed.hashed_writes[0].is_purge);
+    }
+
+    fn hash_bytes(bytes: &[u8]) -> Bytes {
+        Bytes::copy_from_slice(&sha256(bytes))
     }
 }

@@ -11,6 +11,7 @@
 
 const crypto = require('node:crypto');
 const { Contract } = require('fabric-contract-api');
+const { KeyEndorsementPolicy } = require('fabric-shim');
 
 const SHARED = 'assetCollection';
 
@@ -62,6 +63,28 @@ class Secrets extends Contract {
     async verify(ctx, collection, id, value) {
         const hash = Buffer.from(await ctx.stub.getPrivateDataHash(collection, id)).toString('hex');
         return String(hash === crypto.createHash('sha256').update(value).digest('hex'));
+    }
+
+    // Makes writes of `id` in `collection` need endorsements by a member
+    // of each of `orgs` (comma-separated MSP IDs): a key-level
+    // endorsement policy on private data.
+    async guard(ctx, collection, id, orgs) {
+        const policy = new KeyEndorsementPolicy();
+        policy.addOrgs('MEMBER', ...orgs.split(','));
+        await ctx.stub.setPrivateDataValidationParameter(collection, id, policy.getPolicy());
+    }
+
+    // The organisations the key-level policy of `id` in `collection` names.
+    async guardOf(ctx, collection, id) {
+        const policy = await ctx.stub.getPrivateDataValidationParameter(collection, id);
+        const orgs = policy && policy.length > 0 ? new KeyEndorsementPolicy(policy).listOrgs() : [];
+        return JSON.stringify(orgs.sort());
+    }
+
+    // Purges `id` from `collection`: its value and every earlier one leave
+    // the members' private data.
+    async purge(ctx, collection, id) {
+        await ctx.stub.purgePrivateData(collection, id);
     }
 
     async deleteAsset(ctx, id) {

@@ -19,13 +19,14 @@
 //! writes its organisations' implicit collections directly, as Fabric's
 //! system chaincode does, without these checks.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use prost::Message;
 use weft_policy::collection::{Collection, Collections};
 use weft_protos::lifecycle::{StateData, state_data};
-use weft_statedb::{hashed_namespace, private_namespace};
+use weft_statedb::{hashed_namespace, key_metadata_namespace, private_namespace};
 
 use super::{RANGE_RESULTS_MAX, StateError, Stub};
 use crate::lifecycle::LIFECYCLE;
@@ -114,6 +115,55 @@ impl Stub<'_> {
         self.check_private(collection, Access::Write)?;
         self.check_write(key)?;
         self.rwset.delete_private(self.namespace, collection, key);
+        Ok(())
+    }
+
+    /// Purges private `key` of `collection` when the transaction commits:
+    /// a delete that also removes every earlier value of the key from the
+    /// members' private data (Fabric 2.5's `PurgePrivateData`).
+    pub fn purge_private_data(&mut self, collection: &str, key: &str) -> Result<(), StateError> {
+        self.check_private(collection, Access::Write)?;
+        self.check_write(key)?;
+        self.rwset.purge_private(self.namespace, collection, key);
+        Ok(())
+    }
+
+    /// The metadata of private `key` of `collection` (name → value:
+    /// `VALIDATION_PARAMETER` holds its key-level endorsement policy), kept
+    /// under the key's hash on every peer; the key's hash recorded as read
+    /// at its version, as Fabric's simulator records it.
+    pub fn get_private_data_metadata(
+        &mut self,
+        collection: &str,
+        key: &str,
+    ) -> Result<BTreeMap<String, Bytes>, StateError> {
+        self.check_private(collection, Access::Read)?;
+        let hash = self.stored_hash(collection, key)?;
+        self.rwset.read_private_hash(
+            self.namespace,
+            collection,
+            key,
+            hash.map(|hash| (hash.version.block_num, hash.version.tx_num)),
+        );
+        let hashed = hashed_namespace(self.namespace, collection);
+        self.stored_metadata(&key_metadata_namespace(&hashed), &key_hash(key), key)
+    }
+
+    /// Sets the metadata entry `name` of private `key` of `collection` to
+    /// `value` when the transaction commits, the key's whole metadata
+    /// becoming that one entry (as [`Stub::put_state_metadata`]).
+    pub fn put_private_data_metadata(
+        &mut self,
+        collection: &str,
+        key: &str,
+        name: &str,
+        value: impl Into<Bytes>,
+    ) -> Result<(), StateError> {
+        self.check_private(collection, Access::Write)?;
+        self.check_write(key)?;
+        let entries = BTreeMap::from([(name.to_owned(), value.into())]);
+        self.rwset
+            .write_private_metadata(self.namespace, collection, key, entries);
         Ok(())
     }
 
