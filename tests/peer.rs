@@ -682,6 +682,61 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
         "{refused:?}"
     );
 
+    // DeliverWithPrivateData answers each reader the collections it is a
+    // member of: Org1's user both of the created asset's, Org2's peer
+    // the shared one alone.
+    let readable = |reader: &Signer| {
+        let request = seek(CHANNEL, reader, created, created);
+        async move {
+            let mut stream = DeliverClient::new(connect(org1.grpc).await)
+                .deliver_with_private_data(tokio_stream::iter([request]))
+                .await
+                .unwrap()
+                .into_inner();
+            let response = tokio::time::timeout(PATIENCE, stream.message())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            let Some(PeerResponse::BlockAndPrivateData(block)) = response.r#type else {
+                panic!("peer answered {response:?}");
+            };
+            block
+                .private_data_map
+                .into_iter()
+                .map(|(tx, set)| {
+                    let collections: Vec<String> = set
+                        .ns_pvt_rwset
+                        .iter()
+                        .flat_map(|ns| &ns.collection_pvt_rwset)
+                        .map(|collection| collection.collection_name.clone())
+                        .collect();
+                    (tx, collections)
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let org1_user = signer(
+        &network
+            .dir
+            .join("crypto/peerOrganizations/org1.example.com/users/User1@org1.example.com/msp"),
+        "Org1MSP",
+    );
+    assert_eq!(
+        readable(&org1_user).await,
+        [(
+            0,
+            vec![
+                "Org1MSPPrivateCollection".to_owned(),
+                "assetCollection".to_owned()
+            ]
+        )]
+    );
+    assert_eq!(
+        readable(&network.org2_peer).await,
+        [(0, vec!["assetCollection".to_owned()])]
+    );
+
     // Both peers agree on the chain.
     let last = created + 3;
     let org1_codes = committed_codes(org1.grpc, &network.client, last).await;

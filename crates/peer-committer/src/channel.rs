@@ -212,6 +212,29 @@ impl ChannelContext {
         }
     }
 
+    /// Whether `reader` (a serialized identity) may read the private data
+    /// of `collection` of `namespace`: it is a valid identity of the
+    /// channel that satisfies the collection's member policy (for an
+    /// organisation's implicit collection: a member of that organisation).
+    /// Fabric's check of `DeliverWithPrivateData` clients.
+    pub fn may_read_collection(
+        &self,
+        namespace: &str,
+        collection: &str,
+        reader: &Bytes,
+        now: UnixTime,
+    ) -> bool {
+        if let Some(owner) = collection.strip_prefix(IMPLICIT_COLLECTION_PREFIX) {
+            return weft_policy::collection::Collection::implicit(owner).is_ok_and(|implicit| {
+                self.creator_satisfies(reader, &implicit.member_policy, now)
+            });
+        }
+        match self.definitions.collection(namespace, collection) {
+            Ok(Some(declared)) => self.creator_satisfies(reader, &declared.member_policy, now),
+            _ => false,
+        }
+    }
+
     /// Whether `creator` is a valid identity of the channel that satisfies
     /// `policy` at `now` (a collection's membership, for the chaincode
     /// access checks).

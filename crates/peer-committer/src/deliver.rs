@@ -1,6 +1,7 @@
 //! The peer's Deliver service (`protos.Deliver`): committed blocks, filtered
-//! blocks with each transaction's validation code, and blocks with (empty)
-//! private data, with Fabric's seek semantics and access control.
+//! blocks with each transaction's validation code, and blocks with the
+//! private data the client may read, with Fabric's seek semantics and
+//! access control.
 //!
 //! Each request is a signed envelope whose payload is an `orderer.SeekInfo`
 //! and whose channel header (type DELIVER_SEEK_INFO) names the channel. The
@@ -10,7 +11,7 @@
 //! carry several requests, answered one after the other; each ends with a
 //! status message.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -31,6 +32,7 @@ use weft_protos::protos::{
     BlockAndPrivateData, ChaincodeEvent, DeliverResponse, FilteredBlock, FilteredChaincodeAction,
     FilteredTransaction, FilteredTransactionActions,
 };
+use weft_protos::rwset::TxPvtReadWriteSet;
 use weft_protos::view::{Limits, TxBody, TxEnvelope};
 
 use crate::ChannelContext;
@@ -201,12 +203,19 @@ impl DeliverService {
             .map_err(|_| Status::Forbidden)?;
         let range =
             resolve_seek(&request.seek, *channel.committed.borrow()).map_err(|e| e.status())?;
+        let private = (shape == Shape::WithPrivateData).then(|| ReadablePrivateData {
+            ledger: channel.ledger.clone(),
+            context: context.clone(),
+            reader: request.creator.clone(),
+            now: (self.now)(),
+        });
         stream_range(
             channel.ledger.clone(),
             range,
             channel.committed.clone(),
-            |_, bytes| {
-                let response = shape_block(&request, bytes, shape);
+            |number, bytes| {
+                let private_data = private.as_ref().map(|private| private.of_block(number));
+                let response = shape_block(&request, bytes, shape, private_data);
                 async move {
                     match response {
                         Some(response) => sender.send(Ok(response)).await.is_ok(),
@@ -223,8 +232,69 @@ impl DeliverService {
     }
 }
 
-/// The response for one stored block, in the shape the client asked for.
-fn shape_block(request: &SeekRequest, bytes: Bytes, shape: Shape) -> Option<DeliverResponse> {
+/// The private data a `DeliverWithPrivateData` client may read, as
+/// Fabric's peer filters it: of each transaction's committed private
+/// writes, the collections whose member policy the request's signer
+/// satisfies (an organisation's implicit collection: a member of that
+/// organisation). A collection's current definition decides.
+struct ReadablePrivateData {
+    ledger: Arc<BlockStore>,
+    context: Arc<ChannelContext>,
+    /// The request's creator.
+    reader: Bytes,
+    now: weft_msp::UnixTime,
+}
+
+impl ReadablePrivateData {
+    /// What block `number` committed of private data that the reader may
+    /// read, by transaction index; empty on a peer that keeps none.
+    fn of_block(&self, number: u64) -> BTreeMap<u64, TxPvtReadWriteSet> {
+        let committed = match self.ledger.private_data(number) {
+            Ok(committed) => committed,
+            Err(error) => {
+                tracing::error!(block = number, %error, "deliver: reading private data failed");
+                return BTreeMap::new();
+            }
+        };
+        let mut readable = BTreeMap::new();
+        for (tx_index, bytes) in committed {
+            let Ok(mut set) = TxPvtReadWriteSet::decode(bytes) else {
+                tracing::error!(
+                    block = number,
+                    tx_index,
+                    "stored private data does not decode"
+                );
+                continue;
+            };
+            for namespace in &mut set.ns_pvt_rwset {
+                let name = namespace.namespace.as_str();
+                namespace.collection_pvt_rwset.retain(|collection| {
+                    self.context.may_read_collection(
+                        name,
+                        &collection.collection_name,
+                        &self.reader,
+                        self.now,
+                    )
+                });
+            }
+            set.ns_pvt_rwset
+                .retain(|namespace| !namespace.collection_pvt_rwset.is_empty());
+            if !set.ns_pvt_rwset.is_empty() {
+                readable.insert(tx_index, set);
+            }
+        }
+        readable
+    }
+}
+
+/// The response for one stored block, in the shape the client asked for
+/// (`private_data`: what a `WithPrivateData` client may read of it).
+fn shape_block(
+    request: &SeekRequest,
+    bytes: Bytes,
+    shape: Shape,
+    private_data: Option<BTreeMap<u64, TxPvtReadWriteSet>>,
+) -> Option<DeliverResponse> {
     let block = match Block::decode(bytes) {
         Ok(block) => block,
         Err(error) => {
@@ -236,7 +306,7 @@ fn shape_block(request: &SeekRequest, bytes: Bytes, shape: Shape) -> Option<Deli
         Shape::Block => ResponseType::Block(request.content(block)),
         Shape::WithPrivateData => ResponseType::BlockAndPrivateData(BlockAndPrivateData {
             block: Some(request.content(block)),
-            private_data_map: Default::default(),
+            private_data_map: private_data.unwrap_or_default(),
         }),
         Shape::Filtered => ResponseType::FilteredBlock(filtered(&request.channel_id, block)),
     };
