@@ -104,6 +104,13 @@ pub struct DeployArgs {
     /// for the chaincode's JSON queries once it is defined.
     #[arg(long, requires = "address")]
     indexes: Option<PathBuf>,
+    /// With --address: a folder holding, for each collection, a folder
+    /// `<collection>/indexes` of CouchDB index definitions (`*.json`, what
+    /// Fabric chaincode keeps in META-INF/statedb/couchdb/collections);
+    /// the member peers build them for JSON queries of the collection's
+    /// private data.
+    #[arg(long, requires = "address")]
+    collection_indexes: Option<PathBuf>,
     /// The network's crypto folder (the output of `weft crypto generate`):
     /// each organisation's Admin signs its approval.
     #[arg(long)]
@@ -259,28 +266,61 @@ impl DeployArgs {
         }))
     }
 
-    /// The index definitions of --indexes, by file name, in name order.
+    /// The index definitions of --indexes and --collection-indexes, each
+    /// named by its path in the package under META-INF/statedb/couchdb/,
+    /// in path order.
     fn index_files(&self) -> Result<Vec<(String, Vec<u8>)>> {
-        let Some(dir) = &self.indexes else {
-            return Ok(Vec::new());
-        };
-        let entries = std::fs::read_dir(dir)
-            .with_context(|| format!("--indexes: reading {}", dir.display()))?;
         let mut files = Vec::new();
-        for entry in entries {
-            let path = entry
-                .with_context(|| format!("--indexes: reading {}", dir.display()))?
-                .path();
-            let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
-                continue;
-            };
-            if name.ends_with(".json") {
-                files.push((name.to_owned(), read_file("--indexes", &path)?));
+        if let Some(dir) = &self.indexes {
+            for (name, definition) in json_files("--indexes", dir)? {
+                files.push((format!("indexes/{name}"), definition));
+            }
+        }
+        if let Some(dir) = &self.collection_indexes {
+            let option = "--collection-indexes";
+            let entries = std::fs::read_dir(dir)
+                .with_context(|| format!("{option}: reading {}", dir.display()))?;
+            for entry in entries {
+                let path = entry
+                    .with_context(|| format!("{option}: reading {}", dir.display()))?
+                    .path();
+                let Some(collection) = path.file_name().and_then(|name| name.to_str()) else {
+                    continue;
+                };
+                let indexes = path.join("indexes");
+                if !indexes.is_dir() {
+                    continue;
+                }
+                for (name, definition) in json_files(option, &indexes)? {
+                    files.push((
+                        format!("collections/{collection}/indexes/{name}"),
+                        definition,
+                    ));
+                }
             }
         }
         files.sort();
         Ok(files)
     }
+}
+
+/// The `*.json` files of `dir`, by file name, for `option`'s errors.
+fn json_files(option: &str, dir: &Path) -> Result<Vec<(String, Vec<u8>)>> {
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("{option}: reading {}", dir.display()))?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let path = entry
+            .with_context(|| format!("{option}: reading {}", dir.display()))?
+            .path();
+        let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
+            continue;
+        };
+        if name.ends_with(".json") {
+            files.push((name.to_owned(), read_file(option, &path)?));
+        }
+    }
+    Ok(files)
 }
 
 /// An organisation that approves: its admin, and its peer.

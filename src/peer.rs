@@ -26,8 +26,8 @@ use weft_ledger::{BlockStore, StoreConfig};
 use weft_msp::UnixTime;
 use weft_msp::{RememberingSigner, Signer, own};
 use weft_peer_committer::{
-    BlockSource, ChannelCommitter, ChannelHandle, Channels, CommitterMetrics, DeclaredIndexes,
-    DeliverService, Intake, IntakeConfig, Missing, PrivateWritesSource,
+    BlockSource, ChannelCommitter, ChannelHandle, Channels, CommitterMetrics, DeclaredIndex,
+    DeclaredIndexes, DeliverService, Intake, IntakeConfig, Missing, PrivateWritesSource,
 };
 use weft_peer_endorser::dissemination::{DisseminationConfig, Disseminator, PrivateDataService};
 use weft_peer_endorser::package::InstalledPackages;
@@ -44,7 +44,6 @@ use weft_protos::protos::endorser_server::EndorserServer;
 use weft_protos::rwset::TxPvtReadWriteSet;
 use weft_protos::serve::{CallLimits, ConnectionLimits, REQUEST_START_MAX};
 use weft_statedb::VersionedState;
-use weft_statedb::json_index::JsonIndex;
 use weft_statedb::memory::{MemoryOptions, MemoryState};
 use weft_statedb::rocks::{RocksOptions, RocksState};
 
@@ -553,15 +552,31 @@ impl DeclaredIndexes for InstalledIndexes {
         self.packages.installs()
     }
 
-    fn declared(&self, state: &dyn weft_statedb::StateReader, chaincode: &str) -> Vec<JsonIndex> {
-        weft_peer_endorser::lifecycle::approved_package(
+    fn declared(
+        &self,
+        state: &dyn weft_statedb::StateReader,
+        chaincode: &str,
+    ) -> Vec<DeclaredIndex> {
+        let Some((_, package)) = weft_peer_endorser::lifecycle::approved_package(
             state,
             &self.local_msp_id,
             chaincode,
             &self.packages.all(),
-        )
-        .map(|(_, package)| package.indexes)
-        .unwrap_or_default()
+        ) else {
+            return Vec::new();
+        };
+        let public = package.indexes.into_iter().map(|index| DeclaredIndex {
+            collection: None,
+            index,
+        });
+        let private = package
+            .collection_indexes
+            .into_iter()
+            .map(|(collection, index)| DeclaredIndex {
+                collection: Some(collection),
+                index,
+            });
+        public.chain(private).collect()
     }
 }
 

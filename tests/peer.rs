@@ -503,11 +503,11 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     // block), Org1's peer pulls what Org2's user writes to a collection
     // pushed to no one when the block arrives, while Org1's own
     // collections stay on Org1's peer; every peer holds the hashes;
-    // Fabric's access checks and messages hold; blockToLive purges.
+    // Fabric's access checks and messages hold; blockToLive purges; a
+    // JSON index the package declares for a collection orders queries.
     let dir = tempfile::tempdir().unwrap();
-    let mut network = Network::create(dir.path());
+    let network = Network::create(dir.path());
     let chaincode = ShimChaincode::contract(&network.dir, "secrets");
-    network.external_chaincodes = vec![("secrets".to_owned(), chaincode.address)];
     let orderer = network.start_solo_orderer();
     let (org1, org2) = network.start_two_orgs(dir.path(), orderer.grpc);
     let collections = dir.path().join("collections.json");
@@ -528,11 +528,24 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
              "memberOnlyRead": false, "memberOnlyWrite": false}]"#,
     )
     .unwrap();
+    // The shared collection's package declares an index on `color`
+    // (Fabric's META-INF/statedb/couchdb/collections/<name>/indexes).
+    let collection_indexes = dir.path().join("collection-indexes");
+    let color_index = collection_indexes.join("assetCollection/indexes");
+    std::fs::create_dir_all(&color_index).unwrap();
+    std::fs::write(
+        color_index.join("color.json"),
+        r#"{"index": {"fields": ["color"]}, "ddoc": "byColor", "name": "color", "type": "json"}"#,
+    )
+    .unwrap();
     let output = chaincode_deploy(&network, orderer.grpc, [org1.grpc, org2.grpc])
         .args(["--name", "secrets", "--sequence", "1"])
+        .args(["--address", &chaincode.address.to_string()])
         .args(["--policy", "OR('Org1MSP.peer','Org2MSP.peer')"])
         .arg("--collections-config")
         .arg(&collections)
+        .arg("--collection-indexes")
+        .arg(&collection_indexes)
         .output()
         .unwrap();
     assert!(
@@ -569,7 +582,7 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     for created in ["created_s1", "created_s2"] {
         assert_eq!(creator[created]["valid"], true, "{creator}");
     }
-    let asset = serde_json::json!({"id": "s1", "color": "blue", "size": 5, "owner": "Org1MSP"});
+    let asset = serde_json::json!({"id": "s1", "color": "yellow", "size": 5, "owner": "Org1MSP"});
     assert_eq!(ok(&creator, "asset"), asset, "{creator}");
     assert_eq!(
         ok(&creator, "appraisal"),
@@ -580,6 +593,12 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     assert_eq!(
         ok(&creator, "query"),
         serde_json::json!([{"key": "s2", "value": {"id": "s2", "color": "red"}}]),
+        "{creator}"
+    );
+    // In the index's order (red before yellow), not the keys'.
+    assert_eq!(
+        ok(&creator, "byColor"),
+        serde_json::json!([{"key": "s2", "value": {"id": "s2"}}, {"key": "s1", "value": {"id": "s1"}}]),
         "{creator}"
     );
     assert_eq!(creator["deleted"], true, "{creator}");

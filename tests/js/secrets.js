@@ -39,7 +39,7 @@ runGatewayClient(async (gateway, channelName) => {
     const evaluate = (name, ...args) => outcome(() => contract.evaluateTransaction(name, ...args));
     const seen = {};
     if (process.env.SECRETS_AS === 'creator') {
-        for (const [id, color, appraisedValue] of [['s1', 'blue', 300], ['s2', 'red', 400]]) {
+        for (const [id, color, appraisedValue] of [['s1', 'yellow', 300], ['s2', 'red', 400]]) {
             const properties = JSON.stringify({ id, color, size: 5, appraisedValue });
             const submitted = await contract.submitAsync('createAsset', {
                 transientData: { asset_properties: properties },
@@ -55,6 +55,10 @@ runGatewayClient(async (gateway, channelName) => {
         seen.query = await evaluate('assetsByQuery', JSON.stringify({
             selector: { owner: 'Org1MSP', color: { $in: ['red', 'green'] } },
             fields: ['id', 'color'],
+        }));
+        seen.byColor = await evaluate('assetsByQuery', JSON.stringify({
+            selector: { color: { $gt: '' } },
+            fields: ['id'],
         }));
         const deleted = await contract.submitAsync('deleteAsset', { arguments: ['s2'] });
         seen.deleted = (await deleted.getStatus()).successful;

@@ -2,7 +2,8 @@
 //! built in the update batch of the first block committed after a
 //! chaincode that declares them is both defined on the channel and
 //! installed on this peer (Fabric creates CouchDB indexes at that moment
-//! too), and kept current in the update batch of every block after.
+//! too), and kept current in the update batch of every block after. A
+//! collection's indexes are over its private namespace.
 //!
 //! The indexes live in the world state (`weft_statedb::json_index`), so a
 //! restart finds them with the state, and the blocks replayed on top of a
@@ -14,7 +15,7 @@
 use std::sync::Arc;
 
 use weft_statedb::json_index::{IndexMaintainer, JsonIndex};
-use weft_statedb::{Height, StateReader, UpdateBatch};
+use weft_statedb::{Height, StateReader, UpdateBatch, private_namespace};
 
 use crate::ChaincodeDefinitions;
 
@@ -26,7 +27,16 @@ pub trait DeclaredIndexes: Send + Sync {
 
     /// The indexes declared for `chaincode` by the package that runs it
     /// here, as defined in `state`.
-    fn declared(&self, state: &dyn StateReader, chaincode: &str) -> Vec<JsonIndex>;
+    fn declared(&self, state: &dyn StateReader, chaincode: &str) -> Vec<DeclaredIndex>;
+}
+
+/// A JSON index a chaincode declares: over its state, or over one of its
+/// collections' private data (the collection's private namespace, which
+/// only member peers fill).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeclaredIndex {
+    pub collection: Option<String>,
+    pub index: JsonIndex,
 }
 
 /// One channel's indexes: what is built, and when to look for more.
@@ -76,14 +86,18 @@ impl ChannelIndexes {
             let generation = declared.generation();
             if self.reconciled != Some(generation) {
                 for chaincode in definitions.names() {
-                    for index in declared.declared(state, chaincode) {
-                        if self.maintainer.is_built(state, chaincode, &index)? {
+                    for DeclaredIndex { collection, index } in declared.declared(state, chaincode) {
+                        let namespace = match &collection {
+                            None => chaincode.to_owned(),
+                            Some(collection) => private_namespace(chaincode, collection),
+                        };
+                        if self.maintainer.is_built(state, &namespace, &index)? {
                             continue;
                         }
                         let documents = self
                             .maintainer
-                            .build(batch, state, chaincode, &index, height)?;
-                        tracing::info!(channel = channel_id, chaincode, index = %index.id(), documents, "JSON index built");
+                            .build(batch, state, &namespace, &index, height)?;
+                        tracing::info!(channel = channel_id, chaincode, collection, index = %index.id(), documents, "JSON index built");
                     }
                 }
                 self.reconciled = Some(generation);

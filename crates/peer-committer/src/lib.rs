@@ -48,7 +48,7 @@ pub use channel::ChannelContext;
 pub use commit::{ChannelCommitter, CommittedBlock, StageTimings};
 pub use deliver::{ChannelHandle, Channels, DeliverService};
 pub use error::{Error, Result};
-pub use indexes::DeclaredIndexes;
+pub use indexes::{DeclaredIndex, DeclaredIndexes};
 pub use intake::{BlockSource, Intake, IntakeConfig, IntakeStatus};
 pub use lifecycle::{ChaincodeDefinitions, EndorsementRule};
 pub use metrics::CommitterMetrics;

@@ -681,7 +681,7 @@ impl<'a> Stub<'a> {
         let indexes = weft_statedb::json_index::built(self.state, self.namespace)
             .map_err(|e| StateError::Storage(e.to_string()))?;
         let mut matched = match query.plan(&indexes) {
-            Some(scan) => self.documents_by_index(&query, &scan, first, enough)?,
+            Some(scan) => self.documents_by_index(self.namespace, &query, &scan, first, enough)?,
             None => self.documents_by_scan(self.namespace, &query, first, enough)?,
         };
         let end = matched.len().min(enough);
@@ -752,8 +752,9 @@ impl<'a> Stub<'a> {
         Ok(matched)
     }
 
-    /// The documents matching `query` among those `scan` points at, in
-    /// the index's order (backwards for a descending sort): at least
+    /// The documents of state namespace `namespace` matching `query`
+    /// among those `scan` (an index of `namespace`) points at, in the
+    /// index's order (backwards for a descending sort): at least
     /// `enough` of them when there are, as [`Self::documents_by_scan`].
     /// Going forwards, entries are read until enough documents match;
     /// backwards, the entries of the range are read first (an entry is
@@ -761,6 +762,7 @@ impl<'a> Stub<'a> {
     /// match, so a descending sort with a limit reads few documents.
     fn documents_by_index(
         &self,
+        namespace: &str,
         query: &Query,
         scan: &crate::mango::IndexScan<'_>,
         first: usize,
@@ -768,9 +770,9 @@ impl<'a> Stub<'a> {
     ) -> Result<Vec<Document>, StateError> {
         let storage = |e: weft_statedb::Error| StateError::Storage(e.to_string());
         let most = RANGE_RESULTS_MAX.saturating_add(first);
-        let entries = weft_statedb::json_index::entries_namespace(self.namespace, scan.index);
+        let entries = weft_statedb::json_index::entries_namespace(namespace, scan.index);
         let matching = |key: String| -> Result<Option<Document>, StateError> {
-            let Some(value) = self.state.get(self.namespace, &key).map_err(storage)? else {
+            let Some(value) = self.state.get(namespace, &key).map_err(storage)? else {
                 return Ok(None);
             };
             let Ok(document) = serde_json::from_slice::<serde_json::Value>(&value.value) else {

@@ -9,9 +9,11 @@
 //! `client_auth_required` the `client_cert` and `client_key` the peer
 //! presents (Fabric's external builder reads the same file; the key
 //! travels in the package, as in Fabric). `code.tar.gz` may also hold the
-//! chaincode's JSON indexes, `META-INF/statedb/couchdb/indexes/*.json`, as
-//! Fabric's packages do; they are checked at install and built once the
-//! chaincode is defined (`weft_statedb::json_index`). The package ID is
+//! chaincode's JSON indexes, `META-INF/statedb/couchdb/indexes/*.json`
+//! and `META-INF/statedb/couchdb/collections/<collection>/indexes/*.json`
+//! (its collections' private data), as Fabric's packages do; they are
+//! checked at install and built once the chaincode is defined
+//! (`weft_statedb::json_index`). The package ID is
 //! Fabric's: the label, a colon, and the hex SHA-256 of the package bytes.
 //!
 //! Installed packages live in `<dir>/<label>.<hash>.tar.gz`, Fabric's file
@@ -74,6 +76,10 @@ pub struct Package {
     pub tls: Option<ChaincodeTls>,
     /// The JSON indexes of the chaincode's state it declares.
     pub indexes: Vec<JsonIndex>,
+    /// The JSON indexes of its collections' private data it declares
+    /// (`META-INF/statedb/couchdb/collections/<collection>/indexes`), by
+    /// collection.
+    pub collection_indexes: Vec<(String, JsonIndex)>,
     /// The package as installed.
     pub bytes: Bytes,
 }
@@ -157,7 +163,7 @@ impl Package {
         }
         let code = files.remove("code.tar.gz").unwrap_or_default();
         let mut code_files = tar_entries(&code, &["connection.json"], |name| {
-            name.starts_with(INDEXES_DIR) && name.ends_with(".json")
+            index_place(name).is_some()
         })?;
         let connection: Connection =
             serde_json::from_slice(&code_files.remove("connection.json").unwrap_or_default())
@@ -173,11 +179,17 @@ impl Package {
             })?,
         };
         let tls = connection.tls()?;
-        let indexes = code_files
-            .iter()
-            .filter(|(name, _)| name.starts_with(INDEXES_DIR))
-            .map(|(name, text)| JsonIndex::parse(name, text))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut indexes = Vec::new();
+        let mut collection_indexes = Vec::new();
+        for (name, text) in &code_files {
+            match index_place(name) {
+                Some(IndexPlace::State) => indexes.push(JsonIndex::parse(name, text)?),
+                Some(IndexPlace::Collection(collection)) => {
+                    collection_indexes.push((collection.to_owned(), JsonIndex::parse(name, text)?));
+                }
+                None => {}
+            }
+        }
         let hash = hex::encode(weft_protos::hash::sha256(&bytes));
         Ok(Self {
             id: format!("{}:{hash}", metadata.label),
@@ -186,15 +198,18 @@ impl Package {
             dial_timeout,
             tls,
             indexes,
+            collection_indexes,
             bytes,
         })
     }
 
     /// A ccaas package of the chaincode server at `address`, reached over
-    /// `tls` if given, declaring the JSON `indexes` (file name, definition),
-    /// as `peer lifecycle chaincode package` builds one from a
-    /// `connection.json` and a `META-INF` folder. Each index is checked as
-    /// an install would check it.
+    /// `tls` if given, declaring the JSON `indexes` (each file's path under
+    /// `META-INF/statedb/couchdb/`: `indexes/<file>.json`, or
+    /// `collections/<collection>/indexes/<file>.json` for a collection's
+    /// private data; and its definition), as `peer lifecycle chaincode
+    /// package` builds one from a `connection.json` and a `META-INF`
+    /// folder. Each index is checked as an install would check it.
     pub fn ccaas(
         label: &str,
         address: &str,
@@ -216,7 +231,13 @@ impl Package {
             connection.to_string().into_bytes(),
         )];
         for (name, definition) in indexes {
-            let path = format!("{INDEXES_DIR}{name}");
+            let path = format!("{COUCHDB_DIR}{name}");
+            if index_place(&path).is_none() {
+                return Err(PackageError::Malformed(format!(
+                    "index definitions under {COUCHDB_DIR}indexes/ or \
+                     {COUCHDB_DIR}collections/<collection>/indexes/, not {path}"
+                )));
+            }
             JsonIndex::parse(&path, definition)?;
             code_files.push((path, definition.clone()));
         }
@@ -230,8 +251,35 @@ impl Package {
     }
 }
 
-/// Where a package's code holds its JSON indexes.
-const INDEXES_DIR: &str = "META-INF/statedb/couchdb/indexes/";
+/// Where a package's code holds its JSON index definitions.
+const COUCHDB_DIR: &str = "META-INF/statedb/couchdb/";
+
+/// What a JSON index definition in a package's code indexes.
+#[derive(Debug, PartialEq, Eq)]
+enum IndexPlace<'a> {
+    /// The chaincode's state: `indexes/<file>.json`.
+    State,
+    /// A collection's private data:
+    /// `collections/<collection>/indexes/<file>.json`.
+    Collection(&'a str),
+}
+
+/// What the file at `path` of a package's code indexes, if it is an index
+/// definition (a `.json` file directly in one of the two places).
+fn index_place(path: &str) -> Option<IndexPlace<'_>> {
+    let under = path.strip_prefix(COUCHDB_DIR)?;
+    let parts: Vec<&str> = under.split('/').collect();
+    let is_definition = |file: &str| file.len() > ".json".len() && file.ends_with(".json");
+    match parts.as_slice() {
+        ["indexes", file] if is_definition(file) => Some(IndexPlace::State),
+        ["collections", collection, "indexes", file]
+            if !collection.is_empty() && is_definition(file) =>
+        {
+            Some(IndexPlace::Collection(collection))
+        }
+        _ => None,
+    }
+}
 
 /// The files `names` of a gzipped tar, each required.
 fn tar_files(bytes: &[u8], names: &[&str]) -> Result<BTreeMap<String, Vec<u8>>, PackageError> {
@@ -390,12 +438,40 @@ mod tests {
             "notes_1.0",
             "127.0.0.1:9999",
             None,
-            &[("color.json".to_owned(), definition.to_vec())],
+            &[
+                ("indexes/color.json".to_owned(), definition.to_vec()),
+                (
+                    "collections/assetCollection/indexes/color.json".to_owned(),
+                    definition.to_vec(),
+                ),
+            ],
         )
         .unwrap();
         let package = Package::parse(bytes).unwrap();
         let ids: Vec<String> = package.indexes.iter().map(JsonIndex::id).collect();
         assert_eq!(ids, ["byColor/color"]);
+        let collection_ids: Vec<(&str, String)> = package
+            .collection_indexes
+            .iter()
+            .map(|(collection, index)| (collection.as_str(), index.id()))
+            .collect();
+        assert_eq!(
+            collection_ids,
+            [("assetCollection", "byColor/color".to_owned())]
+        );
+        assert!(
+            Package::ccaas(
+                "notes_1.0",
+                "127.0.0.1:9999",
+                None,
+                &[(
+                    "collections/indexes/color.json".to_owned(),
+                    definition.to_vec()
+                )],
+            )
+            .is_err(),
+            "a collection index needs its collection's folder"
+        );
 
         // What a hand-made package holds is checked at install.
         let code = tar_gz(&[

@@ -1,7 +1,9 @@
 //! JSON indexes: the `json` indexes a chaincode declares for CouchDB
-//! (`META-INF/statedb/couchdb/indexes/*.json` in its package), kept in the
-//! world state itself so that JSON queries read only the documents an
-//! index points at.
+//! (`META-INF/statedb/couchdb/indexes/*.json` in its package, and
+//! `META-INF/statedb/couchdb/collections/<collection>/indexes/*.json` for
+//! its collections' private data), kept in the world state itself so that
+//! JSON queries read only the documents an index points at. A
+//! collection's index is over its private namespace.
 //!
 //! An index over the fields `f1 … fn` of the namespace `ns` is a companion
 //! namespace ([`entries_namespace`]) holding, for every document (a JSON
@@ -372,7 +374,7 @@ impl IndexMaintainer {
         // Written namespaces come in order, so each is loaded once.
         let mut last = None;
         for (namespace, _, _) in batch.iter() {
-            if last != Some(namespace) && !namespace.contains("$$") {
+            if last != Some(namespace) && crate::holds_documents(namespace) {
                 self.load(state, namespace)?;
                 last = Some(namespace);
             }
@@ -613,6 +615,26 @@ mod tests {
             .unwrap();
         state.apply(&fourth, at).unwrap();
         assert_eq!(index_order(&state, &index), ["a6", "a3", "a2"]);
+    }
+
+    #[test]
+    fn chaincode_and_collection_namespaces_are_indexed_and_nothing_beside_them() {
+        use crate::{hashed_namespace, holds_documents, key_metadata_namespace, private_namespace};
+        let private = private_namespace("cc", "coll");
+        let index = JsonIndex::parse("i.json", br#"{"index":{"fields":["a"]}}"#).unwrap();
+        for indexed in ["cc", private.as_str()] {
+            assert!(holds_documents(indexed), "{indexed}");
+        }
+        for beside in [
+            hashed_namespace("cc", "coll"),
+            key_metadata_namespace("cc"),
+            key_metadata_namespace(&hashed_namespace("cc", "coll")),
+            catalogue_namespace(&private),
+            entries_namespace(&private, &index),
+            "$$expiry".to_owned(),
+        ] {
+            assert!(!holds_documents(&beside), "{beside}");
+        }
     }
 
     #[test]

@@ -148,6 +148,18 @@ pub fn private_namespace(namespace: &str, collection: &str) -> String {
     format!("{namespace}$$p{collection}")
 }
 
+/// Whether `namespace` holds documents a chaincode reads: a chaincode's
+/// own namespace, or one of its collections' private namespaces (not the
+/// hashes, key metadata, indexes or schedules kept beside them).
+pub fn holds_documents(namespace: &str) -> bool {
+    match namespace.split_once("$$") {
+        None => true,
+        Some((chaincode, rest)) => {
+            !chaincode.is_empty() && rest.starts_with('p') && !rest.contains("$$")
+        }
+    }
+}
+
 /// A consistent, read-only view of the state.
 pub trait StateReader {
     /// The value of `key` in `namespace`, with its version.

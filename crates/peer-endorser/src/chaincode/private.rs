@@ -198,10 +198,11 @@ impl Stub<'_> {
 
     /// The private documents (JSON object values) of `collection` that
     /// match the Mango `query`, as this peer holds them: Fabric's
-    /// `GetPrivateDataQueryResult`, answered by a scan of the collection
-    /// (collections' JSON indexes are not built), with the query's `sort`,
-    /// `skip`, `limit` and `fields`. As in Fabric, nothing is recorded for
-    /// the commit to check again.
+    /// `GetPrivateDataQueryResult`, through one of the collection's JSON
+    /// indexes when the query can use one (as for public data), else by a
+    /// scan of the collection, with the query's `sort`, `skip`, `limit`
+    /// and `fields`. As in Fabric, nothing is recorded for the commit to
+    /// check again.
     pub fn get_private_data_query_result(
         &mut self,
         collection: &str,
@@ -216,7 +217,12 @@ impl Stub<'_> {
         let first = query.skip;
         let enough = first.saturating_add(wanted);
         let namespace = private_namespace(self.namespace, collection);
-        let mut matched = self.documents_by_scan(&namespace, &query, first, enough)?;
+        let indexes = weft_statedb::json_index::built(self.state, &namespace)
+            .map_err(|e| StateError::Storage(e.to_string()))?;
+        let mut matched = match query.plan(&indexes) {
+            Some(scan) => self.documents_by_index(&namespace, &query, &scan, first, enough)?,
+            None => self.documents_by_scan(&namespace, &query, first, enough)?,
+        };
         let end = matched.len().min(enough);
         let start = first.min(end);
         matched
