@@ -126,40 +126,41 @@ pub fn check_key_level_policies(
 
 /// Every key of the world state `namespace`'s writes and metadata writes
 /// touch: its public keys, and its collections' private keys by hash.
-fn written_state_keys(namespace: &NamespaceRwSet) -> Vec<StateKey<'_>> {
+fn written_state_keys(namespace: &NamespaceRwSet) -> impl Iterator<Item = StateKey<'_>> {
     let name = namespace.namespace.as_str();
-    let mut keys: Vec<StateKey<'_>> = written_keys(namespace)
-        .map(|key| (Cow::Borrowed(name), Cow::Borrowed(key)))
-        .collect();
-    for collection in &namespace.collection_hashed {
-        let hashed: Cow<'_, str> = Cow::Owned(hashed_namespace(name, &collection.collection));
-        keys.extend(
-            written_hashes(collection).map(|hash| (hashed.clone(), Cow::Owned(hex::encode(hash)))),
-        );
-    }
-    keys
+    let public = written_keys(namespace).map(move |key| (Cow::Borrowed(name), Cow::Borrowed(key)));
+    let private = namespace
+        .collection_hashed
+        .iter()
+        .flat_map(move |collection| {
+            let hashed = hashed_namespace(name, &collection.collection);
+            written_hashes(collection)
+                .map(move |hash| (Cow::Owned(hashed.clone()), Cow::Owned(hex::encode(hash))))
+        });
+    public.chain(private)
 }
 
 /// The keys of the world state whose metadata `namespace` writes.
-fn metadata_state_keys(namespace: &NamespaceRwSet) -> Vec<StateKey<'_>> {
+fn metadata_state_keys(namespace: &NamespaceRwSet) -> impl Iterator<Item = StateKey<'_>> {
     let name = namespace.namespace.as_str();
-    let mut keys: Vec<StateKey<'_>> = namespace
+    let public = namespace
         .kv
         .metadata_writes
         .iter()
-        .map(|write| (Cow::Borrowed(name), Cow::Borrowed(write.key.as_str())))
-        .collect();
-    for collection in &namespace.collection_hashed {
-        let hashed: Cow<'_, str> = Cow::Owned(hashed_namespace(name, &collection.collection));
-        keys.extend(
-            collection
-                .rwset
-                .metadata_writes
-                .iter()
-                .map(|write| (hashed.clone(), Cow::Owned(hex::encode(&write.key_hash)))),
-        );
-    }
-    keys
+        .map(move |write| (Cow::Borrowed(name), Cow::Borrowed(write.key.as_str())));
+    let private = namespace
+        .collection_hashed
+        .iter()
+        .flat_map(move |collection| {
+            let hashed = hashed_namespace(name, &collection.collection);
+            collection.rwset.metadata_writes.iter().map(move |write| {
+                (
+                    Cow::Owned(hashed.clone()),
+                    Cow::Owned(hex::encode(&write.key_hash)),
+                )
+            })
+        });
+    public.chain(private)
 }
 
 /// The committed key-level policies, looked up key by key, skipping

@@ -414,14 +414,15 @@ pub(crate) fn purge_keys(
     if purges.is_empty() {
         return Ok(());
     }
-    // Earlier blocks' copies as rewritten so far (expiry may have pruned
-    // some already): (block, tx index) → the set, `None` when gone.
-    let mut rewritten: HashMap<(u64, u64), Option<TxPvtReadWriteSet>> = private
+    // Earlier blocks' copies as this block leaves them: (block, tx index)
+    // → the set (`None` when gone) and whether it changed. Expiry may have
+    // pruned some already.
+    let mut copies: HashMap<(u64, u64), (Option<TxPvtReadWriteSet>, bool)> = private
         .rewritten
         .drain(..)
         .map(|(block, tx, left)| {
             let set = left.and_then(|bytes| TxPvtReadWriteSet::decode(bytes).ok());
-            ((block, tx), set)
+            ((block, tx), (set, true))
         })
         .collect();
     for (purging, key) in purges {
@@ -430,7 +431,7 @@ pub(crate) fn purge_keys(
             if block >= number {
                 continue;
             }
-            let entry = match rewritten.entry((block, tx)) {
+            let (copy, changed) = match copies.entry((block, tx)) {
                 std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
                 std::collections::hash_map::Entry::Vacant(entry) => {
                     let stored = ledger
@@ -438,11 +439,13 @@ pub(crate) fn purge_keys(
                         .into_iter()
                         .find(|(index, _)| *index == tx)
                         .and_then(|(_, bytes)| TxPvtReadWriteSet::decode(bytes).ok());
-                    entry.insert(stored)
+                    entry.insert((stored, false))
                 }
             };
-            if let Some(set) = entry {
-                plaintext.extend(without_key(set, &key));
+            if let Some(set) = copy {
+                let removed = without_key(set, &key);
+                *changed |= !removed.is_empty();
+                plaintext.extend(removed);
             }
         }
         for (tx_index, bytes) in &mut private.committed {
@@ -475,9 +478,10 @@ pub(crate) fn purge_keys(
         }
         private.purged_keys.push(key);
     }
-    private.rewritten = rewritten
+    private.rewritten = copies
         .into_iter()
-        .map(|((block, tx), set)| {
+        .filter(|(_, (_, changed))| *changed)
+        .map(|((block, tx), (set, _))| {
             let left = set
                 .filter(|set| !set.ns_pvt_rwset.is_empty())
                 .map(|set| Bytes::from(set.encode_to_vec()));
@@ -488,8 +492,8 @@ pub(crate) fn purge_keys(
 }
 
 /// Removes from `set` the writes (values and metadata) of `key`'s
-/// collection whose key hashes to `key`'s hash, dropping collections and
-/// namespaces left empty; returns the keys removed.
+/// collection whose key hashes to `key`'s hash, dropping the collection
+/// and its namespace if nothing is left; returns the keys removed.
 fn without_key(set: &mut TxPvtReadWriteSet, key: &PrivateKeyRef) -> Vec<String> {
     let mut removed = Vec::new();
     let hashes_to =
@@ -498,6 +502,7 @@ fn without_key(set: &mut TxPvtReadWriteSet, key: &PrivateKeyRef) -> Vec<String> 
         if namespace.namespace != key.namespace {
             continue;
         }
+        let mut emptied = false;
         for collection in &mut namespace.collection_pvt_rwset {
             if collection.collection_name != key.collection {
                 continue;
@@ -514,14 +519,17 @@ fn without_key(set: &mut TxPvtReadWriteSet, key: &PrivateKeyRef) -> Vec<String> 
                 !matches
             });
             rwset.metadata_writes.retain(|write| !hashes_to(&write.key));
-            if rwset.writes.len() + rwset.metadata_writes.len() != before {
+            let after = rwset.writes.len() + rwset.metadata_writes.len();
+            if after != before {
                 collection.rwset = rwset.encode_to_vec().into();
+                emptied |= after == 0;
             }
         }
-        namespace.collection_pvt_rwset.retain(|collection| {
-            KvrwSet::decode(collection.rwset.clone())
-                .is_ok_and(|rwset| !rwset.writes.is_empty() || !rwset.metadata_writes.is_empty())
-        });
+        if emptied {
+            namespace
+                .collection_pvt_rwset
+                .retain(|collection| collection.collection_name != key.collection);
+        }
     }
     set.ns_pvt_rwset
         .retain(|namespace| !namespace.collection_pvt_rwset.is_empty());
