@@ -28,6 +28,7 @@ use weft_msp::{RememberingSigner, Signer, own};
 use weft_peer_committer::{
     BlockSource, ChannelCommitter, ChannelHandle, Channels, CommitterMetrics, DeclaredIndex,
     DeclaredIndexes, DeliverService, Intake, IntakeConfig, Missing, PrivateWritesSource,
+    ReconciledQueue, Reconciler,
 };
 use weft_peer_endorser::dissemination::{DisseminationConfig, Disseminator, PrivateDataService};
 use weft_peer_endorser::package::InstalledPackages;
@@ -169,6 +170,7 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         signer.clone(),
     ));
     let mut intakes = Vec::new();
+    let mut reconcilers = Vec::new();
     for channel in &config.channels {
         let mut committer = open_channel(&config, &channel.genesis_block)?
             .with_declared_indexes(declared_indexes.clone());
@@ -183,6 +185,26 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
                 patience: config.private_data.pull_retry_threshold.0,
             });
             committer = committer.keeping_private_data_of(config.peer.local_msp_id.clone(), source);
+            if config.private_data.reconciliation_enabled {
+                let queue = Arc::new(ReconciledQueue::new());
+                committer = committer.reconciling(queue.clone());
+                let source = Arc::new(ReconcileSource {
+                    disseminator: disseminator.clone(),
+                    channel_id: committer.channel_id().to_owned(),
+                    runtime: tokio::runtime::Handle::current(),
+                });
+                let reconciler = Reconciler::new(
+                    &committer.handle(),
+                    source,
+                    queue,
+                    config.private_data.reconcile_batch_size,
+                );
+                reconcilers.push(ReconcilerThread::start(
+                    committer.channel_id(),
+                    reconciler,
+                    config.private_data.reconcile_sleep_interval.0,
+                )?);
+            }
         }
         if config.committer.recognise_own_endorsements {
             committer.recognise_own_signatures(endorsement_signer.memory().clone());
@@ -322,6 +344,9 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
     stop.await;
     tracing::info!("stopping");
     let _ = shutdown.send(true);
+    for reconciler in reconcilers {
+        reconciler.stop().await;
+    }
     for intake in intakes {
         intake.stop().await;
     }
@@ -458,6 +483,71 @@ impl PrivateWritesSource for PrivateDataSource {
             self.disseminator
                 .pull(&self.channel_id, missing, self.patience),
         )
+    }
+}
+
+/// Where a channel's reconciler asks for missing private data: the
+/// members' peers in `gateway.peers`, once per round.
+struct ReconcileSource {
+    disseminator: Arc<Disseminator>,
+    channel_id: String,
+    runtime: tokio::runtime::Handle,
+}
+
+impl PrivateWritesSource for ReconcileSource {
+    fn private_writes(&self, _tx_id: &str) -> Option<Bytes> {
+        None
+    }
+
+    fn pull(&self, missing: &[Missing]) -> Vec<(String, TxPvtReadWriteSet)> {
+        self.runtime.block_on(self.disseminator.pull(
+            &self.channel_id,
+            missing,
+            std::time::Duration::ZERO,
+        ))
+    }
+}
+
+/// A channel's [`Reconciler`], run a round every interval on a thread of
+/// its own (its pulls block) until stopped.
+struct ReconcilerThread {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl ReconcilerThread {
+    fn start(
+        channel_id: &str,
+        reconciler: Reconciler,
+        interval: std::time::Duration,
+    ) -> Result<Self> {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let channel = channel_id.to_owned();
+        let thread = std::thread::Builder::new()
+            .name(format!("reconcile-{channel_id}"))
+            .spawn(move || {
+                // Anything sent, or the sender dropped, stops the loop.
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(interval)
+                {
+                    if let Err(error) = reconciler.round() {
+                        tracing::error!(%channel, %error, "reconciling private data failed");
+                    }
+                }
+            })
+            .with_context(|| format!("starting the reconciler of channel {channel_id}"))?;
+        Ok(Self { stop, thread })
+    }
+
+    async fn stop(self) {
+        drop(self.stop);
+        let thread = self.thread;
+        if !matches!(
+            tokio::task::spawn_blocking(move || thread.join()).await,
+            Ok(Ok(()))
+        ) {
+            tracing::error!("a reconciler thread failed");
+        }
     }
 }
 

@@ -506,7 +506,11 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     // Fabric's access checks and messages hold; blockToLive purges; a
     // JSON index the package declares for a collection orders queries.
     let dir = tempfile::tempdir().unwrap();
-    let network = Network::create(dir.path());
+    let mut network = Network::create(dir.path());
+    // Missing data waits a second at commit, and is asked for again every
+    // second after.
+    network.extra_sections =
+        "privateData:\n  pullRetryThreshold: 1s\n  reconcileSleepInterval: 1s\n".to_owned();
     let chaincode = ShimChaincode::contract(&network.dir, "secrets");
     let orderer = network.start_solo_orderer();
     let (org1, org2) = network.start_two_orgs(dir.path(), orderer.grpc);
@@ -817,7 +821,7 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
         committed_codes(org2.grpc, &network.client, last).await
     );
     for (org, peer) in [("org1", org1.grpc), ("org2", org2.grpc)] {
-        let purged = secrets(org, peer, "purged");
+        let purged = secrets(org, peer, "read");
         assert!(
             error(&purged, "note").contains("p1 does not exist in pulledCollection"),
             "{purged}"
@@ -834,6 +838,79 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
             .found;
         assert!(found.is_empty(), "block {written}: {found:?}");
     }
+
+    // Reconciliation: a transaction whose private write no peer received
+    // (endorsed with Org2's peer's identity, as a peer that crashed after
+    // endorsing would leave it) commits on Org1's peer with the value
+    // missing. Once Org2's peer holds the value, Org1's reconciler finds
+    // it, checks it against the transaction's hash, and commits it with
+    // the next block.
+    let mut rwset = ReadWriteSetBuilder::new();
+    rwset.write_private(
+        "secrets",
+        "pulledCollection",
+        "r1",
+        Bytes::from_static(b"found later"),
+    );
+    let call = (
+        CHANNEL,
+        "secrets",
+        vec![Bytes::from_static(b"writeTo"), Bytes::from_static(b"r1")],
+    );
+    let unseen = network.transaction_as(&network.client, call, &rwset, &[&network.org2_peer]);
+    let unseen_id = weft_protos::block::channel_header_of(unseen.encode_to_vec().into())
+        .unwrap()
+        .tx_id;
+    assert_eq!(broadcast(orderer.grpc, &[unseen]).await, [Status::Success]);
+    let committed_at = last + 1;
+    let codes = committed_codes(org1.grpc, &network.client, committed_at).await;
+    assert_eq!(codes.last(), Some(&TxValidationCode::Valid));
+    let reads_r1 = |org: &str, peer: SocketAddr| {
+        gateway_client_as(
+            &network,
+            org,
+            "secrets.js",
+            peer,
+            CHANNEL,
+            &[("SECRETS_AS", "read"), ("SECRETS_KEY", "r1")],
+        )
+    };
+    let missing = reads_r1("org1", org1.grpc);
+    assert!(
+        error(&missing, "note")
+            .contains("private data matching public hash version is not available"),
+        "{missing}"
+    );
+    let push = weft_protos::privatedata::PrivateDataPush {
+        tx_id: unseen_id,
+        private_writes: rwset.private_writes(),
+    };
+    let push = weft_protos::tx::signed_envelope(
+        HeaderType::Message,
+        CHANNEL,
+        push.encode_to_vec().into(),
+        &network.org1_peer,
+        network.org1_peer.new_nonce().unwrap(),
+        weft_msp::now(),
+    )
+    .unwrap();
+    weft_protos::privatedata::private_data_client::PrivateDataClient::new(connect(org2.grpc).await)
+        .push(push)
+        .await
+        .unwrap();
+    let mut height = committed_at;
+    let found = loop {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let tick = network.put("tick", None, &[&network.org1_peer]);
+        assert_eq!(broadcast(orderer.grpc, &[tick]).await, [Status::Success]);
+        height += 1;
+        committed_codes(org1.grpc, &network.client, height).await;
+        let seen = reads_r1("org1", org1.grpc);
+        if seen["note"]["ok"].is_string() || height > committed_at + 10 {
+            break seen;
+        }
+    };
+    assert_eq!(ok(&found, "note"), "found later", "{found}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1626,6 +1703,12 @@ fn a_bad_peer_config_names_the_file_and_key() {
              privateData:\n  pushAckTimeout: 0s\n",
             "privateData.pushAckTimeout: must be more than zero",
         ),
+        (
+            "peer:\n  id: p\n  listenAddress: 127.0.0.1:0\n  localMspId: Org1MSP\n  \
+             mspConfigPath: msp\n  fileSystemPath: data\norderers: [\"127.0.0.1:1\"]\n\
+             privateData:\n  reconcileBatchSize: 0\n",
+            "privateData.reconcileBatchSize: must be at least 1",
+        ),
     ] {
         std::fs::write(&config, text).unwrap();
         let output = Command::new(env!("CARGO_BIN_EXE_weft"))
@@ -1698,6 +1781,8 @@ struct Network {
     /// started from now on, as YAML lines indented by two spaces.
     extra_peer_keys: String,
     extra_gateway_keys: String,
+    /// More top-level sections of the peers' configs, as YAML.
+    extra_sections: String,
     /// How long the peers started from now on wait for an external
     /// chaincode's answer.
     chaincode_execute_timeout: &'static str,
@@ -1760,6 +1845,7 @@ impl Network {
             extra_peer_keys: String::new(),
             joins_channels: true,
             extra_gateway_keys: String::new(),
+            extra_sections: String::new(),
             chaincode_execute_timeout: "20s",
         }
     }
@@ -1912,6 +1998,7 @@ impl Network {
                  committer:\n  reconnectBackoffMax: 200ms\n{replica}\
                  {chaincode}\
                  gateway:\n{gateway}{extra_gateway_keys}\
+                 {extra_sections}\
                  operations:\n  listenAddress: 127.0.0.1:0\n",
                 msp = self.peer_msp(org).display(),
                 data = data.display(),
@@ -1919,6 +2006,7 @@ impl Network {
                 orderers = orderers.join(", "),
                 extra_peer_keys = self.extra_peer_keys,
                 extra_gateway_keys = self.extra_gateway_keys,
+                extra_sections = self.extra_sections,
             ),
         )
         .unwrap();
@@ -1990,10 +2078,24 @@ impl Network {
             rwset.read(CHAINCODE, key, version);
         }
         rwset.write(CHAINCODE, key, Bytes::from_static(b"value"));
+        let args = vec![Bytes::from_static(b"put"), Bytes::from(key.to_owned())];
+        let call = (channel, CHAINCODE, args);
+        self.transaction_as(creator, call, &rwset, endorsers)
+    }
+
+    /// The transaction of `creator`'s call (channel, chaincode, arguments)
+    /// whose simulation recorded `rwset`, endorsed by `endorsers`.
+    fn transaction_as(
+        &self,
+        creator: &Signer,
+        (channel, chaincode, args): (&str, &str, Vec<Bytes>),
+        rwset: &ReadWriteSetBuilder,
+        endorsers: &[&Signer],
+    ) -> Envelope {
         let invocation = Invocation {
             channel_id: channel,
-            chaincode: CHAINCODE,
-            args: vec![Bytes::from_static(b"put"), Bytes::from(key.to_owned())],
+            chaincode,
+            args,
             nonce: creator.new_nonce().unwrap(),
             timestamp_seconds: weft_msp::now(),
         };
@@ -2008,7 +2110,7 @@ impl Network {
             },
             chaincode_id: ChaincodeId {
                 path: String::new(),
-                name: CHAINCODE.to_owned(),
+                name: chaincode.to_owned(),
                 version: "1.0".to_owned(),
             },
         };

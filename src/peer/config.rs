@@ -414,6 +414,13 @@ pub struct PrivateDataSection {
     /// while the data is asked of other members' peers; then it commits
     /// without it.
     pub pull_retry_threshold: GoDuration,
+    /// Whether private data still missing after a block committed is
+    /// asked for again later (Fabric's reconciliation).
+    pub reconciliation_enabled: bool,
+    /// How long the reconciler sleeps between rounds.
+    pub reconcile_sleep_interval: GoDuration,
+    /// Missing collections asked for per round.
+    pub reconcile_batch_size: usize,
 }
 
 impl Default for PrivateDataSection {
@@ -422,6 +429,9 @@ impl Default for PrivateDataSection {
         Self {
             push_ack_timeout: GoDuration(std::time::Duration::from_secs(3)),
             pull_retry_threshold: GoDuration(std::time::Duration::from_secs(60)),
+            reconciliation_enabled: true,
+            reconcile_sleep_interval: GoDuration(std::time::Duration::from_secs(60)),
+            reconcile_batch_size: 10,
         }
     }
 }
@@ -560,6 +570,12 @@ impl PeerConfig {
         }
         if config.private_data.push_ack_timeout.0.is_zero() {
             bail!("{file}: privateData.pushAckTimeout: must be more than zero");
+        }
+        if config.private_data.reconcile_sleep_interval.0.is_zero() {
+            bail!("{file}: privateData.reconcileSleepInterval: must be more than zero");
+        }
+        if config.private_data.reconcile_batch_size == 0 {
+            bail!("{file}: privateData.reconcileBatchSize: must be at least 1");
         }
         if config.ledger.durability == DurabilityMode::GroupCommit
             && config.ledger.group_commit_blocks == 0

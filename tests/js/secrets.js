@@ -14,7 +14,8 @@
 //                       user's note, writes it endorsed by one
 //                       organisation and by both, then purges it (Org1's
 //                       user, at Org1's peer, naming the endorsers)
-//   SECRETS_AS=purged   reads the purged note (any user, at any peer)
+//   SECRETS_AS=read     reads the note SECRETS_KEY (default p1) and its
+//                       hash and policy (any user, at any peer)
 //
 //   node secrets.js <peer host:port> <mspId> <cert.pem> <key.pem> <channel>
 //
@@ -91,10 +92,11 @@ runGatewayClient(async (gateway, channelName) => {
         seen.note = await evaluate('readFrom', ...note);
         seen.purgedByOne = await submit('purge', note, ['Org1MSP']);
         seen.purgedByBoth = await submit('purge', note, both);
-    } else if (process.env.SECRETS_AS === 'purged') {
-        seen.note = await evaluate('readFrom', 'pulledCollection', 'p1');
-        seen.hash = await evaluate('hashOf', 'pulledCollection', 'p1');
-        seen.guardOf = await evaluate('guardOf', 'pulledCollection', 'p1');
+    } else if (process.env.SECRETS_AS === 'read') {
+        const key = process.env.SECRETS_KEY || 'p1';
+        seen.note = await evaluate('readFrom', 'pulledCollection', key);
+        seen.hash = await evaluate('hashOf', 'pulledCollection', key);
+        seen.guardOf = await evaluate('guardOf', 'pulledCollection', key);
     } else if (process.env.SECRETS_AS === 'expired') {
         seen.asset = await evaluate('readAsset', 's1');
         seen.appraisal = await evaluate('readFrom', 'Org1MSPPrivateCollection', 's1');

@@ -28,10 +28,19 @@
 //!   the blocks it removes: a purge that follows one to a copy without
 //!   the key (or to no copy) changes nothing.
 //!
+//! - What a block should have committed of private data on this peer but
+//!   could not find is recorded as missing (Fabric's missing data
+//!   entries), for the peer's reconciler to pull later. Found data is
+//!   merged into its block's committed copy by a later block, whose batch
+//!   also deletes the missing entries and records which copies it
+//!   completed, so that replaying that later block applies them again.
+//!
 //! | column family | key | value |
 //! |---|---|---|
 //! | `private` | block u64 BE ‖ tx index u64 BE | the transaction's committed private writes |
 //! | `private_keys` | chaincode ‖ 0 ‖ collection ‖ 0 ‖ SHA-256 of the key ‖ block u64 BE ‖ tx index u64 BE | empty |
+//! | `private_missing` | block u64 BE ‖ tx index u64 BE ‖ chaincode ‖ 0 ‖ collection | TxID |
+//! | `private_reconciled` | completing block u64 BE ‖ block u64 BE ‖ tx index u64 BE | empty |
 //! | `transient` | `t` ‖ TxID | height u64 BE ‖ the private writes |
 //! | `transient` | `h` ‖ height u64 BE ‖ TxID | empty: what to purge, by height |
 
@@ -41,6 +50,57 @@ pub(crate) const CF_PRIVATE: &str = "private";
 pub(crate) const CF_TRANSIENT: &str = "transient";
 /// Column family of the index of committed private keys.
 pub(crate) const CF_PRIVATE_KEYS: &str = "private_keys";
+/// Column family of the private data missing on this peer.
+pub(crate) const CF_PRIVATE_MISSING: &str = "private_missing";
+/// Column family of the committed copies later blocks completed.
+pub(crate) const CF_PRIVATE_RECONCILED: &str = "private_reconciled";
+
+/// One collection's private writes of a committed transaction that this
+/// peer's organisation keeps but this peer could not find when the block
+/// committed (Fabric's missing private data).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingPrivateData {
+    pub block: u64,
+    pub tx_index: u64,
+    pub tx_id: String,
+    pub namespace: String,
+    pub collection: String,
+}
+
+impl MissingPrivateData {
+    /// Its key in [`CF_PRIVATE_MISSING`].
+    pub(crate) fn key(&self) -> Vec<u8> {
+        let mut key = private_key(self.block, self.tx_index).to_vec();
+        key.extend_from_slice(self.namespace.as_bytes());
+        key.push(0);
+        key.extend_from_slice(self.collection.as_bytes());
+        key
+    }
+
+    /// The entry stored under `key` with value `tx_id`, if well formed.
+    pub(crate) fn from_entry(key: &[u8], tx_id: &[u8]) -> Option<Self> {
+        let block: [u8; 8] = key.get(..8)?.try_into().ok()?;
+        let tx_index = tx_index_of(key)?;
+        let names = std::str::from_utf8(key.get(16..)?).ok()?;
+        let (namespace, collection) = names.split_once('\0')?;
+        Some(Self {
+            block: u64::from_be_bytes(block),
+            tx_index,
+            tx_id: String::from_utf8(tx_id.to_vec()).ok()?,
+            namespace: namespace.to_owned(),
+            collection: collection.to_owned(),
+        })
+    }
+}
+
+/// The [`CF_PRIVATE_RECONCILED`] record that block `completing`
+/// completed the copy of transaction `tx_index` of block `block`.
+pub(crate) fn reconciled_key(completing: u64, block: u64, tx_index: u64) -> [u8; 24] {
+    let mut key = [0; 24];
+    key[..8].copy_from_slice(&completing.to_be_bytes());
+    key[8..].copy_from_slice(&private_key(block, tx_index));
+    key
+}
 
 /// A private key as the index of committed private keys names it: its
 /// chaincode, its collection, and the SHA-256 of the key (every peer
@@ -164,6 +224,25 @@ mod tests {
         assert_eq!(tx_id_of_by_height(&by_height_key(5, "tx1")), Some("tx1"));
         assert_eq!(tx_id_of_by_height(&entry_key("tx1")), None);
         assert_eq!(entry_writes(&encode_entry(4, b"abc")), Some(&b"abc"[..]));
+    }
+
+    #[test]
+    fn missing_entries_sort_by_position_and_read_back() {
+        let missing = |block: u64, collection: &str| MissingPrivateData {
+            block,
+            tx_index: 3,
+            tx_id: "tx".to_owned(),
+            namespace: "cc".to_owned(),
+            collection: collection.to_owned(),
+        };
+        assert!(missing(1, "zz").key() < missing(2, "a").key());
+        let entry = missing(7, "c");
+        assert_eq!(
+            MissingPrivateData::from_entry(&entry.key(), b"tx"),
+            Some(entry)
+        );
+        assert_eq!(MissingPrivateData::from_entry(b"short", b"tx"), None);
+        assert!(reconciled_key(5, 9, 9) < reconciled_key(6, 0, 0));
     }
 
     #[test]

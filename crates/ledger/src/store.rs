@@ -39,9 +39,9 @@ use crate::keys::{
     decode_tail, decode_tx_location, encode_tail, encode_tx_location,
 };
 use crate::private::{
-    CF_PRIVATE, CF_PRIVATE_KEYS, CF_TRANSIENT, PrivateKeyRef, TRANSIENT_RETENTION_BLOCKS,
-    by_height_key, by_height_start, encode_entry, entry_writes, private_key, tx_id_of_by_height,
-    tx_index_of,
+    CF_PRIVATE, CF_PRIVATE_KEYS, CF_PRIVATE_MISSING, CF_PRIVATE_RECONCILED, CF_TRANSIENT,
+    MissingPrivateData, PrivateKeyRef, TRANSIENT_RETENTION_BLOCKS, by_height_key, by_height_start,
+    encode_entry, entry_writes, private_key, reconciled_key, tx_id_of_by_height, tx_index_of,
 };
 
 /// A channel's blocks in RocksDB, with the TxID index, the tail record and
@@ -118,9 +118,17 @@ pub struct BlockPrivateData {
     /// it expired with this block: (block, transaction index, what is
     /// left; `None` removes the entry).
     pub rewritten: Vec<(u64, u64, Option<Bytes>)>,
-    /// The private keys the block's committed writes write (or whose
-    /// metadata they write): (transaction index, key), indexed for purges.
-    pub key_writes: Vec<(u64, PrivateKeyRef)>,
+    /// The private keys committed writes write (or whose metadata they
+    /// write): (block, transaction index, key), indexed for purges. The
+    /// block's own, and those of earlier blocks' copies it completes.
+    pub key_writes: Vec<(u64, u64, PrivateKeyRef)>,
+    /// What the block should have committed on this peer but could not
+    /// find: recorded for the reconciler.
+    pub missing: Vec<MissingPrivateData>,
+    /// Earlier blocks' missing data found since and merged into their
+    /// copies (in `rewritten`): their entries are deleted, and the block
+    /// records that it completed those copies.
+    pub reconciled: Vec<MissingPrivateData>,
     /// The keys the block purges: their index entries below the block are
     /// removed (the committer rewrote the copies they point to).
     pub purged_keys: Vec<PrivateKeyRef>,
@@ -321,10 +329,17 @@ impl BlockStore {
         let history = shared.cf(CF_HISTORY)?;
         let history_height = shared.history_height()?;
         let mut batch = WriteBatch::default();
+        for family in [CF_PRIVATE, CF_PRIVATE_MISSING] {
+            batch.delete_range_cf(
+                shared.cf(family)?,
+                private_key(height, 0),
+                private_key(tail.height, 0),
+            );
+        }
         batch.delete_range_cf(
-            shared.cf(CF_PRIVATE)?,
-            private_key(height, 0),
-            private_key(tail.height, 0),
+            shared.cf(CF_PRIVATE_RECONCILED)?,
+            height.to_be_bytes(),
+            tail.height.to_be_bytes(),
         );
         for number in height..tail.height {
             let block = shared.decode_block(number, shared.read_block_bytes(number)?)?;
@@ -566,6 +581,54 @@ impl BlockStore {
         Ok(found)
     }
 
+    /// The oldest `limit` entries of private data missing on this peer
+    /// (see `private.rs`), in chain order.
+    pub fn missing_private_data(&self, limit: usize) -> Result<Vec<MissingPrivateData>> {
+        let shared = &*self.shared;
+        let entries = shared
+            .db
+            .iterator_cf(shared.cf(CF_PRIVATE_MISSING)?, IteratorMode::Start);
+        let mut found = Vec::new();
+        for entry in entries.take(limit) {
+            let (key, tx_id) = entry.map_err(|source| Error::PrivateData { source })?;
+            let missing = MissingPrivateData::from_entry(&key, &tx_id).ok_or_else(|| {
+                let block = key.get(..8).and_then(|bytes| bytes.try_into().ok());
+                shared.corrupt(
+                    block.map_or(0, u64::from_be_bytes),
+                    "a missing private data entry is malformed".into(),
+                )
+            })?;
+            found.push(missing);
+        }
+        Ok(found)
+    }
+
+    /// The committed copies block `completing` completed with data found
+    /// later: (block, transaction index) of each.
+    pub fn reconciled_with(&self, completing: u64) -> Result<Vec<(u64, u64)>> {
+        let shared = &*self.shared;
+        let from = completing.to_be_bytes();
+        let entries = shared.db.iterator_cf(
+            shared.cf(CF_PRIVATE_RECONCILED)?,
+            IteratorMode::From(&from, Direction::Forward),
+        );
+        let mut found = Vec::new();
+        for entry in entries {
+            let (key, _) = entry.map_err(|source| Error::PrivateData { source })?;
+            if !key.starts_with(&from) {
+                break;
+            }
+            let position = key.get(8..).and_then(|rest| {
+                let block: [u8; 8] = rest.get(..8)?.try_into().ok()?;
+                Some((u64::from_be_bytes(block), tx_index_of(rest)?))
+            });
+            if let Some(position) = position {
+                found.push(position);
+            }
+        }
+        Ok(found)
+    }
+
     /// Where committed private data holds `key`: the (block, transaction
     /// index) of every committed write set the index names for it, in
     /// chain order (see `private.rs`: entries of truncated blocks may
@@ -778,8 +841,21 @@ impl Shared {
         for purged in &private.purged_keys {
             batch.delete_range_cf(keys, purged.index_key(0, 0), purged.index_key(number, 0));
         }
-        for (tx_index, key) in &private.key_writes {
-            batch.put_cf(keys, key.index_key(number, *tx_index), []);
+        for (block, tx_index, key) in &private.key_writes {
+            batch.put_cf(keys, key.index_key(*block, *tx_index), []);
+        }
+        let missing = self.cf(CF_PRIVATE_MISSING)?;
+        for entry in &private.missing {
+            batch.put_cf(missing, entry.key(), entry.tx_id.as_bytes());
+        }
+        let reconciled = self.cf(CF_PRIVATE_RECONCILED)?;
+        for entry in &private.reconciled {
+            batch.delete_cf(missing, entry.key());
+            batch.put_cf(
+                reconciled,
+                reconciled_key(number, entry.block, entry.tx_index),
+                [],
+            );
         }
         let transient = self.cf(CF_TRANSIENT)?;
         for tx_id in &private.settled {
@@ -1169,6 +1245,8 @@ fn open_db(path: &Path) -> Result<DB> {
         ColumnFamilyDescriptor::new(CF_PRIVATE, Options::default()),
         ColumnFamilyDescriptor::new(CF_TRANSIENT, Options::default()),
         ColumnFamilyDescriptor::new(CF_PRIVATE_KEYS, Options::default()),
+        ColumnFamilyDescriptor::new(CF_PRIVATE_MISSING, Options::default()),
+        ColumnFamilyDescriptor::new(CF_PRIVATE_RECONCILED, Options::default()),
     ];
     DB::open_cf_descriptors(&options, path, families).map_err(|source| Error::Open {
         path: path.to_owned(),
@@ -1326,6 +1404,8 @@ fn make_everything_durable(db: &DB, height: u64) -> Result<()> {
         CF_PRIVATE,
         CF_TRANSIENT,
         CF_PRIVATE_KEYS,
+        CF_PRIVATE_MISSING,
+        CF_PRIVATE_RECONCILED,
     ] {
         if let Some(family) = db.cf_handle(name) {
             db.flush_cf(family).map_err(sync_error)?;

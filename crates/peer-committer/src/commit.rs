@@ -44,7 +44,7 @@ use crate::key_policies::check_key_level_policies;
 use crate::lifecycle::{ChaincodeDefinitions, LIFECYCLE_NAMESPACE};
 use crate::mvcc::{mark_duplicate_tx_ids, update_batch, validate_block};
 use crate::private::{self, PrivateWritesSource};
-use crate::{ChannelContext, DeclaredIndexes, Error, Result, TxValidationCode};
+use crate::{ChannelContext, DeclaredIndexes, Error, ReconciledQueue, Result, TxValidationCode};
 
 /// What committing a block produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +104,9 @@ pub struct ChannelCommitter {
     /// commits, and where it finds them; `None`: it commits only their
     /// hashes.
     private_data_of: Option<(String, Arc<dyn PrivateWritesSource + Send + Sync>)>,
+    /// Earlier blocks' private data found since, to commit with the next
+    /// signed block (see `reconcile.rs`).
+    reconciled: Option<Arc<ReconciledQueue>>,
 }
 
 impl std::fmt::Debug for ChannelCommitter {
@@ -156,6 +159,7 @@ impl ChannelCommitter {
             limits: Limits::default(),
             indexes: ChannelIndexes::default(),
             private_data_of: None,
+            reconciled: None,
         })
     }
 
@@ -224,11 +228,22 @@ impl ChannelCommitter {
             }
             let mut batch = update_batch(&decoded, &codes, state.as_ref())?;
             let private = private::decode_committed(number, &ledger.private_data(number)?);
-            private::apply(&mut batch, number, &private, state.as_ref())?;
+            private::apply(&mut batch, &private, state.as_ref())?;
             // The block store lost the expired and purged writes when the
             // block was first committed.
             private::purge_expired(&mut batch, state.as_ref(), number)?;
             private::schedule_expiry(&mut batch, &decoded, &codes, &definitions, &private);
+            // Earlier blocks' copies this block completed, as stored then.
+            let mut completed = Vec::new();
+            for (block, tx_index) in ledger.reconciled_with(number)? {
+                let copy = ledger
+                    .private_data(block)?
+                    .into_iter()
+                    .filter(|(index, _)| *index == tx_index)
+                    .collect::<Vec<_>>();
+                completed.extend(private::decode_committed(block, &copy));
+            }
+            private::apply_completed(&mut batch, state.as_ref(), number, &definitions, &completed)?;
             indexes.maintain(&mut batch, state.as_ref())?;
             state.apply(&batch, last_height(number, codes.len()))?;
             let redefined = decoded
@@ -256,6 +271,7 @@ impl ChannelCommitter {
             limits: Limits::default(),
             indexes: ChannelIndexes::new(indexes),
             private_data_of: None,
+            reconciled: None,
         })
     }
 
@@ -269,6 +285,14 @@ impl ChannelCommitter {
         source: Arc<dyn PrivateWritesSource + Send + Sync>,
     ) -> Self {
         self.private_data_of = Some((msp_id.into(), source));
+        self
+    }
+
+    /// This committer completing earlier blocks' private data with what a
+    /// [`crate::Reconciler`] finds and puts in `queue`, in the update of
+    /// each signed block it commits.
+    pub fn reconciling(mut self, queue: Arc<ReconciledQueue>) -> Self {
+        self.reconciled = Some(queue);
         self
     }
 
@@ -621,7 +645,7 @@ impl ChannelCommitter {
             private.settled.clear();
         }
         let committed = private::decode_committed(number, &private.committed);
-        private::apply(&mut batch, number, &committed, self.state.as_ref())?;
+        private::apply(&mut batch, &committed, self.state.as_ref())?;
         let expired = private::purge_expired(&mut batch, self.state.as_ref(), number)?;
         private.rewritten = private::pruned(&self.ledger, &expired)?;
         private.key_writes = private::key_writes(&committed);
@@ -640,6 +664,23 @@ impl ChannelCommitter {
             &self.context.definitions,
             &committed,
         );
+        // Data found since for earlier blocks, with a signed block only: a
+        // staged one may be rolled back.
+        let found = match &self.reconciled {
+            Some(queue) if signed => queue.take(),
+            _ => Vec::new(),
+        };
+        if !found.is_empty() {
+            private::complete(
+                &mut batch,
+                &mut private,
+                self.state.as_ref(),
+                &self.ledger,
+                number,
+                &self.context.definitions,
+                found,
+            )?;
+        }
         self.indexes.update(
             &mut batch,
             self.state.as_ref(),

@@ -18,7 +18,8 @@
 //! 5. **Apply**: the batch to world state, the block (with its
 //!    TRANSACTIONS_FILTER) to the block store; on a peer of a collection's
 //!    member organisation, the private values behind the block's hashes
-//!    ([`private`]) with both.
+//!    ([`private`]) with both, and data found since for earlier blocks
+//!    ([`reconcile`]).
 //!
 //! [`Intake`] feeds a channel's committer from the orderers' Deliver, with
 //! failover; [`DeliverService`] serves the committed chain to clients;
@@ -41,6 +42,7 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod mvcc;
 mod private;
+pub mod reconcile;
 #[cfg(test)]
 mod tests;
 
@@ -53,4 +55,5 @@ pub use intake::{BlockSource, Intake, IntakeConfig, IntakeStatus};
 pub use lifecycle::{ChaincodeDefinitions, EndorsementRule};
 pub use metrics::CommitterMetrics;
 pub use private::{Missing, PrivateWritesSource};
+pub use reconcile::{ReconciledQueue, Reconciler};
 pub use weft_protos::protos::TxValidationCode;

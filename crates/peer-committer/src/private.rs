@@ -16,8 +16,10 @@
 //! are not in the transient store, or do not match their hash, is missing
 //! on this peer: its hashes commit as on any other peer, a read of the
 //! key answers that the value is not available, and a warning names the
-//! transaction and collection (Fabric's missing private data, which its
-//! reconciler pulls later; weft does not reconcile yet).
+//! transaction and collection, and the block store records it as missing
+//! (Fabric's missing private data), for the reconciler to ask for again
+//! later (`reconcile.rs`; what it finds, [`complete`] commits with a later
+//! block).
 //!
 //! **blockToLive.** A write to a collection with a `blockToLive` of `k`,
 //! committed in block `b`, expires when block `b + k + 1` commits, as in
@@ -36,11 +38,13 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 use prost::Message;
-use weft_ledger::{BlockPrivateData, PrivateKeyRef};
-use weft_protos::kvrwset::KvrwSet;
+use weft_ledger::{BlockPrivateData, MissingPrivateData, PrivateKeyRef};
+use weft_protos::kvrwset::{KvWrite, KvrwSet};
 use weft_protos::privatedata::MissingWrites;
 use weft_protos::protos::TxValidationCode;
-use weft_protos::rwset::{NsPvtReadWriteSet, TxPvtReadWriteSet, tx_read_write_set};
+use weft_protos::rwset::{
+    CollectionPvtReadWriteSet, NsPvtReadWriteSet, TxPvtReadWriteSet, tx_read_write_set,
+};
 use weft_protos::view::{DecodedBlock, TxEnvelope};
 use weft_statedb::{
     Height, StateReader, UpdateBatch, VersionedValue, hashed_namespace, private_namespace,
@@ -155,15 +159,23 @@ pub(crate) fn gather(
     }
 
     for (index, tx_id, committed, still) in found {
-        for expected in &still {
+        for expected in still {
             tracing::warn!(
                 channel = %context.channel_id,
                 block = number,
                 %tx_id,
                 namespace = %expected.namespace,
                 collection = %expected.collection,
-                "private data missing on this peer (not received, or not matching its hash)"
+                "private data missing on this peer (not received, or not matching its hash); \
+                 the reconciler will ask for it again"
             );
+            private.missing.push(MissingPrivateData {
+                block: number,
+                tx_index: index,
+                tx_id: tx_id.clone(),
+                namespace: expected.namespace,
+                collection: expected.collection,
+            });
         }
         if !committed.ns_pvt_rwset.is_empty() {
             private
@@ -176,14 +188,14 @@ pub(crate) fn gather(
 
 /// A collection of a transaction whose plaintext this peer keeps.
 #[derive(Debug, Clone)]
-struct Expected {
-    namespace: String,
-    collection: String,
+pub(crate) struct Expected {
+    pub(crate) namespace: String,
+    pub(crate) collection: String,
     /// The hash of its write set, as the transaction carries it.
-    hash: Bytes,
+    pub(crate) hash: Bytes,
 }
 
-fn empty_set() -> TxPvtReadWriteSet {
+pub(crate) fn empty_set() -> TxPvtReadWriteSet {
     TxPvtReadWriteSet {
         data_model: tx_read_write_set::DataModel::Kv as i32,
         ns_pvt_rwset: Vec::new(),
@@ -193,7 +205,7 @@ fn empty_set() -> TxPvtReadWriteSet {
 /// Moves into `committed` the sets of `candidates` that match an
 /// `expected` collection's hash; returns the expected collections left
 /// without one.
-fn take_matching(
+pub(crate) fn take_matching(
     candidates: &TxPvtReadWriteSet,
     expected: Vec<Expected>,
     committed: &mut TxPvtReadWriteSet,
@@ -262,6 +274,8 @@ fn expected_collections(
 /// block, decoded once for everything the commit does with them.
 #[derive(Debug, Clone)]
 pub(crate) struct CommittedWrites {
+    /// The block and transaction that committed them: their version.
+    pub(crate) block: u64,
     pub(crate) tx_index: u64,
     pub(crate) namespace: String,
     pub(crate) collection: String,
@@ -286,6 +300,7 @@ pub(crate) fn decode_committed(block: u64, private: &[(u64, Bytes)]) -> Vec<Comm
                     continue;
                 };
                 decoded.push(CommittedWrites {
+                    block,
                     tx_index: *tx_index,
                     namespace: namespace.namespace.clone(),
                     collection: collection.collection_name,
@@ -304,12 +319,11 @@ pub(crate) fn decode_committed(block: u64, private: &[(u64, Bytes)]) -> Vec<Comm
 /// under the hash, on every peer).
 pub(crate) fn apply(
     batch: &mut UpdateBatch,
-    block: u64,
     committed: &[CommittedWrites],
     state: &dyn StateReader,
 ) -> weft_statedb::Result<()> {
     for writes in committed {
-        let height = Height::new(block, writes.tx_index);
+        let height = Height::new(writes.block, writes.tx_index);
         let state_namespace = private_namespace(&writes.namespace, &writes.collection);
         for write in &writes.rwset.writes {
             if write.is_delete {
@@ -337,7 +351,7 @@ pub(crate) fn apply(
 
 /// The private keys a block's committed writes touch (values or
 /// metadata), for the block store's index of them.
-pub(crate) fn key_writes(committed: &[CommittedWrites]) -> Vec<(u64, PrivateKeyRef)> {
+pub(crate) fn key_writes(committed: &[CommittedWrites]) -> Vec<(u64, u64, PrivateKeyRef)> {
     let mut keys = Vec::new();
     for writes in committed {
         let rwset = &writes.rwset;
@@ -348,6 +362,7 @@ pub(crate) fn key_writes(committed: &[CommittedWrites]) -> Vec<(u64, PrivateKeyR
             .chain(rwset.metadata_writes.iter().map(|write| &write.key));
         for key in touched {
             keys.push((
+                writes.block,
                 writes.tx_index,
                 PrivateKeyRef {
                     namespace: writes.namespace.clone(),
@@ -459,9 +474,9 @@ pub(crate) fn purge_keys(
             if !removed.is_empty() {
                 *bytes = set.encode_to_vec().into();
                 plaintext.extend(removed);
-                private
-                    .key_writes
-                    .retain(|(index, written)| *index != *tx_index || *written != key);
+                private.key_writes.retain(|(block, index, written)| {
+                    (*block, *index) != (number, *tx_index) || *written != key
+                });
             }
         }
         let height = Height::new(number, purging);
@@ -493,7 +508,8 @@ pub(crate) fn purge_keys(
 
 /// Removes from `set` the writes (values and metadata) of `key`'s
 /// collection whose key hashes to `key`'s hash, dropping the collection
-/// and its namespace if nothing is left; returns the keys removed.
+/// and its namespace if nothing is left; returns the key of each write
+/// removed (empty: `set` is unchanged).
 fn without_key(set: &mut TxPvtReadWriteSet, key: &PrivateKeyRef) -> Vec<String> {
     let mut removed = Vec::new();
     let hashes_to =
@@ -518,7 +534,13 @@ fn without_key(set: &mut TxPvtReadWriteSet, key: &PrivateKeyRef) -> Vec<String> 
                 }
                 !matches
             });
-            rwset.metadata_writes.retain(|write| !hashes_to(&write.key));
+            rwset.metadata_writes.retain(|write| {
+                let matches = hashes_to(&write.key);
+                if matches {
+                    removed.push(write.key.clone());
+                }
+                !matches
+            });
             let after = rwset.writes.len() + rwset.metadata_writes.len();
             if after != before {
                 collection.rwset = rwset.encode_to_vec().into();
@@ -536,6 +558,172 @@ fn without_key(set: &mut TxPvtReadWriteSet, key: &PrivateKeyRef) -> Vec<String> 
     removed
 }
 
+/// Earlier blocks' private writes found since those blocks committed (by
+/// the reconciler, `crate::reconcile`), checked against their hashes: the
+/// collections found of transaction `tx_index` of block `block`, and the
+/// missing entries they settle.
+#[derive(Debug, Clone)]
+pub struct Reconciled {
+    pub(crate) block: u64,
+    pub(crate) tx_index: u64,
+    pub(crate) set: TxPvtReadWriteSet,
+    pub(crate) found: Vec<MissingPrivateData>,
+}
+
+/// Completes, in block `number`'s update, earlier blocks' committed copies
+/// with the `found` data: each collection is merged into its
+/// transaction's copy (in `private.rewritten`), its writes that are still
+/// current are applied ([`apply_completed`]) and indexed, and its missing
+/// entries are settled. A collection some of whose keys have changed since
+/// (written again, deleted, purged or expired) is kept with its current
+/// writes only, so that nothing purged or expired comes back.
+pub(crate) fn complete(
+    batch: &mut UpdateBatch,
+    private: &mut BlockPrivateData,
+    state: &dyn StateReader,
+    ledger: &weft_ledger::BlockStore,
+    number: u64,
+    definitions: &ChaincodeDefinitions,
+    found: Vec<Reconciled>,
+) -> crate::Result<()> {
+    let mut completed = Vec::new();
+    for reconciled in found {
+        let (block, tx_index) = (reconciled.block, reconciled.tx_index);
+        let mut kept = Vec::new();
+        for mut writes in
+            decode_committed(block, &[(tx_index, reconciled.set.encode_to_vec().into())])
+        {
+            let all = writes.rwset.writes.len();
+            let mut current = Vec::with_capacity(all);
+            for write in std::mem::take(&mut writes.rwset.writes) {
+                if is_current(batch, state, &writes, &write)? {
+                    current.push(write);
+                }
+            }
+            if current.is_empty() && all > 0 {
+                continue;
+            }
+            writes.rwset.writes = current;
+            kept.push(writes);
+        }
+        let position = private
+            .rewritten
+            .iter()
+            .position(|(b, t, _)| (*b, *t) == (block, tx_index));
+        let stored = match position {
+            Some(index) => private.rewritten[index].2.clone(),
+            None => ledger
+                .private_data(block)?
+                .into_iter()
+                .find(|(index, _)| *index == tx_index)
+                .map(|(_, bytes)| bytes),
+        };
+        let mut copy = stored
+            .and_then(|bytes| TxPvtReadWriteSet::decode(bytes).ok())
+            .unwrap_or_else(empty_set);
+        for writes in &kept {
+            add_collection(&mut copy, writes);
+        }
+        let merged = Some(Bytes::from(copy.encode_to_vec()));
+        match position {
+            Some(index) => private.rewritten[index].2 = merged,
+            None => private.rewritten.push((block, tx_index, merged)),
+        }
+        completed.extend(kept);
+        private.reconciled.extend(reconciled.found);
+    }
+    apply_completed(batch, state, number, definitions, &completed)?;
+    private.key_writes.extend(key_writes(&completed));
+    Ok(())
+}
+
+/// Adds the collection of `writes` to `copy` unless it holds it already.
+fn add_collection(copy: &mut TxPvtReadWriteSet, writes: &CommittedWrites) {
+    let set = CollectionPvtReadWriteSet {
+        collection_name: writes.collection.clone(),
+        rwset: writes.rwset.encode_to_vec().into(),
+    };
+    match copy
+        .ns_pvt_rwset
+        .iter_mut()
+        .find(|namespace| namespace.namespace == writes.namespace)
+    {
+        Some(namespace) => {
+            if !namespace
+                .collection_pvt_rwset
+                .iter()
+                .any(|held| held.collection_name == writes.collection)
+            {
+                namespace.collection_pvt_rwset.push(set);
+            }
+        }
+        None => copy.ns_pvt_rwset.push(NsPvtReadWriteSet {
+            namespace: writes.namespace.clone(),
+            collection_pvt_rwset: vec![set],
+        }),
+    }
+}
+
+/// Whether `write`, of the collection and transaction of `writes`, is
+/// still what the state holds: the key's hash has the writing
+/// transaction's version, or for a delete, the key has no hash and this
+/// peer holds an older value of it.
+fn is_current(
+    batch: &UpdateBatch,
+    state: &dyn StateReader,
+    writes: &CommittedWrites,
+    write: &KvWrite,
+) -> weft_statedb::Result<bool> {
+    let key = write.key.as_str();
+    let version = Height::new(writes.block, writes.tx_index);
+    let latest = |namespace: &str, key: &str| -> weft_statedb::Result<Option<Height>> {
+        Ok(match batch.get(namespace, key) {
+            Some(write) => write.value.as_ref().map(|_| write.version),
+            None => state.get(namespace, key)?.map(|stored| stored.version),
+        })
+    };
+    let hashed = hashed_namespace(&writes.namespace, &writes.collection);
+    let hash = latest(
+        &hashed,
+        &hex::encode(weft_protos::hash::sha256(key.as_bytes())),
+    )?;
+    if !write.is_delete {
+        return Ok(hash == Some(version));
+    }
+    let private = private_namespace(&writes.namespace, &writes.collection);
+    Ok(hash.is_none() && latest(&private, key)?.is_some_and(|held| held < version))
+}
+
+/// Applies in `batch` (block `number`'s update) the writes of `completed`
+/// (earlier blocks' data found since, already reduced to what is still
+/// current) at their own transactions' versions, and schedules their
+/// expiry. Used when the data is found and when the completing block is
+/// replayed.
+pub(crate) fn apply_completed(
+    batch: &mut UpdateBatch,
+    state: &dyn StateReader,
+    number: u64,
+    definitions: &ChaincodeDefinitions,
+    completed: &[CommittedWrites],
+) -> weft_statedb::Result<()> {
+    for writes in completed {
+        let version = Height::new(writes.block, writes.tx_index);
+        let private = private_namespace(&writes.namespace, &writes.collection);
+        for write in &writes.rwset.writes {
+            if !is_current(batch, state, writes, write)? {
+                continue;
+            }
+            if write.is_delete {
+                batch.delete(&private, &write.key, version);
+            } else {
+                batch.put(&private, &write.key, write.value.clone(), version);
+            }
+        }
+    }
+    schedule_value_expiry(batch, number, definitions, completed);
+    Ok(())
+}
+
 /// Schedules in `batch` the expiry of what the valid transactions of block
 /// `number` write to collections with a `blockToLive`: each key's hash,
 /// and where `committed` (the block's committed private data) holds the
@@ -548,26 +736,18 @@ pub(crate) fn schedule_expiry(
     committed: &[CommittedWrites],
 ) {
     let number = decoded.header.number;
-    let lifetime =
-        |namespace: &str, collection: &str| match definitions.collection(namespace, collection) {
-            Ok(Some(declared)) if declared.block_to_live > 0 => Some(declared.block_to_live),
-            _ => None,
-        };
-    let mut schedule =
-        |expiring: u64, kind: char, namespace: &str, collection: &str, key: &str, tx: u64| {
-            let entry = format!("{expiring:016x}/{kind}/{namespace}/{collection}/{key}");
-            let version = Height::new(number, tx);
-            batch.put(EXPIRY_NAMESPACE, &entry, encode_version(version), version);
-        };
     for (index, (transaction, code)) in decoded.transactions.iter().zip(codes).enumerate() {
         let (Ok(transaction), TxValidationCode::Valid) = (transaction, code) else {
             continue;
         };
+        let version = Height::new(number, index as u64);
         for namespace in transaction.namespaces() {
             for collection in &namespace.collection_hashed {
-                let Some(lifetime) = lifetime(&namespace.namespace, &collection.collection) else {
-                    continue;
-                };
+                let lifetime =
+                    match definitions.collection(&namespace.namespace, &collection.collection) {
+                        Ok(Some(declared)) if declared.block_to_live > 0 => declared.block_to_live,
+                        _ => continue,
+                    };
                 let expiring = number.saturating_add(lifetime).saturating_add(1);
                 for write in collection
                     .rwset
@@ -575,42 +755,55 @@ pub(crate) fn schedule_expiry(
                     .iter()
                     .filter(|w| !w.is_delete)
                 {
-                    let key = hex::encode(&write.key_hash);
-                    schedule(
-                        expiring,
-                        'h',
-                        &namespace.namespace,
-                        &collection.collection,
-                        &key,
-                        index as u64,
+                    let entry = format!(
+                        "{expiring:016x}/h/{}/{}/{}",
+                        namespace.namespace,
+                        collection.collection,
+                        hex::encode(&write.key_hash)
                     );
+                    batch.put(EXPIRY_NAMESPACE, &entry, encode_version(version), version);
                 }
             }
         }
     }
+    schedule_value_expiry(batch, number, definitions, committed);
+}
+
+/// Schedules in `batch` (block `number`'s update) the expiry of the
+/// committed private values `committed` (of block `number`, or of an
+/// earlier block whose copy it completes) in collections with a
+/// `blockToLive`: each value, and the committed copy's collection. What
+/// expires at or before `number` is not scheduled (it expired before it
+/// was found).
+fn schedule_value_expiry(
+    batch: &mut UpdateBatch,
+    number: u64,
+    definitions: &ChaincodeDefinitions,
+    committed: &[CommittedWrites],
+) {
     for writes in committed {
-        let Some(lifetime) = lifetime(&writes.namespace, &writes.collection) else {
-            continue;
+        let lifetime = match definitions.collection(&writes.namespace, &writes.collection) {
+            Ok(Some(declared)) if declared.block_to_live > 0 => declared.block_to_live,
+            _ => continue,
         };
-        let expiring = number.saturating_add(lifetime).saturating_add(1);
-        let tx_index = writes.tx_index;
+        let expiring = writes.block.saturating_add(lifetime).saturating_add(1);
+        if expiring <= number {
+            continue;
+        }
+        let version = Height::new(writes.block, writes.tx_index);
+        let mut schedule = |kind: char, key: &str| {
+            let entry = format!(
+                "{expiring:016x}/{kind}/{}/{}/{key}",
+                writes.namespace, writes.collection
+            );
+            batch.put(EXPIRY_NAMESPACE, &entry, encode_version(version), version);
+        };
         schedule(
-            expiring,
             's',
-            &writes.namespace,
-            &writes.collection,
-            &format!("{number:016x}{tx_index:016x}"),
-            tx_index,
+            &format!("{:016x}{:016x}", writes.block, writes.tx_index),
         );
         for write in writes.rwset.writes.iter().filter(|w| !w.is_delete) {
-            schedule(
-                expiring,
-                'p',
-                &writes.namespace,
-                &writes.collection,
-                &write.key,
-                tx_index,
-            );
+            schedule('p', &write.key);
         }
     }
 }

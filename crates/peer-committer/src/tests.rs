@@ -1103,6 +1103,127 @@ mod commit {
         assert!(ledger.private_key_writes(&k1).unwrap().is_empty());
     }
 
+    /// A source of private writes for the reconciler that answers each
+    /// pull with the next of its `answers` (a unit test's stand-in for
+    /// the members' peers).
+    struct Answers(parking_lot::Mutex<Vec<Vec<(String, weft_protos::rwset::TxPvtReadWriteSet)>>>);
+
+    impl crate::PrivateWritesSource for Answers {
+        fn private_writes(&self, _tx_id: &str) -> Option<Bytes> {
+            None
+        }
+
+        fn pull(
+            &self,
+            _missing: &[crate::Missing],
+        ) -> Vec<(String, weft_protos::rwset::TxPvtReadWriteSet)> {
+            let mut answers = self.0.lock();
+            if answers.is_empty() {
+                Vec::new()
+            } else {
+                answers.remove(0)
+            }
+        }
+    }
+
+    #[test]
+    fn missing_private_data_found_later_is_committed_with_the_next_block_and_replayed() {
+        // Goal: Fabric's reconciliation. A member peer that found no
+        // private writes for a transaction at commit records them as
+        // missing; a reconciler round asks for them and checks them
+        // against the transaction's hash (a forged set is refused); the
+        // next block commits them at the transaction's version, into the
+        // state and into the stored copy of the transaction's block, and
+        // settles the missing entry; a restart replays that block with
+        // them.
+        let peer = Peer::new();
+        let (state, ledger) = peer.stores();
+        let queue = Arc::new(crate::ReconciledQueue::new());
+        let mut committer =
+            ChannelCommitter::create(block("ch10-block-0.block"), state.clone(), ledger.clone())
+                .unwrap()
+                .keeping_private_data_of("Org1MSP", ledger.clone())
+                .reconciling(queue.clone());
+        commit_chain(&mut committer, 1..5);
+        let collection = "_implicit_org_Org1MSP";
+        let endorser = super::key_level_policies::peer();
+        let write = |key: &str, value: &'static [u8]| {
+            let mut rwset = weft_protos::tx::ReadWriteSetBuilder::new();
+            rwset.write_private("kv", collection, key, Bytes::from_static(value));
+            let envelope = kv_transaction_by(rwset.encode(), Bytes::new(), &[&endorser]);
+            let tx_id = weft_protos::view::TxEnvelope::decode(envelope.clone(), Limits::default())
+                .unwrap()
+                .tx_id()
+                .to_owned();
+            (envelope, tx_id, rwset.private_writes().unwrap())
+        };
+        let (lost, lost_id, lost_writes) = write("k1", b"v1");
+        committer
+            .apply_validated(validated_block(&ledger, 5, vec![lost]))
+            .unwrap();
+        let private = weft_statedb::private_namespace("kv", collection);
+        assert!(state.get(&private, "k1").unwrap().is_none());
+        // Besides the lifecycle approval of Fabric's chain whose values
+        // this peer never had (block 1).
+        let missing_blocks = || -> Vec<u64> {
+            let missing = ledger.missing_private_data(10).unwrap();
+            missing.iter().map(|entry| entry.block).collect()
+        };
+        assert_eq!(missing_blocks(), [1, 5]);
+        assert_eq!(
+            ledger.missing_private_data(10).unwrap()[1],
+            weft_ledger::MissingPrivateData {
+                block: 5,
+                tx_index: 0,
+                tx_id: lost_id.clone(),
+                namespace: "kv".to_owned(),
+                collection: collection.to_owned(),
+            }
+        );
+        // The state is durable up to block 5: a restart replays block 6
+        // alone.
+        state.checkpoint().unwrap();
+
+        let (_, _, forged) = write("k1", b"not v1");
+        let source = Arc::new(Answers(parking_lot::Mutex::new(vec![
+            vec![(lost_id.clone(), forged)],
+            vec![(lost_id.clone(), lost_writes)],
+        ])));
+        let reconciler = crate::Reconciler::new(&committer.handle(), source, queue.clone(), 10);
+        assert_eq!(reconciler.round().unwrap(), 0, "the forged set is refused");
+        assert_eq!(reconciler.round().unwrap(), 1);
+        assert_eq!(
+            reconciler.round().unwrap(),
+            0,
+            "found already, not asked again"
+        );
+        assert_eq!(queue.len(), 1);
+
+        let (next, next_id, next_writes) = write("k2", b"v2");
+        ledger
+            .keep_transient(&next_id, 6, &next_writes.encode_to_vec())
+            .unwrap();
+        committer
+            .apply_validated(validated_block(&ledger, 6, vec![next]))
+            .unwrap();
+        assert!(queue.is_empty());
+        let check = |state: &MemoryState| {
+            let found = state.get(&private, "k1").unwrap().unwrap();
+            assert_eq!(found.value, Bytes::from_static(b"v1"));
+            assert_eq!(found.version, weft_statedb::Height::new(5, 0));
+        };
+        check(&state);
+        assert_eq!(missing_blocks(), [1]);
+        assert_eq!(ledger.private_data(5).unwrap().len(), 1, "block 5's copy");
+        assert_eq!(ledger.reconciled_with(6).unwrap(), [(5, 0)]);
+
+        drop((committer, reconciler));
+        drop((state, ledger));
+        let (state, ledger) = peer.stores();
+        ChannelCommitter::open("ch10", state.clone(), ledger).unwrap();
+        check(&state);
+    }
+
     #[test]
     fn a_restarted_peer_replays_what_the_state_had_not_made_durable() {
         // Goal: after a restart, the state equals what it was, whether the

@@ -884,9 +884,17 @@ fn private_data_is_stored_with_its_block_settles_transient_entries_and_leaves_wi
     );
     assert_eq!(store.transient("nope").unwrap(), None);
 
+    let missing = crate::MissingPrivateData {
+        block: 2,
+        tx_index: 0,
+        tx_id: "tx-lost".to_owned(),
+        namespace: "cc".to_owned(),
+        collection: "c".to_owned(),
+    };
     let private = BlockPrivateData {
         committed: vec![(1, Bytes::from_static(b"committed of a"))],
         settled: vec!["tx-a".to_owned()],
+        missing: vec![missing.clone()],
         ..BlockPrivateData::default()
     };
     store
@@ -908,10 +916,13 @@ fn private_data_is_stored_with_its_block_settles_transient_entries_and_leaves_wi
         "not in the block"
     );
 
+    assert_eq!(store.missing_private_data(10).unwrap(), [missing.clone()]);
+
     // A later block rewrites an earlier block's entry (some of it
-    // expired) and removes another.
+    // expired), and completes the missing one, settling it.
     let expiring = BlockPrivateData {
         rewritten: vec![(2, 1, Some(Bytes::from_static(b"what is left")))],
+        reconciled: vec![missing],
         ..BlockPrivateData::default()
     };
     store
@@ -921,6 +932,9 @@ fn private_data_is_stored_with_its_block_settles_transient_entries_and_leaves_wi
         store.private_data(2).unwrap(),
         vec![(1, Bytes::from_static(b"what is left"))]
     );
+    assert!(store.missing_private_data(10).unwrap().is_empty());
+    assert_eq!(store.reconciled_with(3).unwrap(), [(2, 0)]);
+    assert!(store.reconciled_with(2).unwrap().is_empty());
 
     // Reopened, the private data is there; truncated, it is gone.
     drop(store);
@@ -928,6 +942,10 @@ fn private_data_is_stored_with_its_block_settles_transient_entries_and_leaves_wi
     assert_eq!(store.private_data(2).unwrap().len(), 1);
     store.truncate(2).unwrap();
     assert!(store.private_data(2).unwrap().is_empty());
+    assert!(
+        store.reconciled_with(3).unwrap().is_empty(),
+        "truncated with its block"
+    );
     let gone = BlockPrivateData {
         committed: vec![(0, Bytes::from_static(b"x"))],
         ..BlockPrivateData::default()
