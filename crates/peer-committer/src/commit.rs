@@ -97,6 +97,10 @@ pub struct ChannelCommitter {
     staged_from: Option<u64>,
     /// The transactions of the staged blocks.
     staged_transactions: u64,
+    /// The TxIDs of the staged blocks' transactions whose transient
+    /// entries the next checkpoint settles (a rolled-back block is fetched
+    /// again and needs them).
+    staged_settled: Vec<String>,
     limits: Limits,
     /// The chaincodes' JSON indexes, built and kept in the state.
     indexes: ChannelIndexes,
@@ -156,6 +160,7 @@ impl ChannelCommitter {
             ledger,
             staged_from: None,
             staged_transactions: 0,
+            staged_settled: Vec::new(),
             limits: Limits::default(),
             indexes: ChannelIndexes::default(),
             private_data_of: None,
@@ -268,6 +273,7 @@ impl ChannelCommitter {
             ledger,
             staged_from: None,
             staged_transactions: 0,
+            staged_settled: Vec::new(),
             limits: Limits::default(),
             indexes: ChannelIndexes::new(indexes),
             private_data_of: None,
@@ -571,6 +577,7 @@ impl ChannelCommitter {
         self.applied.send_replace(from);
         self.staged_from = None;
         self.staged_transactions = 0;
+        self.staged_settled.clear();
         self.indexes.rolled_back();
         let definitions = ChaincodeDefinitions::load(self.state.as_ref())?;
         self.context = Arc::new(self.context.with_definitions(Arc::new(definitions)));
@@ -638,11 +645,13 @@ impl ChannelCommitter {
             }
             None => BlockPrivateData::default(),
         };
-        if !signed {
+        if signed {
+            // The checkpoint confirms the blocks staged before it.
+            private.settled.append(&mut self.staged_settled);
+        } else {
             // A staged block may be rolled back and fetched again: its
-            // transactions' transient entries stay until it is confirmed
-            // (or purged with age).
-            private.settled.clear();
+            // transactions' transient entries stay until the checkpoint.
+            self.staged_settled.append(&mut private.settled);
         }
         let committed = private::decode_committed(number, &private.committed);
         private::apply(&mut batch, &committed, self.state.as_ref())?;
