@@ -895,6 +895,47 @@ mod commit {
         }
     }
 
+    /// Org1's implicit collection of `kv` (defined in block 2 of ch10).
+    const ORG1_COLLECTION: &str = "_implicit_org_Org1MSP";
+
+    /// A committer of Org1's peer on `peer`'s stores, keeping Org1's
+    /// private data (from its transient store), with ch10's blocks 1..5
+    /// committed.
+    fn member_committer(state: &Arc<MemoryState>, ledger: &Arc<BlockStore>) -> ChannelCommitter {
+        let mut committer =
+            ChannelCommitter::create(block("ch10-block-0.block"), state.clone(), ledger.clone())
+                .unwrap()
+                .keeping_private_data_of("Org1MSP", ledger.clone());
+        commit_chain(&mut committer, 1..5);
+        committer
+    }
+
+    /// A `kv` transaction endorsed by Org1's peer whose simulation `build`
+    /// recorded: the envelope, its TxID and its private writes.
+    fn private_envelope(
+        build: impl FnOnce(&mut weft_protos::tx::ReadWriteSetBuilder),
+    ) -> (Bytes, String, weft_protos::rwset::TxPvtReadWriteSet) {
+        let mut rwset = weft_protos::tx::ReadWriteSetBuilder::new();
+        build(&mut rwset);
+        let endorser = super::key_level_policies::peer();
+        let envelope = kv_transaction_by(rwset.encode(), Bytes::new(), &[&endorser]);
+        let tx_id = weft_protos::view::TxEnvelope::decode(envelope.clone(), Limits::default())
+            .unwrap()
+            .tx_id()
+            .to_owned();
+        (envelope, tx_id, rwset.private_writes().unwrap())
+    }
+
+    /// [`private_envelope`] writing `value` to `key` of Org1's collection.
+    fn private_write(
+        key: &str,
+        value: &'static [u8],
+    ) -> (Bytes, String, weft_protos::rwset::TxPvtReadWriteSet) {
+        private_envelope(|rwset| {
+            rwset.write_private("kv", ORG1_COLLECTION, key, Bytes::from_static(value));
+        })
+    }
+
     #[test]
     fn a_member_peer_commits_the_private_values_behind_a_blocks_hashes_and_replays_them() {
         // Goal: Org1's peer commits the plaintext of a private write it
@@ -905,35 +946,18 @@ mod commit {
         // the committed values from the block store.
         let peer = Peer::new();
         let (state, ledger) = peer.stores();
-        let mut committer =
-            ChannelCommitter::create(block("ch10-block-0.block"), state.clone(), ledger.clone())
-                .unwrap()
-                .keeping_private_data_of("Org1MSP", ledger.clone());
-        commit_chain(&mut committer, 1..5);
-
-        // kv is defined (block 2), so it has Org1's implicit collection.
-        let collection = "_implicit_org_Org1MSP";
-        let endorser = super::key_level_policies::peer();
-        let write = |key: &str, value: &'static [u8]| {
-            let mut rwset = weft_protos::tx::ReadWriteSetBuilder::new();
-            rwset.write_private("kv", collection, key, Bytes::from_static(value));
-            let envelope = kv_transaction_by(rwset.encode(), Bytes::new(), &[&endorser]);
-            let tx_id = weft_protos::view::TxEnvelope::decode(envelope.clone(), Limits::default())
-                .unwrap()
-                .tx_id()
-                .to_owned();
-            (
-                envelope,
-                tx_id,
-                rwset.private_writes().unwrap().encode_to_vec(),
-            )
-        };
-        let (kept, kept_id, kept_writes) = write("k1", b"v1");
-        let (lost, lost_id, _) = write("k2", b"v2");
-        let (forged, forged_id, _) = write("k3", b"v3");
-        let (_, _, other_writes) = write("k3", b"not v3");
-        ledger.keep_transient(&kept_id, 5, &kept_writes).unwrap();
-        ledger.keep_transient(&forged_id, 5, &other_writes).unwrap();
+        let mut committer = member_committer(&state, &ledger);
+        let collection = ORG1_COLLECTION;
+        let (kept, kept_id, kept_writes) = private_write("k1", b"v1");
+        let (lost, lost_id, _) = private_write("k2", b"v2");
+        let (forged, forged_id, _) = private_write("k3", b"v3");
+        let (_, _, other_writes) = private_write("k3", b"not v3");
+        ledger
+            .keep_transient(&kept_id, 5, &kept_writes.encode_to_vec())
+            .unwrap();
+        ledger
+            .keep_transient(&forged_id, 5, &other_writes.encode_to_vec())
+            .unwrap();
 
         let block5 = validated_block(&ledger, 5, vec![kept, lost, forged]);
         let committed = committer.apply_validated(block5).unwrap();
@@ -986,27 +1010,17 @@ mod commit {
         // alone on a private key moves its value with its hash.
         let peer = Peer::new();
         let (state, ledger) = peer.stores();
-        let mut committer =
-            ChannelCommitter::create(block("ch10-block-0.block"), state.clone(), ledger.clone())
-                .unwrap()
-                .keeping_private_data_of("Org1MSP", ledger.clone());
-        commit_chain(&mut committer, 1..5);
-        let collection = "_implicit_org_Org1MSP";
-        let endorser = super::key_level_policies::peer();
+        let mut committer = member_committer(&state, &ledger);
+        let collection = ORG1_COLLECTION;
         // A transaction whose private writes `build` records, its private
         // writes kept in the transient store when `kept`.
         let transaction = |build: &dyn Fn(&mut weft_protos::tx::ReadWriteSetBuilder),
                            kept: bool| {
-            let mut rwset = weft_protos::tx::ReadWriteSetBuilder::new();
-            build(&mut rwset);
-            let envelope = kv_transaction_by(rwset.encode(), Bytes::new(), &[&endorser]);
-            let tx_id = weft_protos::view::TxEnvelope::decode(envelope.clone(), Limits::default())
-                .unwrap()
-                .tx_id()
-                .to_owned();
+            let (envelope, tx_id, writes) = private_envelope(build);
             if kept {
-                let writes = rwset.private_writes().unwrap().encode_to_vec();
-                ledger.keep_transient(&tx_id, 5, &writes).unwrap();
+                ledger
+                    .keep_transient(&tx_id, 5, &writes.encode_to_vec())
+                    .unwrap();
             }
             envelope
         };
@@ -1139,24 +1153,9 @@ mod commit {
         let peer = Peer::new();
         let (state, ledger) = peer.stores();
         let queue = Arc::new(crate::ReconciledQueue::new());
-        let mut committer =
-            ChannelCommitter::create(block("ch10-block-0.block"), state.clone(), ledger.clone())
-                .unwrap()
-                .keeping_private_data_of("Org1MSP", ledger.clone())
-                .reconciling(queue.clone());
-        commit_chain(&mut committer, 1..5);
-        let collection = "_implicit_org_Org1MSP";
-        let endorser = super::key_level_policies::peer();
-        let write = |key: &str, value: &'static [u8]| {
-            let mut rwset = weft_protos::tx::ReadWriteSetBuilder::new();
-            rwset.write_private("kv", collection, key, Bytes::from_static(value));
-            let envelope = kv_transaction_by(rwset.encode(), Bytes::new(), &[&endorser]);
-            let tx_id = weft_protos::view::TxEnvelope::decode(envelope.clone(), Limits::default())
-                .unwrap()
-                .tx_id()
-                .to_owned();
-            (envelope, tx_id, rwset.private_writes().unwrap())
-        };
+        let mut committer = member_committer(&state, &ledger).reconciling(queue.clone());
+        let collection = ORG1_COLLECTION;
+        let write = private_write;
         let (lost, lost_id, lost_writes) = write("k1", b"v1");
         committer
             .apply_validated(validated_block(&ledger, 5, vec![lost]))

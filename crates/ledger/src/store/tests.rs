@@ -916,7 +916,10 @@ fn private_data_is_stored_with_its_block_settles_transient_entries_and_leaves_wi
         "not in the block"
     );
 
-    assert_eq!(store.missing_private_data(10).unwrap(), std::slice::from_ref(&missing));
+    assert_eq!(
+        store.missing_private_data(10).unwrap(),
+        std::slice::from_ref(&missing)
+    );
 
     // A later block rewrites an earlier block's entry (some of it
     // expired), and completes the missing one, settling it.
