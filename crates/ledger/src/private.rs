@@ -41,6 +41,11 @@
 //! | `private_keys` | chaincode ‖ 0 ‖ collection ‖ 0 ‖ SHA-256 of the key ‖ block u64 BE ‖ tx index u64 BE | empty |
 //! | `private_missing` | block u64 BE ‖ tx index u64 BE ‖ chaincode ‖ 0 ‖ collection | TxID |
 //! | `private_reconciled` | completing block u64 BE ‖ block u64 BE ‖ tx index u64 BE | empty |
+//! | `private_purged` | block u64 BE ‖ tx index u64 BE ‖ chaincode ‖ 0 ‖ collection ‖ 0 ‖ key | empty |
+//!
+//! The last records the private values a block's purges removed on this
+//! peer, so that replaying the block removes them again: the copies that
+//! named them were rewritten with the block.
 //! | `transient` | `t` ‖ TxID | height u64 BE ‖ the private writes |
 //! | `transient` | `h` ‖ height u64 BE ‖ TxID | empty: what to purge, by height |
 
@@ -89,6 +94,48 @@ impl MissingPrivateData {
             tx_id: String::from_utf8(tx_id.to_vec()).ok()?,
             namespace: namespace.to_owned(),
             collection: collection.to_owned(),
+        })
+    }
+}
+
+/// Column family of the private values purges removed.
+pub(crate) const CF_PRIVATE_PURGED: &str = "private_purged";
+
+/// A private value that transaction `tx_index` of block `block` purged
+/// on this peer: key `key` of `collection` of chaincode `namespace`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgedValue {
+    pub block: u64,
+    pub tx_index: u64,
+    pub namespace: String,
+    pub collection: String,
+    pub key: String,
+}
+
+impl PurgedValue {
+    /// Its key in [`CF_PRIVATE_PURGED`].
+    pub(crate) fn record_key(&self) -> Vec<u8> {
+        let mut record = private_key(self.block, self.tx_index).to_vec();
+        for part in [&self.namespace, &self.collection] {
+            record.extend_from_slice(part.as_bytes());
+            record.push(0);
+        }
+        record.extend_from_slice(self.key.as_bytes());
+        record
+    }
+
+    /// The value recorded under `record`, if well formed.
+    pub(crate) fn from_record(record: &[u8]) -> Option<Self> {
+        let block: [u8; 8] = record.get(..8)?.try_into().ok()?;
+        let tx_index = tx_index_of(record)?;
+        let names = std::str::from_utf8(record.get(16..)?).ok()?;
+        let mut parts = names.splitn(3, '\0');
+        Some(Self {
+            block: u64::from_be_bytes(block),
+            tx_index,
+            namespace: parts.next()?.to_owned(),
+            collection: parts.next()?.to_owned(),
+            key: parts.next()?.to_owned(),
         })
     }
 }
@@ -243,6 +290,14 @@ mod tests {
         );
         assert_eq!(MissingPrivateData::from_entry(b"short", b"tx"), None);
         assert!(reconciled_key(5, 9, 9) < reconciled_key(6, 0, 0));
+        let purged = PurgedValue {
+            block: 4,
+            tx_index: 1,
+            namespace: "cc".to_owned(),
+            collection: "c".to_owned(),
+            key: "a key\0with a NUL".to_owned(),
+        };
+        assert_eq!(PurgedValue::from_record(&purged.record_key()), Some(purged));
     }
 
     #[test]

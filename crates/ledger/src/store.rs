@@ -39,9 +39,10 @@ use crate::keys::{
     decode_tail, decode_tx_location, encode_tail, encode_tx_location,
 };
 use crate::private::{
-    CF_PRIVATE, CF_PRIVATE_KEYS, CF_PRIVATE_MISSING, CF_PRIVATE_RECONCILED, CF_TRANSIENT,
-    MissingPrivateData, PrivateKeyRef, TRANSIENT_RETENTION_BLOCKS, by_height_key, by_height_start,
-    encode_entry, entry_writes, private_key, reconciled_key, tx_id_of_by_height, tx_index_of,
+    CF_PRIVATE, CF_PRIVATE_KEYS, CF_PRIVATE_MISSING, CF_PRIVATE_PURGED, CF_PRIVATE_RECONCILED,
+    CF_TRANSIENT, MissingPrivateData, PrivateKeyRef, PurgedValue, TRANSIENT_RETENTION_BLOCKS,
+    by_height_key, by_height_start, encode_entry, entry_writes, private_key, reconciled_key,
+    tx_id_of_by_height, tx_index_of,
 };
 
 /// A channel's blocks in RocksDB, with the TxID index, the tail record and
@@ -129,9 +130,16 @@ pub struct BlockPrivateData {
     /// copies (in `rewritten`): their entries are deleted, and the block
     /// records that it completed those copies.
     pub reconciled: Vec<MissingPrivateData>,
-    /// The keys the block purges: their index entries below the block are
-    /// removed (the committer rewrote the copies they point to).
-    pub purged_keys: Vec<PrivateKeyRef>,
+    /// Missing data given up on (its collection's `blockToLive` has
+    /// passed): the entries are deleted.
+    pub abandoned: Vec<MissingPrivateData>,
+    /// The keys purged, each with the (block, transaction index) of its
+    /// purge: the key's index entries below that are removed (the
+    /// committer rewrote the copies they point to).
+    pub purged_keys: Vec<(u64, u64, PrivateKeyRef)>,
+    /// The private values the block's purges removed on this peer, for
+    /// replays.
+    pub purged_values: Vec<PurgedValue>,
 }
 
 impl BlockStore {
@@ -329,7 +337,7 @@ impl BlockStore {
         let history = shared.cf(CF_HISTORY)?;
         let history_height = shared.history_height()?;
         let mut batch = WriteBatch::default();
-        for family in [CF_PRIVATE, CF_PRIVATE_MISSING] {
+        for family in [CF_PRIVATE, CF_PRIVATE_MISSING, CF_PRIVATE_PURGED] {
             batch.delete_range_cf(
                 shared.cf(family)?,
                 private_key(height, 0),
@@ -581,13 +589,24 @@ impl BlockStore {
         Ok(found)
     }
 
-    /// The oldest `limit` entries of private data missing on this peer
-    /// (see `private.rs`), in chain order.
-    pub fn missing_private_data(&self, limit: usize) -> Result<Vec<MissingPrivateData>> {
+    /// At most `limit` entries of private data missing on this peer (see
+    /// `private.rs`), in chain order, from the first after `after` (from
+    /// the oldest without one).
+    pub fn missing_private_data(
+        &self,
+        after: Option<&MissingPrivateData>,
+        limit: usize,
+    ) -> Result<Vec<MissingPrivateData>> {
         let shared = &*self.shared;
-        let entries = shared
-            .db
-            .iterator_cf(shared.cf(CF_PRIVATE_MISSING)?, IteratorMode::Start);
+        let mut start = after.map(MissingPrivateData::key).unwrap_or_default();
+        if after.is_some() {
+            // The smallest key above `after`'s.
+            start.push(0);
+        }
+        let entries = shared.db.iterator_cf(
+            shared.cf(CF_PRIVATE_MISSING)?,
+            IteratorMode::From(&start, Direction::Forward),
+        );
         let mut found = Vec::new();
         for entry in entries.take(limit) {
             let (key, tx_id) = entry.map_err(|source| Error::PrivateData { source })?;
@@ -599,6 +618,28 @@ impl BlockStore {
                 )
             })?;
             found.push(missing);
+        }
+        Ok(found)
+    }
+
+    /// The private values block `number`'s purges removed on this peer.
+    pub fn purged_values(&self, number: u64) -> Result<Vec<PurgedValue>> {
+        let shared = &*self.shared;
+        let from = number.to_be_bytes();
+        let records = shared.db.iterator_cf(
+            shared.cf(CF_PRIVATE_PURGED)?,
+            IteratorMode::From(&from, Direction::Forward),
+        );
+        let mut found = Vec::new();
+        for record in records {
+            let (record, _) = record.map_err(|source| Error::PrivateData { source })?;
+            if !record.starts_with(&from) {
+                break;
+            }
+            let value = PurgedValue::from_record(&record).ok_or_else(|| {
+                shared.corrupt(number, "a purged private value record is malformed".into())
+            })?;
+            found.push(value);
         }
         Ok(found)
     }
@@ -838,8 +879,16 @@ impl Shared {
             }
         }
         let keys = self.cf(CF_PRIVATE_KEYS)?;
-        for purged in &private.purged_keys {
-            batch.delete_range_cf(keys, purged.index_key(0, 0), purged.index_key(number, 0));
+        for (block, tx_index, purged) in &private.purged_keys {
+            batch.delete_range_cf(
+                keys,
+                purged.index_key(0, 0),
+                purged.index_key(*block, *tx_index),
+            );
+        }
+        let purged_values = self.cf(CF_PRIVATE_PURGED)?;
+        for value in &private.purged_values {
+            batch.put_cf(purged_values, value.record_key(), []);
         }
         for (block, tx_index, key) in &private.key_writes {
             batch.put_cf(keys, key.index_key(*block, *tx_index), []);
@@ -849,6 +898,9 @@ impl Shared {
             batch.put_cf(missing, entry.key(), entry.tx_id.as_bytes());
         }
         let reconciled = self.cf(CF_PRIVATE_RECONCILED)?;
+        for entry in &private.abandoned {
+            batch.delete_cf(missing, entry.key());
+        }
         for entry in &private.reconciled {
             batch.delete_cf(missing, entry.key());
             batch.put_cf(
@@ -1247,6 +1299,7 @@ fn open_db(path: &Path) -> Result<DB> {
         ColumnFamilyDescriptor::new(CF_PRIVATE_KEYS, Options::default()),
         ColumnFamilyDescriptor::new(CF_PRIVATE_MISSING, Options::default()),
         ColumnFamilyDescriptor::new(CF_PRIVATE_RECONCILED, Options::default()),
+        ColumnFamilyDescriptor::new(CF_PRIVATE_PURGED, Options::default()),
     ];
     DB::open_cf_descriptors(&options, path, families).map_err(|source| Error::Open {
         path: path.to_owned(),
@@ -1406,6 +1459,7 @@ fn make_everything_durable(db: &DB, height: u64) -> Result<()> {
         CF_PRIVATE_KEYS,
         CF_PRIVATE_MISSING,
         CF_PRIVATE_RECONCILED,
+        CF_PRIVATE_PURGED,
     ] {
         if let Some(family) = db.cf_handle(name) {
             db.flush_cf(family).map_err(sync_error)?;

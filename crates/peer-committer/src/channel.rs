@@ -212,11 +212,12 @@ impl ChannelContext {
         }
     }
 
-    /// Whether `reader` (a serialized identity) may read the private data
-    /// of `collection` of `namespace`: it is a valid identity of the
-    /// channel that satisfies the collection's member policy (for an
-    /// organisation's implicit collection: a member of that organisation).
-    /// Fabric's check of `DeliverWithPrivateData` clients.
+    /// Whether `reader` (a serialized identity, already a reader of the
+    /// channel) may read the private data of `collection` of `namespace`:
+    /// anyone, for a collection without `memberOnlyRead`; else a valid
+    /// identity of the channel that satisfies the collection's member
+    /// policy (for an organisation's implicit collection: a member of that
+    /// organisation). Fabric's check of `DeliverWithPrivateData` clients.
     pub fn may_read_collection(
         &self,
         namespace: &str,
@@ -230,7 +231,10 @@ impl ChannelContext {
             });
         }
         match self.definitions.collection(namespace, collection) {
-            Ok(Some(declared)) => self.creator_satisfies(reader, &declared.member_policy, now),
+            Ok(Some(declared)) => {
+                !declared.member_only_read
+                    || self.creator_satisfies(reader, &declared.member_policy, now)
+            }
             _ => false,
         }
     }

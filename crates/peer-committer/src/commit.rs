@@ -101,6 +101,9 @@ pub struct ChannelCommitter {
     /// entries the next checkpoint settles (a rolled-back block is fetched
     /// again and needs them).
     staged_settled: Vec<String>,
+    /// The staged blocks' purges, whose rewrites of the block store's
+    /// copies the next checkpoint makes.
+    staged_purges: Vec<private::Purge>,
     limits: Limits,
     /// The chaincodes' JSON indexes, built and kept in the state.
     indexes: ChannelIndexes,
@@ -161,6 +164,7 @@ impl ChannelCommitter {
             staged_from: None,
             staged_transactions: 0,
             staged_settled: Vec::new(),
+            staged_purges: Vec::new(),
             limits: Limits::default(),
             indexes: ChannelIndexes::default(),
             private_data_of: None,
@@ -234,6 +238,7 @@ impl ChannelCommitter {
             let mut batch = update_batch(&decoded, &codes, state.as_ref())?;
             let private = private::decode_committed(number, &ledger.private_data(number)?);
             private::apply(&mut batch, &private, state.as_ref())?;
+            private::purge_again(&mut batch, &ledger.purged_values(number)?);
             // The block store lost the expired and purged writes when the
             // block was first committed.
             private::purge_expired(&mut batch, state.as_ref(), number)?;
@@ -274,6 +279,7 @@ impl ChannelCommitter {
             staged_from: None,
             staged_transactions: 0,
             staged_settled: Vec::new(),
+            staged_purges: Vec::new(),
             limits: Limits::default(),
             indexes: ChannelIndexes::new(indexes),
             private_data_of: None,
@@ -578,6 +584,7 @@ impl ChannelCommitter {
         self.staged_from = None;
         self.staged_transactions = 0;
         self.staged_settled.clear();
+        self.staged_purges.clear();
         self.indexes.rolled_back();
         let definitions = ChaincodeDefinitions::load(self.state.as_ref())?;
         self.context = Arc::new(self.context.with_definitions(Arc::new(definitions)));
@@ -658,14 +665,28 @@ impl ChannelCommitter {
         let expired = private::purge_expired(&mut batch, self.state.as_ref(), number)?;
         private.rewritten = private::pruned(&self.ledger, &expired)?;
         private.key_writes = private::key_writes(&committed);
+        // A staged block's purges rewrite the block store's copies with
+        // the checkpoint (a rolled-back block must find them as they were).
+        let own_purges = private::purges_in(decoded, codes);
+        let purges = if signed {
+            let mut purges = std::mem::take(&mut self.staged_purges);
+            purges.extend(own_purges);
+            purges
+        } else {
+            own_purges
+        };
         private::purge_keys(
             &mut batch,
-            decoded,
-            codes,
+            number,
+            &purges,
+            signed,
             &mut private,
             &self.ledger,
             self.state.as_ref(),
         )?;
+        if !signed {
+            self.staged_purges.extend(purges);
+        }
         private::schedule_expiry(
             &mut batch,
             decoded,

@@ -247,13 +247,14 @@ struct ReadablePrivateData {
 
 impl ReadablePrivateData {
     /// What block `number` committed of private data that the reader may
-    /// read, by transaction index; empty on a peer that keeps none.
-    fn of_block(&self, number: u64) -> BTreeMap<u64, TxPvtReadWriteSet> {
+    /// read, by transaction index (empty on a peer that keeps none); `None`
+    /// if it cannot be read, which ends the stream, as Fabric's does.
+    fn of_block(&self, number: u64) -> Option<BTreeMap<u64, TxPvtReadWriteSet>> {
         let committed = match self.ledger.private_data(number) {
             Ok(committed) => committed,
             Err(error) => {
                 tracing::error!(block = number, %error, "deliver: reading private data failed");
-                return BTreeMap::new();
+                return None;
             }
         };
         let mut readable = BTreeMap::new();
@@ -283,17 +284,18 @@ impl ReadablePrivateData {
                 readable.insert(tx_index, set);
             }
         }
-        readable
+        Some(readable)
     }
 }
 
 /// The response for one stored block, in the shape the client asked for
-/// (`private_data`: what a `WithPrivateData` client may read of it).
+/// (`private_data`: what a `WithPrivateData` client may read of it, `None`
+/// inside when it could not be read); `None` ends the stream.
 fn shape_block(
     request: &SeekRequest,
     bytes: Bytes,
     shape: Shape,
-    private_data: Option<BTreeMap<u64, TxPvtReadWriteSet>>,
+    private_data: Option<Option<BTreeMap<u64, TxPvtReadWriteSet>>>,
 ) -> Option<DeliverResponse> {
     let block = match Block::decode(bytes) {
         Ok(block) => block,
@@ -306,7 +308,7 @@ fn shape_block(
         Shape::Block => ResponseType::Block(request.content(block)),
         Shape::WithPrivateData => ResponseType::BlockAndPrivateData(BlockAndPrivateData {
             block: Some(request.content(block)),
-            private_data_map: private_data.unwrap_or_default(),
+            private_data_map: private_data.flatten()?,
         }),
         Shape::Filtered => ResponseType::FilteredBlock(filtered(&request.channel_id, block)),
     };

@@ -38,7 +38,7 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 use prost::Message;
-use weft_ledger::{BlockPrivateData, MissingPrivateData, PrivateKeyRef};
+use weft_ledger::{BlockPrivateData, MissingPrivateData, PrivateKeyRef, PurgedValue};
 use weft_protos::kvrwset::{KvWrite, KvrwSet};
 use weft_protos::privatedata::MissingWrites;
 use weft_protos::protos::TxValidationCode;
@@ -332,16 +332,30 @@ pub(crate) fn apply(
                 batch.put(&state_namespace, &write.key, write.value.clone(), height);
             }
         }
+        // Fabric's rule: the value moves with its hash only if it is the
+        // value the hash is of (a peer missing the latest value must not
+        // pass an older one off as current).
+        let hashed = hashed_namespace(&writes.namespace, &writes.collection);
         for metadata in &writes.rwset.metadata_writes {
             let key = metadata.key.as_str();
             if writes.rwset.writes.iter().any(|write| write.key == key) {
                 continue;
             }
+            let key_hash = hex::encode(weft_protos::hash::sha256(key.as_bytes()));
+            let Some(hash) = batch
+                .get(&hashed, &key_hash)
+                .filter(|moved| moved.version == height)
+                .and_then(|moved| moved.value.clone())
+            else {
+                continue;
+            };
             let latest = match batch.get(&state_namespace, key) {
                 Some(write) => write.value.clone(),
                 None => state.get(&state_namespace, key)?.map(|stored| stored.value),
             };
-            if let Some(value) = latest {
+            if let Some(value) = latest
+                && weft_protos::hash::sha256(&value).as_slice() == hash.as_ref()
+            {
                 batch.put(&state_namespace, key, value, height);
             }
         }
@@ -375,60 +389,71 @@ pub(crate) fn key_writes(committed: &[CommittedWrites]) -> Vec<(u64, u64, Privat
     keys
 }
 
-/// Carries out the purges (Fabric 2.5's `PurgePrivateData`) of block
-/// `decoded`'s valid transactions on this peer: every committed copy of a
-/// purged key, in earlier blocks (found through the block store's index)
-/// and in this block's transactions before the purge, is rewritten
-/// without it (`private.rewritten`, `private.committed`); the key's value
-/// leaves the private namespace unless a later transaction of the block
-/// writes it again. The key's hash, and its metadata, leave the state as
-/// for any delete (`crate::mvcc::update_batch`). A peer that holds no copy
-/// of the key has nothing more to do.
+/// A purge (Fabric 2.5's `PurgePrivateData`) of a valid transaction:
+/// transaction `tx_index` of block `block` purges `key`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Purge {
+    pub(crate) block: u64,
+    pub(crate) tx_index: u64,
+    pub(crate) key: PrivateKeyRef,
+}
+
+/// The purges of block `decoded`'s valid transactions.
+pub(crate) fn purges_in(decoded: &DecodedBlock, codes: &[TxValidationCode]) -> Vec<Purge> {
+    let block = decoded.header.number;
+    let mut purges = Vec::new();
+    for (index, (transaction, code)) in decoded.transactions.iter().zip(codes).enumerate() {
+        let (Ok(transaction), TxValidationCode::Valid) = (transaction, code) else {
+            continue;
+        };
+        for namespace in transaction.namespaces() {
+            for collection in &namespace.collection_hashed {
+                for write in collection.rwset.hashed_writes.iter().filter(|w| w.is_purge) {
+                    let Ok(key_hash) = write.key_hash.as_ref().try_into() else {
+                        continue;
+                    };
+                    purges.push(Purge {
+                        block,
+                        tx_index: index as u64,
+                        key: PrivateKeyRef {
+                            namespace: namespace.namespace.clone(),
+                            collection: collection.collection.clone(),
+                            key_hash,
+                        },
+                    });
+                }
+            }
+        }
+    }
+    purges
+}
+
+/// Carries out `purges` on this peer in block `number`'s update. The
+/// committed copies of each purged key from before its purge, in earlier
+/// blocks (found through the block store's index) and in this block's
+/// transactions before it, lose the key; a purge of this block also
+/// removes the key's value from the private namespace, unless a later
+/// transaction of the block writes it again. The key's hash and metadata
+/// leave the state as for any delete (`crate::mvcc::update_batch`).
+///
+/// With `rewrite` false (a stream channel's staged block, which may be
+/// rolled back) the earlier blocks' copies and the index are left as they
+/// are: the caller keeps the purges and passes them again with the next
+/// signed block, whose batch rewrites them. The values removed are
+/// recorded with the block for replays.
 pub(crate) fn purge_keys(
     batch: &mut UpdateBatch,
-    decoded: &DecodedBlock,
-    codes: &[TxValidationCode],
+    number: u64,
+    purges: &[Purge],
+    rewrite: bool,
     private: &mut BlockPrivateData,
     ledger: &weft_ledger::BlockStore,
     state: &dyn StateReader,
 ) -> crate::Result<()> {
-    let number = decoded.header.number;
-    let purges: Vec<(u64, PrivateKeyRef)> = decoded
-        .transactions
-        .iter()
-        .zip(codes)
-        .enumerate()
-        .filter(|(_, (_, code))| **code == TxValidationCode::Valid)
-        .filter_map(|(index, (transaction, _))| Some((index as u64, transaction.as_ref().ok()?)))
-        .flat_map(|(index, transaction)| {
-            transaction.namespaces().flat_map(move |namespace| {
-                namespace
-                    .collection_hashed
-                    .iter()
-                    .flat_map(move |collection| {
-                        collection
-                            .rwset
-                            .hashed_writes
-                            .iter()
-                            .filter(|write| write.is_purge)
-                            .filter_map(move |write| {
-                                let key_hash = write.key_hash.as_ref().try_into().ok()?;
-                                Some((
-                                    index,
-                                    PrivateKeyRef {
-                                        namespace: namespace.namespace.clone(),
-                                        collection: collection.collection.clone(),
-                                        key_hash,
-                                    },
-                                ))
-                            })
-                    })
-            })
-        })
-        .collect();
     if purges.is_empty() {
         return Ok(());
     }
+    let expired = (!rewrite).then(|| private.rewritten.clone());
     // Earlier blocks' copies as this block leaves them: (block, tx index)
     // → the set (`None` when gone) and whether it changed. Expiry may have
     // pruned some already.
@@ -440,10 +465,12 @@ pub(crate) fn purge_keys(
             ((block, tx), (set, true))
         })
         .collect();
-    for (purging, key) in purges {
+    for purge in purges {
+        let key = &purge.key;
+        let position = (purge.block, purge.tx_index);
         let mut plaintext: Vec<String> = Vec::new();
-        for (block, tx) in ledger.private_key_writes(&key)? {
-            if block >= number {
+        for (block, tx) in ledger.private_key_writes(key)? {
+            if (block, tx) >= position || block >= number {
                 continue;
             }
             let (copy, changed) = match copies.entry((block, tx)) {
@@ -458,40 +485,70 @@ pub(crate) fn purge_keys(
                 }
             };
             if let Some(set) = copy {
-                let removed = without_key(set, &key);
+                let removed = without_key(set, key);
                 *changed |= !removed.is_empty();
                 plaintext.extend(removed);
             }
         }
+        if purge.block != number {
+            // A staged block's purge, its value removed from the state
+            // then: the copies and the index now.
+            private
+                .purged_keys
+                .push((purge.block, purge.tx_index, key.clone()));
+            continue;
+        }
         for (tx_index, bytes) in &mut private.committed {
-            if *tx_index >= purging {
+            if *tx_index >= purge.tx_index {
                 continue;
             }
             let Ok(mut set) = TxPvtReadWriteSet::decode(bytes.clone()) else {
                 continue;
             };
-            let removed = without_key(&mut set, &key);
+            let removed = without_key(&mut set, key);
             if !removed.is_empty() {
                 *bytes = set.encode_to_vec().into();
                 plaintext.extend(removed);
                 private.key_writes.retain(|(block, index, written)| {
-                    (*block, *index) != (number, *tx_index) || *written != key
+                    (*block, *index) != (number, *tx_index) || written != key
                 });
             }
         }
-        let height = Height::new(number, purging);
+        let height = Height::new(number, purge.tx_index);
         let state_namespace = private_namespace(&key.namespace, &key.collection);
         plaintext.sort();
         plaintext.dedup();
-        for key in plaintext {
-            let written_later = batch
-                .get(&state_namespace, &key)
-                .is_some_and(|write| write.version > height);
-            if !written_later && state.get(&state_namespace, &key)?.is_some() {
-                batch.delete(&state_namespace, &key, height);
+        for plaintext_key in plaintext {
+            let in_batch = batch.get(&state_namespace, &plaintext_key);
+            if in_batch.is_some_and(|write| write.version > height) {
+                continue; // written again later in the block
             }
+            let held = match in_batch {
+                Some(write) => write.value.is_some(),
+                None => state.get(&state_namespace, &plaintext_key)?.is_some(),
+            };
+            if held {
+                batch.delete(&state_namespace, &plaintext_key, height);
+            }
+            private.purged_values.push(PurgedValue {
+                block: number,
+                tx_index: purge.tx_index,
+                namespace: key.namespace.clone(),
+                collection: key.collection.clone(),
+                key: plaintext_key,
+            });
         }
-        private.purged_keys.push(key);
+        if rewrite {
+            private
+                .purged_keys
+                .push((purge.block, purge.tx_index, key.clone()));
+        }
+    }
+    if let Some(expired) = expired {
+        // The copies and the index wait for the checkpoint; expiry's
+        // rewrites stay.
+        private.rewritten = expired;
+        return Ok(());
     }
     private.rewritten = copies
         .into_iter()
@@ -504,6 +561,23 @@ pub(crate) fn purge_keys(
         })
         .collect();
     Ok(())
+}
+
+/// Removes, on replay, the private values block `number`'s purges removed
+/// when it was first committed (the copies that named them were rewritten
+/// then), unless the replayed batch writes them again later in the block.
+pub(crate) fn purge_again(batch: &mut UpdateBatch, purged: &[PurgedValue]) {
+    for value in purged {
+        let height = Height::new(value.block, value.tx_index);
+        let state_namespace = private_namespace(&value.namespace, &value.collection);
+        if batch
+            .get(&state_namespace, &value.key)
+            .is_some_and(|write| write.version > height)
+        {
+            continue;
+        }
+        batch.delete(&state_namespace, &value.key, height);
+    }
 }
 
 /// Removes from `set` the writes (values and metadata) of `key`'s
@@ -561,7 +635,8 @@ fn without_key(set: &mut TxPvtReadWriteSet, key: &PrivateKeyRef) -> Vec<String> 
 /// Earlier blocks' private writes found since those blocks committed (by
 /// the reconciler, `crate::reconcile`), checked against their hashes: the
 /// collections found of transaction `tx_index` of block `block`, and the
-/// missing entries they settle.
+/// missing entries they settle (with no collections: entries given up
+/// on).
 #[derive(Debug, Clone)]
 pub struct Reconciled {
     pub(crate) block: u64,
@@ -588,6 +663,11 @@ pub(crate) fn complete(
 ) -> crate::Result<()> {
     let mut completed = Vec::new();
     for reconciled in found {
+        if reconciled.set.ns_pvt_rwset.is_empty() {
+            // Given up on: expired before it was found.
+            private.abandoned.extend(reconciled.found);
+            continue;
+        }
         let (block, tx_index) = (reconciled.block, reconciled.tx_index);
         let mut kept = Vec::new();
         for mut writes in
@@ -596,7 +676,7 @@ pub(crate) fn complete(
             let all = writes.rwset.writes.len();
             let mut current = Vec::with_capacity(all);
             for write in std::mem::take(&mut writes.rwset.writes) {
-                if is_current(batch, state, &writes, &write)? {
+                if current_version(batch, state, &writes, &write)?.is_some() {
                     current.push(write);
                 }
             }
@@ -664,22 +744,26 @@ fn add_collection(copy: &mut TxPvtReadWriteSet, writes: &CommittedWrites) {
     }
 }
 
-/// Whether `write`, of the collection and transaction of `writes`, is
-/// still what the state holds: the key's hash has the writing
-/// transaction's version, or for a delete, the key has no hash and this
-/// peer holds an older value of it.
-fn is_current(
+/// The version at which `write`, of the collection and transaction of
+/// `writes` (found after its block committed), is current, if it is: its
+/// own, when the key's hash still has that version; the hash's, when the
+/// hash moved since (its metadata changed) but is still the hash of this
+/// value (Fabric's rule); for a delete, its own, when the key has no hash
+/// and this peer holds an older value of it.
+fn current_version(
     batch: &UpdateBatch,
     state: &dyn StateReader,
     writes: &CommittedWrites,
     write: &KvWrite,
-) -> weft_statedb::Result<bool> {
+) -> weft_statedb::Result<Option<Height>> {
     let key = write.key.as_str();
     let version = Height::new(writes.block, writes.tx_index);
-    let latest = |namespace: &str, key: &str| -> weft_statedb::Result<Option<Height>> {
+    let latest = |namespace: &str, key: &str| -> weft_statedb::Result<Option<(Bytes, Height)>> {
         Ok(match batch.get(namespace, key) {
-            Some(write) => write.value.as_ref().map(|_| write.version),
-            None => state.get(namespace, key)?.map(|stored| stored.version),
+            Some(written) => written.value.clone().map(|value| (value, written.version)),
+            None => state
+                .get(namespace, key)?
+                .map(|stored| (stored.value, stored.version)),
         })
     };
     let hashed = hashed_namespace(&writes.namespace, &writes.collection);
@@ -688,10 +772,19 @@ fn is_current(
         &hex::encode(weft_protos::hash::sha256(key.as_bytes())),
     )?;
     if !write.is_delete {
-        return Ok(hash == Some(version));
+        return Ok(match hash {
+            Some((_, at)) if at == version => Some(version),
+            Some((value_hash, at))
+                if value_hash.as_ref() == weft_protos::hash::sha256(&write.value).as_slice() =>
+            {
+                Some(at)
+            }
+            _ => None,
+        });
     }
     let private = private_namespace(&writes.namespace, &writes.collection);
-    Ok(hash.is_none() && latest(&private, key)?.is_some_and(|held| held < version))
+    let held_older = latest(&private, key)?.is_some_and(|(_, held)| held < version);
+    Ok((hash.is_none() && held_older).then_some(version))
 }
 
 /// Applies in `batch` (block `number`'s update) the writes of `completed`
@@ -707,12 +800,11 @@ pub(crate) fn apply_completed(
     completed: &[CommittedWrites],
 ) -> weft_statedb::Result<()> {
     for writes in completed {
-        let version = Height::new(writes.block, writes.tx_index);
         let private = private_namespace(&writes.namespace, &writes.collection);
         for write in &writes.rwset.writes {
-            if !is_current(batch, state, writes, write)? {
+            let Some(version) = current_version(batch, state, writes, write)? else {
                 continue;
-            }
+            };
             if write.is_delete {
                 batch.delete(&private, &write.key, version);
             } else {

@@ -5,10 +5,14 @@
 //! peer's organisation keeps but whose values were neither in the
 //! transient store nor pulled in time as missing, in the block store
 //! ([`weft_ledger::MissingPrivateData`]). A [`Reconciler`] round takes the
-//! oldest of those entries, asks the members' peers for them (the same
-//! pull as at commit, [`PrivateWritesSource::pull`]), and checks what comes
-//! back against the hashes the transaction carries, reading the
-//! transaction from the block store. What matches waits in the
+//! next entries in chain order (each round goes on after the last, and
+//! starts again from the oldest at the end, so entries that are never
+//! found do not hold up the rest), asks the members' peers for them (the
+//! same pull as at commit, [`PrivateWritesSource::pull`]), and checks what
+//! comes back against the hashes the transaction carries, reading the
+//! transaction from the block store. An entry whose collection's
+//! `blockToLive` has passed is settled without asking: its data is gone
+//! everywhere. What matches waits in the
 //! [`ReconciledQueue`] for the committer, which applies it in the update
 //! of the next block it commits (a checkpoint block on a stream channel):
 //! the world state and the block store change only on the committer's
@@ -77,6 +81,8 @@ pub struct Reconciler {
     /// Missing entries asked for per round (Fabric's
     /// `reconcileBatchSize`).
     batch_size: usize,
+    /// The last entry the previous round looked at.
+    cursor: Mutex<Option<MissingPrivateData>>,
 }
 
 impl std::fmt::Debug for Reconciler {
@@ -103,23 +109,67 @@ impl Reconciler {
             source,
             queue,
             batch_size: batch_size.max(1),
+            cursor: Mutex::new(None),
         }
+    }
+
+    /// The next `batch_size` missing entries after the last round's, not
+    /// found yet (from the oldest again once all were looked at).
+    fn next_entries(&self) -> crate::Result<Vec<MissingPrivateData>> {
+        let mut cursor = self.cursor.lock();
+        let mut entries = self
+            .ledger
+            .missing_private_data(cursor.as_ref(), self.batch_size)?;
+        if entries.is_empty() && cursor.is_some() {
+            entries = self.ledger.missing_private_data(None, self.batch_size)?;
+        }
+        *cursor = if entries.len() < self.batch_size {
+            None
+        } else {
+            entries.last().cloned()
+        };
+        entries.retain(|entry| !self.queue.holds(entry));
+        Ok(entries)
     }
 
     /// One round: asks for the oldest missing entries not found yet;
     /// returns how many were found (and queued for the committer).
     pub fn round(&self) -> crate::Result<usize> {
-        let missing: Vec<MissingPrivateData> = self
-            .ledger
-            .missing_private_data(self.batch_size.saturating_mul(2))?
-            .into_iter()
-            .filter(|missing| !self.queue.holds(missing))
-            .take(self.batch_size)
-            .collect();
+        let mut missing = self.next_entries()?;
         if missing.is_empty() {
             return Ok(0);
         }
         let context = self.context.read().clone();
+        // Data past its collection's blockToLive is gone everywhere.
+        let height = self.ledger.height();
+        let (expired, live): (Vec<_>, Vec<_>) =
+            missing.into_iter().partition(|entry| {
+                match context
+                    .definitions
+                    .collection(&entry.namespace, &entry.collection)
+                {
+                    Ok(Some(declared)) if declared.block_to_live > 0 => {
+                        entry
+                            .block
+                            .saturating_add(declared.block_to_live)
+                            .saturating_add(1)
+                            <= height
+                    }
+                    _ => false,
+                }
+            });
+        if !expired.is_empty() {
+            self.queue.push(Reconciled {
+                block: expired[0].block,
+                tx_index: expired[0].tx_index,
+                set: empty_set(),
+                found: expired,
+            });
+        }
+        missing = live;
+        if missing.is_empty() {
+            return Ok(0);
+        }
         let wanted: Vec<Missing> = missing
             .iter()
             .map(|entry| {

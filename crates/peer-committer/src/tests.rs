@@ -1061,7 +1061,9 @@ mod commit {
         );
 
         // The purge's own private write set never reached this peer: the
-        // block store's copies still tell it which key to remove.
+        // block store's copies still tell it which key to remove. (The
+        // state is durable up to block 6: a restart replays the purge.)
+        state.checkpoint().unwrap();
         let purge = transaction(
             &|rwset| {
                 rwset.purge_private("kv", collection, "k1");
@@ -1115,6 +1117,18 @@ mod commit {
             key_hash: hash_of("k1"),
         };
         assert!(ledger.private_key_writes(&k1).unwrap().is_empty());
+
+        // Replayed, the purge removes the value again, though no copy
+        // names it any more.
+        drop(committer);
+        drop((state, ledger));
+        let (state, ledger) = peer.stores();
+        assert!(
+            state.get(&private, "k1").unwrap().is_some(),
+            "before the replay"
+        );
+        ChannelCommitter::open("ch10", state.clone(), ledger).unwrap();
+        assert!(state.get(&private, "k1").unwrap().is_none());
     }
 
     /// A source of private writes for the reconciler that answers each
@@ -1165,12 +1179,12 @@ mod commit {
         // Besides the lifecycle approval of Fabric's chain whose values
         // this peer never had (block 1).
         let missing_blocks = || -> Vec<u64> {
-            let missing = ledger.missing_private_data(10).unwrap();
+            let missing = ledger.missing_private_data(None, 10).unwrap();
             missing.iter().map(|entry| entry.block).collect()
         };
         assert_eq!(missing_blocks(), [1, 5]);
         assert_eq!(
-            ledger.missing_private_data(10).unwrap()[1],
+            ledger.missing_private_data(None, 10).unwrap()[1],
             weft_ledger::MissingPrivateData {
                 block: 5,
                 tx_index: 0,
@@ -1221,6 +1235,69 @@ mod commit {
         let (state, ledger) = peer.stores();
         ChannelCommitter::open("ch10", state.clone(), ledger).unwrap();
         check(&state);
+    }
+
+    #[test]
+    fn a_policy_set_alone_never_passes_an_older_value_off_as_current() {
+        // Goal: Fabric's rules when a private key's metadata changes alone
+        // on a peer missing the key's latest value. The older value it
+        // holds does not move to the new version (reads answer that the
+        // value is not available); once the latest value is found, it is
+        // committed at the hash's new version, since the hash is still
+        // that value's.
+        let peer = Peer::new();
+        let (state, ledger) = peer.stores();
+        let queue = Arc::new(crate::ReconciledQueue::new());
+        let mut committer = member_committer(&state, &ledger).reconciling(queue.clone());
+        let keep =
+            |(envelope, tx_id, writes): (Bytes, String, weft_protos::rwset::TxPvtReadWriteSet)| {
+                ledger
+                    .keep_transient(&tx_id, 5, &writes.encode_to_vec())
+                    .unwrap();
+                envelope
+            };
+        let first = keep(private_write("k1", b"v1"));
+        committer
+            .apply_validated(validated_block(&ledger, 5, vec![first]))
+            .unwrap();
+        let (second, second_id, second_writes) = private_write("k1", b"v2");
+        committer
+            .apply_validated(validated_block(&ledger, 6, vec![second]))
+            .unwrap();
+        let policy = keep(private_envelope(|rwset| {
+            let entries = std::collections::BTreeMap::from([(
+                weft_protos::tx::VALIDATION_PARAMETER.to_owned(),
+                Bytes::from_static(b"a policy"),
+            )]);
+            rwset.write_private_metadata("kv", ORG1_COLLECTION, "k1", entries);
+        }));
+        committer
+            .apply_validated(validated_block(&ledger, 7, vec![policy]))
+            .unwrap();
+        let private = weft_statedb::private_namespace("kv", ORG1_COLLECTION);
+        let held = state.get(&private, "k1").unwrap().unwrap();
+        assert_eq!(
+            (&held.value[..], held.version),
+            (&b"v1"[..], weft_statedb::Height::new(5, 0)),
+            "the older value stays where it was"
+        );
+
+        let source = Arc::new(Answers(parking_lot::Mutex::new(vec![vec![(
+            second_id,
+            second_writes,
+        )]])));
+        let reconciler = crate::Reconciler::new(&committer.handle(), source, queue.clone(), 10);
+        assert_eq!(reconciler.round().unwrap(), 1);
+        let tick = keep(private_write("k2", b"tick"));
+        committer
+            .apply_validated(validated_block(&ledger, 8, vec![tick]))
+            .unwrap();
+        let found = state.get(&private, "k1").unwrap().unwrap();
+        assert_eq!(
+            (&found.value[..], found.version),
+            (&b"v2"[..], weft_statedb::Height::new(7, 0)),
+            "found, at the version its hash has now"
+        );
     }
 
     #[test]

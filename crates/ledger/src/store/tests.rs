@@ -917,7 +917,7 @@ fn private_data_is_stored_with_its_block_settles_transient_entries_and_leaves_wi
     );
 
     assert_eq!(
-        store.missing_private_data(10).unwrap(),
+        store.missing_private_data(None, 10).unwrap(),
         std::slice::from_ref(&missing)
     );
 
@@ -935,7 +935,7 @@ fn private_data_is_stored_with_its_block_settles_transient_entries_and_leaves_wi
         store.private_data(2).unwrap(),
         vec![(1, Bytes::from_static(b"what is left"))]
     );
-    assert!(store.missing_private_data(10).unwrap().is_empty());
+    assert!(store.missing_private_data(None, 10).unwrap().is_empty());
     assert_eq!(store.reconciled_with(3).unwrap(), [(2, 0)]);
     assert!(store.reconciled_with(2).unwrap().is_empty());
 
