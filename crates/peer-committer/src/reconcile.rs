@@ -132,8 +132,9 @@ impl Reconciler {
         Ok(entries)
     }
 
-    /// One round: asks for the oldest missing entries not found yet;
-    /// returns how many were found (and queued for the committer).
+    /// One round: asks for the next missing entries not found yet (see
+    /// the module's docs); returns how many were found (and queued for the
+    /// committer), not counting those given up.
     pub fn round(&self) -> crate::Result<usize> {
         let mut missing = self.next_entries()?;
         if missing.is_empty() {
