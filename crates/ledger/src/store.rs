@@ -1278,12 +1278,16 @@ fn open_db(path: &Path) -> Result<DB> {
     let mut blocks = Options::default();
     blocks.set_compression_type(DBCompressionType::Lz4);
     // TxIDs are random: a bloom filter answers "not present" (the common
-    // case of the duplicate check) without reading data blocks.
+    // case of the duplicate check) without reading data blocks, and one
+    // over the memtable's whole keys without searching its skip list
+    // (each proposal and each committed transaction asks once).
     let mut tx_ids = Options::default();
     tx_ids.set_compression_type(DBCompressionType::Lz4);
     let mut table = BlockBasedOptions::default();
     table.set_bloom_filter(10.0, false);
     tx_ids.set_block_based_table_factory(&table);
+    tx_ids.set_memtable_prefix_bloom_ratio(0.05);
+    tx_ids.set_memtable_whole_key_filtering(true);
 
     // History entries are written key by key, all over the key space,
     // and read by prefix.
