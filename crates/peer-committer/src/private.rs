@@ -819,7 +819,9 @@ pub(crate) fn apply_completed(
 /// Schedules in `batch` the expiry of what the valid transactions of block
 /// `number` write to collections with a `blockToLive`: each key's hash,
 /// and where `committed` (the block's committed private data) holds the
-/// key's value, the value.
+/// key's value, the value. A key whose metadata alone is written counts
+/// as written by that transaction (its hash, and a member's value, moved
+/// to its version), as Fabric's expiry keeper counts it.
 pub(crate) fn schedule_expiry(
     batch: &mut UpdateBatch,
     decoded: &DecodedBlock,
@@ -841,17 +843,23 @@ pub(crate) fn schedule_expiry(
                         _ => continue,
                     };
                 let expiring = number.saturating_add(lifetime).saturating_add(1);
-                for write in collection
-                    .rwset
-                    .hashed_writes
-                    .iter()
-                    .filter(|w| !w.is_delete)
-                {
+                let rwset = &collection.rwset;
+                let written = rwset.hashed_writes.iter().filter(|w| !w.is_delete);
+                let metadata_alone = rwset.metadata_writes.iter().filter(|metadata| {
+                    !rwset
+                        .hashed_writes
+                        .iter()
+                        .any(|write| write.key_hash == metadata.key_hash)
+                });
+                let hashes = written
+                    .map(|write| &write.key_hash)
+                    .chain(metadata_alone.map(|metadata| &metadata.key_hash));
+                for key_hash in hashes {
                     let entry = format!(
                         "{expiring:016x}/h/{}/{}/{}",
                         namespace.namespace,
                         collection.collection,
-                        hex::encode(&write.key_hash)
+                        hex::encode(key_hash)
                     );
                     batch.put(EXPIRY_NAMESPACE, &entry, encode_version(version), version);
                 }
@@ -894,8 +902,14 @@ fn schedule_value_expiry(
             's',
             &format!("{:016x}{:016x}", writes.block, writes.tx_index),
         );
-        for write in writes.rwset.writes.iter().filter(|w| !w.is_delete) {
+        let rwset = &writes.rwset;
+        for write in rwset.writes.iter().filter(|w| !w.is_delete) {
             schedule('p', &write.key);
+        }
+        for metadata in &rwset.metadata_writes {
+            if !rwset.writes.iter().any(|write| write.key == metadata.key) {
+                schedule('p', &metadata.key);
+            }
         }
     }
 }

@@ -734,6 +734,90 @@ mod key_level_policies {
     }
 }
 
+mod expiry {
+    use weft_protos::lifecycle::{StateData, state_data};
+    use weft_protos::protos::collection_config::Payload as CollectionPayload;
+    use weft_protos::protos::collection_policy_config::Payload as MemberPolicy;
+    use weft_protos::protos::{
+        CollectionConfig, CollectionConfigPackage, CollectionPolicyConfig, StaticCollectionConfig,
+    };
+    use weft_statedb::memory::{MemoryOptions, MemoryState};
+    use weft_statedb::{Height, UpdateBatch, VersionedState};
+
+    use super::*;
+    use crate::ChaincodeDefinitions;
+    use crate::private::{EXPIRY_NAMESPACE, schedule_expiry};
+
+    #[test]
+    fn a_policy_set_alone_on_a_private_key_starts_its_blocktolive_again() {
+        // Goal: as Fabric's expiry keeper counts it, a private key whose
+        // metadata alone a transaction writes counts as written by it:
+        // its hash (now at that transaction's version) expires
+        // `blockToLive` blocks after that, not after its value's write.
+        let dir = tempfile::tempdir().unwrap();
+        let state = MemoryState::open(dir.path(), MemoryOptions::default()).unwrap();
+        let member_policy = weft_policy::dsl::parse("OR('Org1MSP.member')").unwrap();
+        let package = CollectionConfigPackage {
+            config: vec![CollectionConfig {
+                payload: Some(CollectionPayload::StaticCollectionConfig(
+                    StaticCollectionConfig {
+                        name: "c".to_owned(),
+                        member_orgs_policy: Some(CollectionPolicyConfig {
+                            payload: Some(MemberPolicy::SignaturePolicy(member_policy)),
+                        }),
+                        block_to_live: 2,
+                        maximum_peer_count: 1,
+                        ..StaticCollectionConfig::default()
+                    },
+                )),
+            }],
+        };
+        let stored = StateData {
+            r#type: Some(state_data::Type::Bytes(package.encode_to_vec().into())),
+        };
+        let mut batch = UpdateBatch::new();
+        batch.put(
+            "_lifecycle",
+            "namespaces/fields/kv/Collections",
+            stored.encode_to_vec().into(),
+            Height::new(1, 0),
+        );
+        state.apply(&batch, Height::new(1, 0)).unwrap();
+        let definitions = ChaincodeDefinitions::load(&state).unwrap();
+
+        let mut rwset = weft_protos::tx::ReadWriteSetBuilder::new();
+        let entries = std::collections::BTreeMap::from([(
+            weft_protos::tx::VALIDATION_PARAMETER.to_owned(),
+            Bytes::from_static(b"a policy"),
+        )]);
+        rwset.write_private_metadata("kv", "c", "k", entries);
+        let envelope =
+            kv_transaction_by(rwset.encode(), Bytes::new(), &[&key_level_policies::peer()]);
+        let mut template = block("ch10-block-3.block");
+        template.header.as_mut().unwrap().number = 5;
+        let decoded = with_envelopes(&template, vec![envelope]);
+
+        let mut batch = UpdateBatch::new();
+        schedule_expiry(
+            &mut batch,
+            &decoded,
+            &[TxValidationCode::Valid],
+            &definitions,
+            &[],
+        );
+        let hash = hex::encode(weft_protos::hash::sha256(b"k"));
+        let scheduled = batch.get(
+            EXPIRY_NAMESPACE,
+            &format!("{:016x}/h/kv/c/{hash}", 5 + 2 + 1),
+        );
+        assert_eq!(
+            scheduled.map(|write| write.version),
+            Some(Height::new(5, 0)),
+            "{batch:?}"
+        );
+    }
+}
+
 mod commit {
     //! The whole committer on the real ch10 chain: RocksDB block store and
     //! the in-memory world state, both on disk in a temporary directory.
