@@ -566,6 +566,17 @@ impl BlockStore {
             .map(Bytes::copy_from_slice))
     }
 
+    /// The private writes transaction `tx_index` of block `number`
+    /// committed, serialized, if it committed any on this peer.
+    pub fn private_data_of(&self, number: u64, tx_index: u64) -> Result<Option<Bytes>> {
+        let shared = &*self.shared;
+        let stored = shared
+            .db
+            .get_pinned_cf(shared.cf(CF_PRIVATE)?, private_key(number, tx_index))
+            .map_err(|source| Error::PrivateData { source })?;
+        Ok(stored.as_deref().map(Bytes::copy_from_slice))
+    }
+
     /// The private data block `number` committed: (transaction index,
     /// serialized private writes), in transaction order.
     pub fn private_data(&self, number: u64) -> Result<Vec<(u64, Bytes)>> {

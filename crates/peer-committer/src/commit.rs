@@ -246,11 +246,8 @@ impl ChannelCommitter {
             // Earlier blocks' copies this block completed, as stored then.
             let mut completed = Vec::new();
             for (block, tx_index) in ledger.reconciled_with(number)? {
-                let copy = ledger
-                    .private_data(block)?
-                    .into_iter()
-                    .filter(|(index, _)| *index == tx_index)
-                    .collect::<Vec<_>>();
+                let copy = ledger.private_data_of(block, tx_index)?.into_iter();
+                let copy: Vec<(u64, Bytes)> = copy.map(|bytes| (tx_index, bytes)).collect();
                 completed.extend(private::decode_committed(block, &copy));
             }
             private::apply_completed(&mut batch, state.as_ref(), number, &definitions, &completed)?;

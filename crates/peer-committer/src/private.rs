@@ -477,10 +477,8 @@ pub(crate) fn purge_keys(
                 std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
                 std::collections::hash_map::Entry::Vacant(entry) => {
                     let stored = ledger
-                        .private_data(block)?
-                        .into_iter()
-                        .find(|(index, _)| *index == tx)
-                        .and_then(|(_, bytes)| TxPvtReadWriteSet::decode(bytes).ok());
+                        .private_data_of(block, tx)?
+                        .and_then(|bytes| TxPvtReadWriteSet::decode(bytes).ok());
                     entry.insert((stored, false))
                 }
             };
@@ -692,11 +690,7 @@ pub(crate) fn complete(
             .position(|(b, t, _)| (*b, *t) == (block, tx_index));
         let stored = match position {
             Some(index) => private.rewritten[index].2.clone(),
-            None => ledger
-                .private_data(block)?
-                .into_iter()
-                .find(|(index, _)| *index == tx_index)
-                .map(|(_, bytes)| bytes),
+            None => ledger.private_data_of(block, tx_index)?,
         };
         let mut copy = stored
             .and_then(|bytes| TxPvtReadWriteSet::decode(bytes).ok())
@@ -998,10 +992,8 @@ pub(crate) fn pruned(
             Some(index) => index,
             None => {
                 let stored = ledger
-                    .private_data(gone.block)?
-                    .into_iter()
-                    .find(|(tx, _)| *tx == gone.tx_index)
-                    .and_then(|(_, bytes)| TxPvtReadWriteSet::decode(bytes).ok());
+                    .private_data_of(gone.block, gone.tx_index)?
+                    .and_then(|bytes| TxPvtReadWriteSet::decode(bytes).ok());
                 let Some(set) = stored else {
                     continue;
                 };

@@ -491,7 +491,6 @@ impl PrivateDataService {
             )));
         }
         let blocks = opened.channel.blocks();
-        let mut committed: HashMap<u64, Vec<(u64, bytes::Bytes)>> = HashMap::new();
         let mut found: BTreeMap<String, TxPvtReadWriteSet> = BTreeMap::new();
         for wanted in &pull.missing {
             let member = opened.channel.is_collection_member(
@@ -505,18 +504,9 @@ impl PrivateDataService {
                     opened.sender_msp_id, wanted.collection, wanted.namespace
                 )));
             }
-            let in_block = match committed.entry(wanted.block_number) {
-                std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
-                std::collections::hash_map::Entry::Vacant(entry) => entry.insert(
-                    blocks
-                        .private_data(wanted.block_number)
-                        .map_err(|e| Status::internal(e.to_string()))?,
-                ),
-            };
-            let held = in_block
-                .iter()
-                .find(|(tx_index, _)| *tx_index == wanted.tx_index)
-                .map(|(_, bytes)| bytes.clone())
+            let held = blocks
+                .private_data_of(wanted.block_number, wanted.tx_index)
+                .map_err(|e| Status::internal(e.to_string()))?
                 .or_else(|| blocks.transient(&wanted.tx_id).ok().flatten());
             let Some(set) = held
                 .and_then(|bytes| TxPvtReadWriteSet::decode(bytes).ok())

@@ -904,6 +904,11 @@ fn private_data_is_stored_with_its_block_settles_transient_entries_and_leaves_wi
         store.private_data(2).unwrap(),
         vec![(1, Bytes::from_static(b"committed of a"))]
     );
+    assert_eq!(
+        store.private_data_of(2, 1).unwrap().as_deref(),
+        Some(&b"committed of a"[..])
+    );
+    assert_eq!(store.private_data_of(2, 0).unwrap(), None);
     assert!(store.private_data(1).unwrap().is_empty());
     assert!(store.private_data(3).unwrap().is_empty());
     assert_eq!(
