@@ -254,15 +254,9 @@ fn apply_key_metadata(
 ) -> weft_statedb::Result<()> {
     let name = keyed.namespace.as_ref();
     let metadata_namespace = key_metadata_namespace(name);
-    let latest = |batch: &UpdateBatch, namespace: &str, key: &str| match batch.get(namespace, key) {
-        Some(write) => Ok(write.value.clone()),
-        None => state
-            .get(namespace, key)
-            .map(|found| found.map(|v| v.value)),
-    };
     // A delete removes the key, metadata and all.
     for key in keyed.deleted() {
-        if latest(batch, &metadata_namespace, key)?.is_some() {
+        if batch.latest(state, &metadata_namespace, key)?.is_some() {
             batch.delete(&metadata_namespace, key, height);
         }
     }
@@ -272,14 +266,14 @@ fn apply_key_metadata(
             Some((_, false)) => {}
             None => {
                 // Metadata alone: the value stays, at the new height.
-                let Some(value) = latest(batch, name, key)? else {
+                let Some(kept) = batch.latest(state, name, key)? else {
                     continue;
                 };
-                batch.put(name, key, value, height);
+                batch.put(name, key, kept.value, height);
             }
         }
         if entries.is_empty() {
-            if latest(batch, &metadata_namespace, key)?.is_some() {
+            if batch.latest(state, &metadata_namespace, key)?.is_some() {
                 batch.delete(&metadata_namespace, key, height);
             }
         } else {

@@ -349,14 +349,10 @@ pub(crate) fn apply(
             else {
                 continue;
             };
-            let latest = match batch.get(&state_namespace, key) {
-                Some(write) => write.value.clone(),
-                None => state.get(&state_namespace, key)?.map(|stored| stored.value),
-            };
-            if let Some(value) = latest
-                && weft_protos::hash::sha256(&value).as_slice() == hash.as_ref()
+            if let Some(held) = batch.latest(state, &state_namespace, key)?
+                && weft_protos::hash::sha256(&held.value).as_slice() == hash.as_ref()
             {
-                batch.put(&state_namespace, key, value, height);
+                batch.put(&state_namespace, key, held.value, height);
             }
         }
     }
@@ -517,15 +513,14 @@ pub(crate) fn purge_keys(
         plaintext.sort();
         plaintext.dedup();
         for plaintext_key in plaintext {
-            let in_batch = batch.get(&state_namespace, &plaintext_key);
-            if in_batch.is_some_and(|write| write.version > height) {
+            let written = batch.get(&state_namespace, &plaintext_key);
+            if written.is_some_and(|write| write.version > height) {
                 continue; // written again later in the block
             }
-            let held = match in_batch {
-                Some(write) => write.value.is_some(),
-                None => state.get(&state_namespace, &plaintext_key)?.is_some(),
-            };
-            if held {
+            if batch
+                .latest(state, &state_namespace, &plaintext_key)?
+                .is_some()
+            {
                 batch.delete(&state_namespace, &plaintext_key, height);
             }
             private.purged_values.push(PurgedValue {
@@ -752,32 +747,24 @@ fn current_version(
 ) -> weft_statedb::Result<Option<Height>> {
     let key = write.key.as_str();
     let version = Height::new(writes.block, writes.tx_index);
-    let latest = |namespace: &str, key: &str| -> weft_statedb::Result<Option<(Bytes, Height)>> {
-        Ok(match batch.get(namespace, key) {
-            Some(written) => written.value.clone().map(|value| (value, written.version)),
-            None => state
-                .get(namespace, key)?
-                .map(|stored| (stored.value, stored.version)),
-        })
-    };
     let hashed = hashed_namespace(&writes.namespace, &writes.collection);
-    let hash = latest(
-        &hashed,
-        &hex::encode(weft_protos::hash::sha256(key.as_bytes())),
-    )?;
+    let key_hash = hex::encode(weft_protos::hash::sha256(key.as_bytes()));
+    let hash = batch.latest(state, &hashed, &key_hash)?;
     if !write.is_delete {
         return Ok(match hash {
-            Some((_, at)) if at == version => Some(version),
-            Some((value_hash, at))
-                if value_hash.as_ref() == weft_protos::hash::sha256(&write.value).as_slice() =>
+            Some(hash) if hash.version == version => Some(version),
+            Some(hash)
+                if hash.value.as_ref() == weft_protos::hash::sha256(&write.value).as_slice() =>
             {
-                Some(at)
+                Some(hash.version)
             }
             _ => None,
         });
     }
     let private = private_namespace(&writes.namespace, &writes.collection);
-    let held_older = latest(&private, key)?.is_some_and(|(_, held)| held < version);
+    let held_older = batch
+        .latest(state, &private, key)?
+        .is_some_and(|held| held.version < version);
     Ok((hash.is_none() && held_older).then_some(version))
 }
 

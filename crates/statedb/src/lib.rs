@@ -103,6 +103,24 @@ impl UpdateBatch {
         self.writes.get(&(namespace.to_owned(), key.to_owned()))
     }
 
+    /// `key` of `namespace` as applying this batch would leave `state`:
+    /// this batch's write of it (`None` for a delete), else what `state`
+    /// holds.
+    pub fn latest(
+        &self,
+        state: &dyn StateReader,
+        namespace: &str,
+        key: &str,
+    ) -> Result<Option<VersionedValue>> {
+        match self.get(namespace, key) {
+            Some(write) => Ok(write.value.clone().map(|value| VersionedValue {
+                value,
+                version: write.version,
+            })),
+            None => state.get(namespace, key),
+        }
+    }
+
     /// The writes in (namespace, key) order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str, &Write)> {
         self.writes
