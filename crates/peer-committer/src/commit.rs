@@ -693,20 +693,20 @@ impl ChannelCommitter {
         );
         // Data found since for earlier blocks, with a signed block only: a
         // staged one may be rolled back.
-        let found = match &self.reconciled {
-            Some(queue) if signed => queue.take(),
-            _ => Vec::new(),
-        };
-        if !found.is_empty() {
-            private::complete(
-                &mut batch,
-                &mut private,
-                self.state.as_ref(),
-                &self.ledger,
-                number,
-                &self.context.definitions,
-                found,
-            )?;
+        if let Some(queue) = self.reconciled.as_ref().filter(|_| signed) {
+            let waiting = queue.take();
+            private.abandoned.extend(waiting.abandoned);
+            if !waiting.found.is_empty() {
+                private::complete(
+                    &mut batch,
+                    &mut private,
+                    self.state.as_ref(),
+                    &self.ledger,
+                    number,
+                    &self.context.definitions,
+                    waiting.found,
+                )?;
+            }
         }
         self.indexes.update(
             &mut batch,

@@ -293,20 +293,29 @@ pub(crate) fn decode_committed(block: u64, private: &[(u64, Bytes)]) -> Vec<Comm
             tracing::error!(block, tx_index, "stored private data does not decode");
             continue;
         };
-        for namespace in set.ns_pvt_rwset {
-            for collection in namespace.collection_pvt_rwset {
-                let Ok(rwset) = KvrwSet::decode(collection.rwset) else {
-                    tracing::error!(block, tx_index, "stored private write set does not decode");
-                    continue;
-                };
-                decoded.push(CommittedWrites {
-                    block,
-                    tx_index: *tx_index,
-                    namespace: namespace.namespace.clone(),
-                    collection: collection.collection_name,
-                    rwset,
-                });
-            }
+        decoded.extend(committed_writes(block, *tx_index, set));
+    }
+    decoded
+}
+
+/// The collections of `set`, the private writes of transaction
+/// `tx_index` of block `block`, each write set decoded (one that does not
+/// is skipped with an error logged).
+fn committed_writes(block: u64, tx_index: u64, set: TxPvtReadWriteSet) -> Vec<CommittedWrites> {
+    let mut decoded = Vec::new();
+    for namespace in set.ns_pvt_rwset {
+        for collection in namespace.collection_pvt_rwset {
+            let Ok(rwset) = KvrwSet::decode(collection.rwset) else {
+                tracing::error!(block, tx_index, "stored private write set does not decode");
+                continue;
+            };
+            decoded.push(CommittedWrites {
+                block,
+                tx_index,
+                namespace: namespace.namespace.clone(),
+                collection: collection.collection_name,
+                rwset,
+            });
         }
     }
     decoded
@@ -628,8 +637,7 @@ fn without_key(set: &mut TxPvtReadWriteSet, key: &PrivateKeyRef) -> Vec<String> 
 /// Earlier blocks' private writes found since those blocks committed (by
 /// the reconciler, `crate::reconcile`), checked against their hashes: the
 /// collections found of transaction `tx_index` of block `block`, and the
-/// missing entries they settle (with no collections: entries given up
-/// on).
+/// missing entries they settle.
 #[derive(Debug, Clone)]
 pub struct Reconciled {
     pub(crate) block: u64,
@@ -656,16 +664,9 @@ pub(crate) fn complete(
 ) -> crate::Result<()> {
     let mut completed = Vec::new();
     for reconciled in found {
-        if reconciled.set.ns_pvt_rwset.is_empty() {
-            // Given up on: expired before it was found.
-            private.abandoned.extend(reconciled.found);
-            continue;
-        }
         let (block, tx_index) = (reconciled.block, reconciled.tx_index);
         let mut kept = Vec::new();
-        for mut writes in
-            decode_committed(block, &[(tx_index, reconciled.set.encode_to_vec().into())])
-        {
+        for mut writes in committed_writes(block, tx_index, reconciled.set) {
             let all = writes.rwset.writes.len();
             let mut current = Vec::with_capacity(all);
             for write in std::mem::take(&mut writes.rwset.writes) {

@@ -33,11 +33,21 @@ use crate::private::{
     Expected, Missing, PrivateWritesSource, Reconciled, empty_set, take_matching,
 };
 
-/// Found private data waiting for the committer, shared by a channel's
-/// [`Reconciler`] and its committer.
+/// Found private data, and missing entries given up on, waiting for the
+/// committer; shared by a channel's [`Reconciler`] and its committer.
 #[derive(Debug, Default)]
 pub struct ReconciledQueue {
-    found: Mutex<Vec<Reconciled>>,
+    waiting: Mutex<Waiting>,
+}
+
+/// What waits in a [`ReconciledQueue`].
+#[derive(Debug, Default)]
+pub(crate) struct Waiting {
+    /// Data found, to commit.
+    pub(crate) found: Vec<Reconciled>,
+    /// Entries whose collection's `blockToLive` has passed: their data is
+    /// gone everywhere, and the entries are to be deleted.
+    pub(crate) abandoned: Vec<MissingPrivateData>,
 }
 
 impl ReconciledQueue {
@@ -45,26 +55,32 @@ impl ReconciledQueue {
         Self::default()
     }
 
-    /// Everything found so far, for the committer to apply.
-    pub(crate) fn take(&self) -> Vec<Reconciled> {
-        std::mem::take(&mut *self.found.lock())
+    /// Everything waiting, for the committer.
+    pub(crate) fn take(&self) -> Waiting {
+        std::mem::take(&mut *self.waiting.lock())
     }
 
     fn push(&self, reconciled: Reconciled) {
-        self.found.lock().push(reconciled);
+        self.waiting.lock().found.push(reconciled);
     }
 
-    /// Whether `missing` was found and waits for the committer.
+    fn abandon(&self, entries: Vec<MissingPrivateData>) {
+        self.waiting.lock().abandoned.extend(entries);
+    }
+
+    /// Whether `missing` waits for the committer.
     fn holds(&self, missing: &MissingPrivateData) -> bool {
-        self.found
-            .lock()
-            .iter()
-            .any(|reconciled| reconciled.found.contains(missing))
+        let waiting = self.waiting.lock();
+        waiting.abandoned.contains(missing)
+            || waiting
+                .found
+                .iter()
+                .any(|reconciled| reconciled.found.contains(missing))
     }
 
-    /// How many transactions' data wait for the committer.
+    /// How many transactions' found data wait for the committer.
     pub fn len(&self) -> usize {
-        self.found.lock().len()
+        self.waiting.lock().found.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -160,12 +176,7 @@ impl Reconciler {
                 }
             });
         if !expired.is_empty() {
-            self.queue.push(Reconciled {
-                block: expired[0].block,
-                tx_index: expired[0].tx_index,
-                set: empty_set(),
-                found: expired,
-            });
+            self.queue.abandon(expired);
         }
         missing = live;
         if missing.is_empty() {
