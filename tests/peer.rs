@@ -559,17 +559,13 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
         String::from_utf8_lossy(&output.stderr)
     );
 
-    // tests/js/secrets.js as User1 of `org` at `peer`, in the part `part`.
-    let secrets = |org: &str, peer: SocketAddr, part: &str| {
-        gateway_client_as(
-            &network,
-            org,
-            "secrets.js",
-            peer,
-            CHANNEL,
-            &[("SECRETS_AS", part)],
-        )
+    // tests/js/secrets.js as User1 of `org` at `peer`, with `env`; in the
+    // part `part`.
+    let secrets_with = |org: &str, peer: SocketAddr, env: &[(&str, &str)]| {
+        gateway_client_as(&network, org, "secrets.js", peer, CHANNEL, env)
     };
+    let secrets =
+        |org: &str, peer: SocketAddr, part: &str| secrets_with(org, peer, &[("SECRETS_AS", part)]);
     let creator = secrets("org1", org1.grpc, "creator");
     let ok = |seen: &serde_json::Value, what: &str| -> serde_json::Value {
         let text = seen[what]["ok"]
@@ -866,14 +862,7 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     let codes = committed_codes(org1.grpc, &network.client, committed_at).await;
     assert_eq!(codes.last(), Some(&TxValidationCode::Valid));
     let reads_r1 = |org: &str, peer: SocketAddr| {
-        gateway_client_as(
-            &network,
-            org,
-            "secrets.js",
-            peer,
-            CHANNEL,
-            &[("SECRETS_AS", "read"), ("SECRETS_KEY", "r1")],
-        )
+        secrets_with(org, peer, &[("SECRETS_AS", "read"), ("SECRETS_KEY", "r1")])
     };
     let missing = reads_r1("org1", org1.grpc);
     assert!(
