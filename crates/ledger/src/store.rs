@@ -636,49 +636,35 @@ impl BlockStore {
     /// The private values block `number`'s purges removed on this peer.
     pub fn purged_values(&self, number: u64) -> Result<Vec<PurgedValue>> {
         let shared = &*self.shared;
-        let from = number.to_be_bytes();
-        let records = shared.db.iterator_cf(
-            shared.cf(CF_PRIVATE_PURGED)?,
-            IteratorMode::From(&from, Direction::Forward),
-        );
-        let mut found = Vec::new();
-        for record in records {
-            let (record, _) = record.map_err(|source| Error::PrivateData { source })?;
-            if !record.starts_with(&from) {
-                break;
-            }
-            let value = PurgedValue::from_record(&record).ok_or_else(|| {
-                shared.corrupt(number, "a purged private value record is malformed".into())
-            })?;
-            found.push(value);
-        }
-        Ok(found)
+        shared
+            .keys_with_prefix(CF_PRIVATE_PURGED, &number.to_be_bytes())?
+            .iter()
+            .map(|record| {
+                PurgedValue::from_record(record).ok_or_else(|| {
+                    shared.corrupt(number, "a purged private value record is malformed".into())
+                })
+            })
+            .collect()
     }
 
     /// The committed copies block `completing` completed with data found
     /// later: (block, transaction index) of each.
     pub fn reconciled_with(&self, completing: u64) -> Result<Vec<(u64, u64)>> {
         let shared = &*self.shared;
-        let from = completing.to_be_bytes();
-        let entries = shared.db.iterator_cf(
-            shared.cf(CF_PRIVATE_RECONCILED)?,
-            IteratorMode::From(&from, Direction::Forward),
-        );
-        let mut found = Vec::new();
-        for entry in entries {
-            let (key, _) = entry.map_err(|source| Error::PrivateData { source })?;
-            if !key.starts_with(&from) {
-                break;
-            }
-            let position = key.get(8..).and_then(|rest| {
-                let block: [u8; 8] = rest.get(..8)?.try_into().ok()?;
-                Some((u64::from_be_bytes(block), tx_index_of(rest)?))
-            });
-            if let Some(position) = position {
-                found.push(position);
-            }
-        }
-        Ok(found)
+        shared
+            .keys_with_prefix(CF_PRIVATE_RECONCILED, &completing.to_be_bytes())?
+            .iter()
+            .map(|key| {
+                key.get(8..)
+                    .and_then(|rest| {
+                        let block: [u8; 8] = rest.get(..8)?.try_into().ok()?;
+                        Some((u64::from_be_bytes(block), tx_index_of(rest)?))
+                    })
+                    .ok_or_else(|| {
+                        shared.corrupt(completing, "a completed-copy record is malformed".into())
+                    })
+            })
+            .collect()
     }
 
     /// Where committed private data holds `key`: the (block, transaction
@@ -688,19 +674,15 @@ impl BlockStore {
     pub fn private_key_writes(&self, key: &PrivateKeyRef) -> Result<Vec<(u64, u64)>> {
         let shared = &*self.shared;
         let prefix = key.index_prefix();
-        let entries = shared.db.iterator_cf(
-            shared.cf(CF_PRIVATE_KEYS)?,
-            IteratorMode::From(&prefix, Direction::Forward),
-        );
-        let mut found = Vec::new();
-        for entry in entries {
-            let (entry, _) = entry.map_err(|source| Error::PrivateData { source })?;
-            let Some(position) = crate::private::indexed_position(&prefix, &entry) else {
-                break;
-            };
-            found.push(position);
-        }
-        Ok(found)
+        shared
+            .keys_with_prefix(CF_PRIVATE_KEYS, &prefix)?
+            .iter()
+            .map(|entry| {
+                crate::private::indexed_position(&prefix, entry).ok_or_else(|| {
+                    shared.corrupt(0, "an entry of the private key index is malformed".into())
+                })
+            })
+            .collect()
     }
 
     /// Every committed write of `key` in `namespace`, newest first, at
@@ -1093,6 +1075,24 @@ impl Shared {
             return Ok(None);
         }
         Ok(Some(location))
+    }
+
+    /// The keys of column family `family` that start with `prefix`, in
+    /// order.
+    fn keys_with_prefix(&self, family: &'static str, prefix: &[u8]) -> Result<Vec<Box<[u8]>>> {
+        let entries = self.db.iterator_cf(
+            self.cf(family)?,
+            IteratorMode::From(prefix, Direction::Forward),
+        );
+        let mut keys = Vec::new();
+        for entry in entries {
+            let (key, _) = entry.map_err(|source| Error::PrivateData { source })?;
+            if !key.starts_with(prefix) {
+                break;
+            }
+            keys.push(key);
+        }
+        Ok(keys)
     }
 
     fn corrupt(&self, block_number: u64, reason: String) -> Error {
