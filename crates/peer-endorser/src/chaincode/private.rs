@@ -85,13 +85,7 @@ impl Stub<'_> {
         key: &str,
     ) -> Result<Option<Bytes>, StateError> {
         self.check_private(collection, Access::Hash)?;
-        let current = self.stored_hash(collection, key)?;
-        let version = current
-            .as_ref()
-            .map(|value| (value.version.block_num, value.version.tx_num));
-        self.rwset
-            .read_private_hash(self.namespace, collection, key, version);
-        Ok(current.map(|value| value.value))
+        Ok(self.read_hash(collection, key)?.map(|hash| hash.value))
     }
 
     /// Writes private `value` to `key` of `collection` when the
@@ -138,13 +132,7 @@ impl Stub<'_> {
         key: &str,
     ) -> Result<BTreeMap<String, Bytes>, StateError> {
         self.check_private(collection, Access::Read)?;
-        let hash = self.stored_hash(collection, key)?;
-        self.rwset.read_private_hash(
-            self.namespace,
-            collection,
-            key,
-            hash.map(|hash| (hash.version.block_num, hash.version.tx_num)),
-        );
+        self.read_hash(collection, key)?;
         let hashed = hashed_namespace(self.namespace, collection);
         self.stored_metadata(&key_metadata_namespace(&hashed), &key_hash(key), key)
     }
@@ -326,6 +314,22 @@ impl Stub<'_> {
         self.collections
             .insert(self.namespace.to_owned(), collections.clone());
         Ok(collections)
+    }
+
+    /// The hash of private `key` of `collection` in the snapshot, with its
+    /// version, recorded as a hashed read at that version.
+    fn read_hash(
+        &mut self,
+        collection: &str,
+        key: &str,
+    ) -> Result<Option<weft_statedb::VersionedValue>, StateError> {
+        let hash = self.stored_hash(collection, key)?;
+        let version = hash
+            .as_ref()
+            .map(|hash| (hash.version.block_num, hash.version.tx_num));
+        self.rwset
+            .read_private_hash(self.namespace, collection, key, version);
+        Ok(hash)
     }
 
     /// The hash of private `key` of `collection` in the snapshot, with its
