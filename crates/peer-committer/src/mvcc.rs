@@ -102,8 +102,16 @@ pub fn validate_block(
                 put.then_some(height),
             );
         }
-        // Metadata written alone moves an existing key to this height.
-        for keyed in transaction.namespaces().flat_map(keyed_writes) {
+        // Metadata written alone moves an existing key to this height
+        // (namespaces without metadata writes are not looked at further).
+        let with_metadata = transaction.namespaces().filter(|namespace| {
+            !namespace.kv.metadata_writes.is_empty()
+                || namespace
+                    .collection_hashed
+                    .iter()
+                    .any(|collection| !collection.rwset.metadata_writes.is_empty())
+        });
+        for keyed in with_metadata.flat_map(keyed_writes) {
             for (key, _) in keyed.metadata_alone() {
                 let key = (keyed.namespace.clone().into_owned(), key.into_owned());
                 let exists = match writes.get(&key) {
