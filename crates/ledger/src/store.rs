@@ -1283,6 +1283,14 @@ fn open_db(path: &Path) -> Result<DB> {
     options.set_compression_type(DBCompressionType::Lz4);
     // RocksDB's info log, not data: keep a few files.
     options.set_keep_log_file_num(4);
+    // Blocks are synced (every block, or every stream checkpoint). A
+    // write-ahead log that grows makes each fdatasync write the file's
+    // inode as well (its size changed); a recycled log is overwritten
+    // within its size, so a sync writes the data alone. A log is recycled
+    // once every family holding writes in it has flushed, which the total
+    // size below forces every 64 MiB of writes.
+    options.set_recycle_log_file_num(2);
+    options.set_max_total_wal_size(64 << 20);
 
     // Blocks carry repeated PEM certificates, which LZ4 shrinks; keys are
     // appended in order, so compactions mostly move files.

@@ -25,6 +25,9 @@ const HARD_STATE_KEY: &[u8] = b"hs";
 const CONF_STATE_KEY: &[u8] = b"cs";
 const SNAPSHOT_KEY: &[u8] = b"snap";
 const ENTRY_PREFIX: u8 = b'e';
+/// The raft log's memtable: entries are read back soon after they are
+/// written (to send them to followers) and dropped at the next snapshot.
+const RAFT_LOG_MEMTABLE_BYTES: usize = 4 << 20;
 
 /// A failure of the log store, as text for the orderer's errors.
 pub(crate) type StoreResult<T> = std::result::Result<T, String>;
@@ -96,6 +99,14 @@ impl LogStore {
     pub fn open(path: &Path, voters: &[u64]) -> StoreResult<Self> {
         let mut options = rocksdb::Options::default();
         options.create_if_missing(true);
+        // Every entry is synced. A write-ahead log that grows makes each
+        // fdatasync write the file's inode too (its size changed): a second
+        // synchronous disk write. A recycled log is overwritten in place,
+        // within its size, so a sync writes the data alone; a small
+        // memtable makes the log turn over (and recycle) every few
+        // megabytes of entries, which compaction drops soon anyway.
+        options.set_recycle_log_file_num(2);
+        options.set_write_buffer_size(RAFT_LOG_MEMTABLE_BYTES);
         let db = rocksdb::DB::open(&options, path)
             .map_err(|e| format!("opening the raft log at {}: {e}", path.display()))?;
         let read = |key: &[u8]| {
@@ -156,8 +167,9 @@ impl LogStore {
     }
 
     /// Appends `entries` (replacing any from their first index on) and
-    /// records `hard_state`, in one batch, synced when `sync` and Raft
-    /// needs it (new entries, term or vote).
+    /// records `hard_state`, in one batch, synced when `sync`. A hard state
+    /// that changes only the commit index, with no entries, is kept in
+    /// memory.
     pub fn persist(
         &self,
         entries: &[Entry],
@@ -167,8 +179,23 @@ impl LogStore {
         if entries.is_empty() && hard_state.is_none() {
             return Ok(());
         }
-        let mut batch = rocksdb::WriteBatch::default();
         let mut state = self.inner.state.write();
+        // A commit index is learnt again from the leader, and one behind
+        // the blocks written is raised on open (`commit_at_least`): a hard
+        // state that moves only the commit index is kept in memory, and
+        // reaches the disk with the next entries, term or vote. Writing it
+        // would cost every node a log write per decided block.
+        if entries.is_empty()
+            && hard_state.is_some_and(|hard_state| {
+                hard_state.term == state.hard_state.term && hard_state.vote == state.hard_state.vote
+            })
+        {
+            if let Some(hard_state) = hard_state {
+                state.hard_state = hard_state.clone();
+            }
+            return Ok(());
+        }
+        let mut batch = rocksdb::WriteBatch::default();
         if let Some(first) = entries.first() {
             if first.index < state.first_index {
                 return Err(format!(
@@ -190,19 +217,10 @@ impl LogStore {
                 batch.put(entry_key(entry.index), encode(entry, "entry")?);
             }
         }
-        if let Some(hard_state) = hard_state {
-            batch.put(HARD_STATE_KEY, encode(hard_state, "hard state")?);
-        }
-        // Raft needs its entries, term and vote on disk before it answers;
-        // a commit index is learnt again from the leader (and raised from
-        // the blocks on open), so a hard state that moves only the commit
-        // index is not synced: each decided block would cost every node
-        // one more fsync.
-        let must_sync = !entries.is_empty()
-            || hard_state.is_some_and(|hard_state| {
-                hard_state.term != state.hard_state.term || hard_state.vote != state.hard_state.vote
-            });
-        self.write(batch, sync && must_sync)?;
+        let recorded = encode(hard_state.unwrap_or(&state.hard_state), "hard state")?;
+        batch.put(HARD_STATE_KEY, recorded);
+        // Raft needs its entries, term and vote on disk before it answers.
+        self.write(batch, sync)?;
         if let Some(first) = entries.first() {
             let kept = usize::try_from(first.index - state.first_index).unwrap_or(usize::MAX);
             state.terms.truncate(kept);
@@ -221,10 +239,10 @@ impl LogStore {
         Ok(())
     }
 
-    /// Records a new commit index (from a `LightReady`). Not synced: a
-    /// commit index lost in a crash is learnt again from the leader, and
-    /// one behind the blocks written is raised on open
-    /// ([`LogStore::commit_at_least`]).
+    /// Records a new commit index (from a `LightReady`), in memory only
+    /// until the next write ([`LogStore::persist`]): a commit index lost in
+    /// a crash is learnt again from the leader, and one behind the blocks
+    /// written is raised on open ([`LogStore::commit_at_least`]).
     pub fn set_commit(&self, commit: u64) -> StoreResult<()> {
         let mut hard_state = self.inner.state.read().hard_state.clone();
         hard_state.commit = commit;
@@ -233,8 +251,8 @@ impl LogStore {
 
     /// Raises the commit index to `applied` (the last entry the block store
     /// holds a block of, which was committed): raft-rs refuses to start
-    /// with entries applied beyond the commit index. Not synced either: it
-    /// is raised again on every open.
+    /// with entries applied beyond the commit index. In memory, as
+    /// [`LogStore::set_commit`]: it is raised again on every open.
     pub fn commit_at_least(&self, applied: u64) -> StoreResult<()> {
         let mut hard_state = self.inner.state.read().hard_state.clone();
         if hard_state.commit >= applied {
@@ -525,5 +543,44 @@ mod tests {
         assert_eq!(store.last_index().unwrap(), 10);
         assert_eq!(store.term(10).unwrap(), 3);
         assert_eq!(store.initial_state().unwrap().hard_state.commit, 10);
+    }
+
+    #[test]
+    fn a_commit_index_alone_is_answered_at_once_and_raised_again_on_open() {
+        // Goal: a commit index moved alone is what Raft reads back at
+        // once; after a reopen it may be behind (it was not written), but
+        // never ahead, term and vote are kept, and `commit_at_least` raises
+        // it to the blocks written.
+        let dir = tempfile::tempdir().unwrap();
+        let store = LogStore::open(dir.path(), &[1, 2, 3]).unwrap();
+        let entries: Vec<Entry> = (1..=5).map(|i| entry(i, 2, b"x")).collect();
+        let mut hard_state = HardState {
+            term: 2,
+            vote: 1,
+            commit: 2,
+            ..Default::default()
+        };
+        store.persist(&entries, Some(&hard_state), true).unwrap();
+        store.set_commit(5).unwrap();
+        assert_eq!(store.initial_state().unwrap().hard_state.commit, 5);
+        drop(store);
+
+        let store = LogStore::open(dir.path(), &[]).unwrap();
+        let reopened = store.initial_state().unwrap().hard_state;
+        assert!((2..=5).contains(&reopened.commit));
+        assert_eq!((reopened.term, reopened.vote), (2, 1));
+        store.commit_at_least(4).unwrap();
+        assert!(store.initial_state().unwrap().hard_state.commit >= 4);
+
+        // A new vote is written, with the commit index held in memory.
+        store.set_commit(5).unwrap();
+        hard_state.term = 3;
+        hard_state.vote = 2;
+        hard_state.commit = 5;
+        store.persist(&[], Some(&hard_state), true).unwrap();
+        drop(store);
+        let store = LogStore::open(dir.path(), &[]).unwrap();
+        let reopened = store.initial_state().unwrap().hard_state;
+        assert_eq!((reopened.term, reopened.vote, reopened.commit), (3, 2, 5));
     }
 }
