@@ -65,7 +65,11 @@ impl OwnSignatures {
         let digest: [u8; 32] = Sha256::digest(message).into();
         let mut generations = self.generations.lock();
         if generations.newer.len() >= self.generation_size {
-            generations.older = std::mem::take(&mut generations.newer);
+            // The older generation's table is reused, not grown again from
+            // nothing (a rehash at every doubling, under this lock).
+            let generations = &mut *generations;
+            std::mem::swap(&mut generations.newer, &mut generations.older);
+            generations.newer.clear();
         }
         generations.newer.insert(signature.into(), digest);
     }
