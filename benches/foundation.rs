@@ -186,6 +186,30 @@ fn tx_id_lookup(c: &mut Criterion) {
             assert!(!store.contains_tx_id(black_box(&tx_id)).unwrap());
         });
     });
+    // A block's worth at once, as the committer asks: one lookup each
+    // against one batched lookup.
+    const BATCH: u64 = 50;
+    group.bench_function("absent/50 one by one", |b| {
+        b.iter(|| {
+            for _ in 0..BATCH {
+                next += 1;
+                let tx_id = format!("absent-{next}");
+                assert!(!store.contains_tx_id(black_box(&tx_id)).unwrap());
+            }
+        });
+    });
+    group.bench_function("absent/50 batched", |b| {
+        b.iter(|| {
+            let tx_ids: Vec<String> = (0..BATCH)
+                .map(|_| {
+                    next += 1;
+                    format!("absent-{next}")
+                })
+                .collect();
+            let tx_ids: Vec<&str> = tx_ids.iter().map(String::as_str).collect();
+            assert!(store.stored_tx_ids(black_box(&tx_ids)).unwrap().is_empty());
+        });
+    });
     group.bench_function("present/indexed=100000", |b| {
         b.iter(|| {
             next += 7_919;

@@ -532,6 +532,17 @@ impl BlockStore {
         Ok(self.shared.index_lookup(tx_id)?.is_some())
     }
 
+    /// Those of `tx_ids` a stored block carries: [`BlockStore::contains_tx_id`]
+    /// for a whole block's transactions in one batched lookup.
+    pub fn stored_tx_ids<'a>(&self, tx_ids: &[&'a str]) -> Result<HashSet<&'a str>> {
+        let locations = self.shared.index_lookups(tx_ids)?;
+        Ok(tx_ids
+            .iter()
+            .zip(locations)
+            .filter_map(|(tx_id, location)| location.map(|_| *tx_id))
+            .collect())
+    }
+
     /// Keeps `private`, the serialized private writes of transaction
     /// `tx_id` endorsed when the chain was `height` blocks high, until the
     /// block holding the transaction settles it or the chain outgrows it
@@ -983,9 +994,11 @@ impl Shared {
             .filter(|(_, id)| seen.insert(*id))
             .collect();
         // ... and not in any earlier block.
-        let existing = self
-            .db
-            .multi_get_cf(candidates.iter().map(|(_, id)| (tx_ids, id.as_bytes())));
+        let existing = self.db.batched_multi_get_cf(
+            tx_ids,
+            candidates.iter().map(|(_, id)| id.as_bytes()),
+            false,
+        );
 
         for (&(index, id), found) in candidates.iter().zip(existing) {
             let found = found.map_err(|source| Error::ReadTx {
@@ -1049,32 +1062,64 @@ impl Shared {
 
     /// The tx index entry of `tx_id`, if its block is visible.
     fn index_lookup(&self, tx_id: &str) -> Result<Option<TxLocation>> {
+        let tx_ids = self.tx_id_index()?;
+        let height = self.height.load(Ordering::Acquire);
+        let value = self
+            .db
+            .get_pinned_cf(tx_ids, tx_id.as_bytes())
+            .map_err(|source| Error::ReadTx {
+                tx_id: tx_id.to_owned(),
+                source,
+            })?;
+        self.committed_location(tx_id, value.as_deref(), height)
+    }
+
+    /// [`Shared::index_lookup`] of each of `tx_ids`, in one batched read.
+    fn index_lookups(&self, tx_ids: &[&str]) -> Result<Vec<Option<TxLocation>>> {
+        let index = self.tx_id_index()?;
+        let height = self.height.load(Ordering::Acquire);
+        let values =
+            self.db
+                .batched_multi_get_cf(index, tx_ids.iter().map(|tx_id| tx_id.as_bytes()), false);
+        tx_ids
+            .iter()
+            .zip(values)
+            .map(|(tx_id, value)| {
+                let value = value.map_err(|source| Error::ReadTx {
+                    tx_id: (*tx_id).to_owned(),
+                    source,
+                })?;
+                self.committed_location(tx_id, value.as_deref(), height)
+            })
+            .collect()
+    }
+
+    fn tx_id_index(&self) -> Result<&ColumnFamily> {
         if !self.index_tx_ids {
             return Err(Error::NotIndexed {
                 path: self.path.clone(),
             });
         }
-        let tx_ids = self.cf(CF_TX_IDS)?;
-        let value = self
-            .db
-            .get_cf(tx_ids, tx_id.as_bytes())
-            .map_err(|source| Error::ReadTx {
-                tx_id: tx_id.to_owned(),
-                source,
-            })?;
+        self.cf(CF_TX_IDS)
+    }
+
+    /// The location an index entry of `tx_id` records, if its block is
+    /// below `height`: an append's entries are readable a moment before its
+    /// height is published, and the block is not committed until then.
+    fn committed_location(
+        &self,
+        tx_id: &str,
+        value: Option<&[u8]>,
+        height: u64,
+    ) -> Result<Option<TxLocation>> {
         let Some(value) = value else {
             return Ok(None);
         };
-        let location = decode_tx_location(&value).ok_or_else(|| Error::CorruptIndex {
+        let location = decode_tx_location(value).ok_or_else(|| Error::CorruptIndex {
             path: self.path.clone(),
             tx_id: tx_id.to_owned(),
         })?;
-        // An append's entries are readable a moment before its height is
-        // published; the block is not committed until then.
-        if location.block_number >= self.height.load(Ordering::Acquire) {
-            return Ok(None);
-        }
-        Ok(Some(location))
+        Ok((location.block_number < height).then_some(location))
     }
 
     /// The keys of column family `family` that start with `prefix`, in

@@ -507,12 +507,13 @@ impl ChannelCommitter {
             }
         }
         let mvcc_started = Instant::now();
-        let mut committed = HashSet::new();
-        for transaction in decoded.transactions.iter().flatten() {
-            if self.ledger.contains_tx_id(transaction.tx_id())? {
-                committed.insert(transaction.tx_id().to_owned());
-            }
-        }
+        let tx_ids: Vec<&str> = decoded
+            .transactions
+            .iter()
+            .flatten()
+            .map(|transaction| transaction.tx_id())
+            .collect();
+        let committed = self.ledger.stored_tx_ids(&tx_ids)?;
         mark_duplicate_tx_ids(
             &decoded,
             &mut codes,
