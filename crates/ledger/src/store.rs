@@ -1333,9 +1333,9 @@ fn open_db(path: &Path) -> Result<DB> {
     // inode as well (its size changed); a recycled log is overwritten
     // within its size, so a sync writes the data alone. A log is recycled
     // once every family holding writes in it has flushed, which the total
-    // size below forces every 64 MiB of writes.
+    // size below forces every 16 MiB of writes.
     options.set_recycle_log_file_num(2);
-    options.set_max_total_wal_size(64 << 20);
+    options.set_max_total_wal_size(16 << 20);
 
     // Blocks carry repeated PEM certificates, which LZ4 shrinks; keys are
     // appended in order, so compactions mostly move files.
