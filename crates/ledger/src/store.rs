@@ -92,6 +92,8 @@ struct Shared {
 const RECENT_BLOCKS: usize = 8;
 /// A block larger than this is not kept in [`Shared::recent`].
 const RECENT_BLOCK_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Unsynced write-ahead log bytes handed to the disk in the background.
+const WAL_BYTES_PER_SYNC: u64 = 512 * 1024;
 
 #[derive(Debug, Clone, Copy)]
 struct Tail {
@@ -1336,6 +1338,12 @@ fn open_db(path: &Path) -> Result<DB> {
     // size below forces every 16 MiB of writes.
     options.set_recycle_log_file_num(2);
     options.set_max_total_wal_size(16 << 20);
+    // Blocks written unsynced (a Raft orderer's, a stream channel's between
+    // checkpoints) are handed to the disk in the background as they
+    // accumulate, so that the sync that makes them durable finds little
+    // left to write: a Raft orderer syncs before compacting its log, on the
+    // thread that orders.
+    options.set_wal_bytes_per_sync(WAL_BYTES_PER_SYNC);
 
     // Blocks carry repeated PEM certificates, which LZ4 shrinks; keys are
     // appended in order, so compactions mostly move files.

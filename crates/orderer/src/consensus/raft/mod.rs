@@ -1413,6 +1413,7 @@ impl Core {
         let Some((index, height, hash)) = self.recent.pop_front() else {
             return Ok(());
         };
+        let started = Instant::now();
         let data = SnapshotData {
             height,
             last_header_hash: hash,
@@ -1433,6 +1434,7 @@ impl Core {
             channel = %self.channel.id,
             index,
             height,
+            took_ms = started.elapsed().as_secs_f64() * 1e3,
             "raft log compacted"
         );
         self.bytes_since_snapshot = 0;
