@@ -51,8 +51,10 @@
 //!
 //! **Snapshots.** After `SnapshotIntervalSize` bytes of entries, a node
 //! compacts its log into a snapshot that only says how many blocks the
-//! chain has (`SnapshotData`). A node that receives a snapshot pulls the
-//! missing blocks from another consenter before taking it.
+//! chain has (`SnapshotData`), on a thread of its own: the block store is
+//! synced first, and ordering goes on meanwhile. A node that receives a
+//! snapshot pulls the missing blocks from another consenter before taking
+//! it.
 //!
 //! The task drives raft-rs as designed: it ticks the `RawNode`, steps
 //! messages, proposes; each `Ready` is handled on a blocking thread
@@ -534,6 +536,7 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         leader_since: None,
         leader_known: 0,
         route,
+        compaction: None,
     };
     let (halt, halted) = oneshot::channel();
     // The loop runs on a thread of its own, with a runtime of its own for
@@ -736,6 +739,8 @@ struct Core {
     leader_known: u64,
     /// Tells Broadcast where the leader is.
     route: Arc<Route>,
+    /// The log compaction under way, if any.
+    compaction: Option<std::thread::JoinHandle<Result<()>>>,
 }
 
 fn answer(waiter: Option<oneshot::Sender<Result<(), Refusal>>>, result: Result<(), Refusal>) {
@@ -825,6 +830,7 @@ async fn run(
     }
     // Envelopes not decided yet get no SUCCESS; their clients hear the
     // consenter stopped (the waiters are dropped).
+    core.finish_compaction()?;
     tracing::info!(channel = %core.channel.id, "raft chain halted");
     Ok(())
 }
@@ -1403,8 +1409,19 @@ impl Core {
 
     /// Compacts the log once enough has been applied since the last
     /// snapshot, keeping the last [`SNAPSHOT_CATCH_UP_ENTRIES`] block
-    /// entries.
+    /// entries. The compaction runs on a thread of its own: it syncs the
+    /// block store first, which would otherwise hold up ordering for as
+    /// long as the disk takes. One runs at a time; its failure stops the
+    /// channel when the next `Ready` is handled.
     fn maybe_compact(&mut self) -> Result<()> {
+        if self
+            .compaction
+            .as_ref()
+            .is_some_and(|running| !running.is_finished())
+        {
+            return Ok(());
+        }
+        self.finish_compaction()?;
         if self.bytes_since_snapshot < self.options.snapshot_interval_bytes
             || self.recent.len() <= SNAPSHOT_CATCH_UP_ENTRIES
         {
@@ -1413,33 +1430,66 @@ impl Core {
         let Some((index, height, hash)) = self.recent.pop_front() else {
             return Ok(());
         };
-        let started = Instant::now();
         let data = SnapshotData {
             height,
             last_header_hash: hash,
-        };
-        // The entries compacted away can no longer rewrite their blocks: a
-        // stream channel's unsigned blocks must be on disk first.
-        self.channel.store.sync().map_err(|source| Error::Ledger {
-            channel: self.channel.id.clone(),
-            source,
-        })?;
-        self.store
-            .compact(index, data.encode_to_vec())
-            .map_err(|reason| Error::Raft {
+        }
+        .encode_to_vec();
+        let channel = self.channel.clone();
+        let log = self.store.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("compact-{}", self.channel.id))
+            .spawn(move || compact(&channel, &log, index, height, data))
+            .map_err(|error| Error::Raft {
                 channel: self.channel.id.clone(),
-                reason,
+                reason: format!("starting the log compaction: {error}"),
             })?;
-        tracing::info!(
-            channel = %self.channel.id,
-            index,
-            height,
-            took_ms = started.elapsed().as_secs_f64() * 1e3,
-            "raft log compacted"
-        );
+        self.compaction = Some(thread);
         self.bytes_since_snapshot = 0;
         Ok(())
     }
+
+    /// Waits for the compaction under way, if any, and reports its failure.
+    fn finish_compaction(&mut self) -> Result<()> {
+        match self.compaction.take().map(std::thread::JoinHandle::join) {
+            None | Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(error))) => Err(error),
+            Some(Err(_)) => Err(Error::Raft {
+                channel: self.channel.id.clone(),
+                reason: "the log compaction thread panicked".to_owned(),
+            }),
+        }
+    }
+}
+
+/// Takes a snapshot of `channel`'s log at entry `index` (block height
+/// `height`), once the block store holds every block up to it durably: the
+/// entries compacted away can no longer rewrite their blocks (a stream
+/// channel's unsigned blocks, a Raft orderer's unsynced ones).
+fn compact(
+    channel: &Channel,
+    log: &LogStore,
+    index: u64,
+    height: u64,
+    data: Vec<u8>,
+) -> Result<()> {
+    let started = Instant::now();
+    channel.store.sync().map_err(|source| Error::Ledger {
+        channel: channel.id.clone(),
+        source,
+    })?;
+    log.compact(index, data).map_err(|reason| Error::Raft {
+        channel: channel.id.clone(),
+        reason,
+    })?;
+    tracing::info!(
+        channel = %channel.id,
+        index,
+        height,
+        took_ms = started.elapsed().as_secs_f64() * 1e3,
+        "raft log compacted"
+    );
+    Ok(())
 }
 
 /// Forwards raft-rs's slog records to `tracing`.

@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
@@ -65,6 +65,9 @@ impl State {
 struct Inner {
     db: rocksdb::DB,
     state: RwLock<State>,
+    /// Held by a compaction and a snapshot install, so that their writes
+    /// to the snapshot and the entries are never interleaved.
+    snapshotting: Mutex<()>,
 }
 
 /// A channel's Raft log store; clones share it.
@@ -157,6 +160,7 @@ impl LogStore {
             inner: Arc::new(Inner {
                 db,
                 state: RwLock::new(state),
+                snapshotting: Mutex::new(()),
             }),
         })
     }
@@ -282,6 +286,7 @@ impl LogStore {
 
     /// Replaces the log by `snapshot` (received from the leader).
     pub fn apply_snapshot(&self, snapshot: &Snapshot) -> StoreResult<()> {
+        let _snapshotting = self.inner.snapshotting.lock();
         let metadata = snapshot.get_metadata();
         let mut state = self.inner.state.write();
         if metadata.index < state.snapshot.get_metadata().index {
@@ -311,37 +316,43 @@ impl LogStore {
     }
 
     /// Takes a snapshot at `applied` carrying `data`, and drops the
-    /// entries up to it.
+    /// entries up to it. Safe beside the thread that drives Raft: the
+    /// entries are dropped from the view Raft reads (it answers
+    /// `Compacted` for them, and a follower that needs them gets the
+    /// snapshot) before they are deleted from the disk, and no lock Raft
+    /// takes is held while the deletion is synced.
     pub fn compact(&self, applied: u64, data: Vec<u8>) -> StoreResult<()> {
-        if applied <= self.inner.state.read().snapshot.get_metadata().index {
-            // Already covered by the snapshot held.
-            return Ok(());
-        }
-        let term = self.term(applied).map_err(|e| e.to_string())?;
-        let mut state = self.inner.state.write();
-        if applied < state.first_index || applied > state.last_index {
-            return Err(format!(
-                "cannot compact to {applied}: the log holds {}..={}",
-                state.first_index, state.last_index
-            ));
-        }
-        let mut snapshot = Snapshot::default();
-        snapshot.set_data(data.into());
-        let metadata = snapshot.mut_metadata();
-        metadata.index = applied;
-        metadata.term = term;
-        metadata.set_conf_state(state.conf_state.clone());
+        let _snapshotting = self.inner.snapshotting.lock();
+        let snapshot = {
+            let mut state = self.inner.state.write();
+            if applied <= state.snapshot.get_metadata().index {
+                // Already covered by the snapshot held.
+                return Ok(());
+            }
+            let term = state.term_of(applied).ok_or_else(|| {
+                format!(
+                    "cannot compact to {applied}: the log holds {}..={}",
+                    state.first_index, state.last_index
+                )
+            })?;
+            let mut snapshot = Snapshot::default();
+            snapshot.set_data(data.into());
+            let metadata = snapshot.mut_metadata();
+            metadata.index = applied;
+            metadata.term = term;
+            metadata.set_conf_state(state.conf_state.clone());
+            state.snapshot = snapshot.clone();
+            let dropped = usize::try_from(applied + 1 - state.first_index)
+                .unwrap_or(usize::MAX)
+                .min(state.terms.len());
+            state.terms.drain(..dropped);
+            state.first_index = applied + 1;
+            snapshot
+        };
         let mut batch = rocksdb::WriteBatch::default();
         batch.put(SNAPSHOT_KEY, encode(&snapshot, "snapshot")?);
         batch.delete_range(entry_key(0), entry_key(applied + 1));
-        self.write(batch, true)?;
-        state.snapshot = snapshot;
-        let dropped = usize::try_from(applied + 1 - state.first_index)
-            .unwrap_or(usize::MAX)
-            .min(state.terms.len());
-        state.terms.drain(..dropped);
-        state.first_index = applied + 1;
-        Ok(())
+        self.write(batch, true)
     }
 
     fn write(&self, batch: rocksdb::WriteBatch, sync: bool) -> StoreResult<()> {
