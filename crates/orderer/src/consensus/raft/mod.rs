@@ -485,7 +485,7 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         .ok_or_else(|| raft_error(format!("block {tip} is missing")))?;
     let applied = raft_index_of(&tip_block).max(snapshot_index);
     let raft_applied = if joined { 0 } else { applied };
-    store.commit_at_least(raft_applied).map_err(&raft_error)?;
+    store.commit_at_least(raft_applied);
     let config = raft::Config {
         id: members.self_id,
         election_tick: options.election_tick as usize,
@@ -1130,7 +1130,7 @@ impl Core {
         self.apply(committed)?;
         let mut light = self.node.advance(ready);
         if let Some(commit) = light.commit_index() {
-            self.store.set_commit(commit).map_err(&raft_error)?;
+            self.store.set_commit(commit);
         }
         self.send(light.take_messages());
         let committed = light.take_committed_entries();

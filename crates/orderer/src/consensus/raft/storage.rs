@@ -247,23 +247,17 @@ impl LogStore {
     /// until the next write ([`LogStore::persist`]): a commit index lost in
     /// a crash is learnt again from the leader, and one behind the blocks
     /// written is raised on open ([`LogStore::commit_at_least`]).
-    pub fn set_commit(&self, commit: u64) -> StoreResult<()> {
-        let mut hard_state = self.inner.state.read().hard_state.clone();
-        hard_state.commit = commit;
-        self.persist(&[], Some(&hard_state), false)
+    pub fn set_commit(&self, commit: u64) {
+        self.inner.state.write().hard_state.commit = commit;
     }
 
     /// Raises the commit index to `applied` (the last entry the block store
     /// holds a block of, which was committed): raft-rs refuses to start
     /// with entries applied beyond the commit index. In memory, as
     /// [`LogStore::set_commit`]: it is raised again on every open.
-    pub fn commit_at_least(&self, applied: u64) -> StoreResult<()> {
-        let mut hard_state = self.inner.state.read().hard_state.clone();
-        if hard_state.commit >= applied {
-            return Ok(());
-        }
-        hard_state.commit = applied;
-        self.persist(&[], Some(&hard_state), true)
+    pub fn commit_at_least(&self, applied: u64) {
+        let hard_state = &mut self.inner.state.write().hard_state;
+        hard_state.commit = hard_state.commit.max(applied);
     }
 
     /// Records the voters after a membership change, synced: applied
@@ -572,7 +566,7 @@ mod tests {
             ..Default::default()
         };
         store.persist(&entries, Some(&hard_state), true).unwrap();
-        store.set_commit(5).unwrap();
+        store.set_commit(5);
         assert_eq!(store.initial_state().unwrap().hard_state.commit, 5);
         drop(store);
 
@@ -580,11 +574,11 @@ mod tests {
         let reopened = store.initial_state().unwrap().hard_state;
         assert!((2..=5).contains(&reopened.commit));
         assert_eq!((reopened.term, reopened.vote), (2, 1));
-        store.commit_at_least(4).unwrap();
+        store.commit_at_least(4);
         assert!(store.initial_state().unwrap().hard_state.commit >= 4);
 
         // A new vote is written, with the commit index held in memory.
-        store.set_commit(5).unwrap();
+        store.set_commit(5);
         hard_state.term = 3;
         hard_state.vote = 2;
         hard_state.commit = 5;
