@@ -30,6 +30,15 @@
 //!   fetched from the others (`Fetch`) before the block is written, or
 //!   taken from the blocks they wrote (`Pull`) when none keeps it.
 //!
+//! The publisher stays at most [`BACKLOG_RECORDS_MAX`] records ahead of
+//! its own sequencer: past that, it takes no more envelopes until this
+//! orderer has written the blocks of what it published (the mailbox
+//! fills, and Broadcast waits, as it does for a Raft leader). Without the
+//! bound, an orderer whose block writing lags would keep answering
+//! SUCCESS and pile up envelopes it has yet to write: in TxID mode those
+//! outgrow the envelope store's memtable and are written twice more
+//! (flushed to tables, then compacted) before their blocks drop them.
+//!
 //! Whether an envelope can be had is never decided: a sequencer that
 //! reads an ID whose envelope no orderer holds waits for it, so every
 //! orderer stops before the same block, and none writes one that the
@@ -52,7 +61,7 @@ mod records;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -67,7 +76,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use rdkafka::{Message as _, Offset, TopicPartitionList};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use weft_protos::common::{Envelope, Status};
 use weft_protos::tx::Sign;
 
@@ -101,6 +110,11 @@ const SHARES_IN_FLIGHT_MAX: usize = 16;
 /// How long the publisher waits for another orderer to take envelopes
 /// before it publishes their IDs all the same.
 const SHARE_WAIT_MAX: Duration = Duration::from_secs(2);
+/// Records this orderer's publisher may be ahead of its sequencer: the
+/// offset of its newest acknowledged record less the offset of the last
+/// record in a block it wrote. About a second of work at full load, many
+/// blocks' worth, so the pipeline stays full.
+const BACKLOG_RECORDS_MAX: i64 = 4096;
 /// How long the sequencer waits between rounds of asking the other
 /// orderers for an envelope it lacks.
 const FETCH_RETRY: Duration = Duration::from_millis(100);
@@ -178,6 +192,11 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
         "the channel's Kafka topic is not ready yet (brokers {})",
         settings.brokers.join(",")
     )));
+    let resume = resume_offset(&channel)?;
+    let backlog = Arc::new(Backlog::new(match resume {
+        Offset::Offset(next) => next - 1,
+        _ => -1,
+    }));
     let publisher = tokio::spawn(
         Arc::new(Publisher {
             channel: channel.clone(),
@@ -188,6 +207,7 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
             others: others.clone(),
             available: available.clone(),
             key: key.clone(),
+            backlog: backlog.clone(),
         })
         .run(mailbox.0),
     );
@@ -210,7 +230,6 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
             }
         }
     }
-    let resume = resume_offset(&channel)?;
     let consumer: StreamConsumer = client_config(&settings.brokers)
         .set("group.id", format!("weft-orderer-{}", channel.id))
         .set("enable.auto.commit", "false")
@@ -245,6 +264,7 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
         key,
         foreign: 0,
         unwritten: VecDeque::new(),
+        backlog,
         halted,
     };
     let result = sequencer.run(&consumer).await;
@@ -377,6 +397,46 @@ fn send(
         .map_err(|(error, _)| error)
 }
 
+/// How far this orderer's blocks trail the records it published.
+struct Backlog {
+    /// The offset of this orderer's newest record Kafka acknowledged.
+    published: AtomicI64,
+    /// The offset of the last record in a block this orderer wrote.
+    written: watch::Sender<i64>,
+}
+
+impl Backlog {
+    fn new(written: i64) -> Self {
+        Self {
+            published: AtomicI64::new(-1),
+            written: watch::Sender::new(written),
+        }
+    }
+
+    fn published(&self, offset: i64) {
+        self.published.fetch_max(offset, Ordering::AcqRel);
+    }
+
+    fn written(&self, offset: i64) {
+        self.written.send_if_modified(|written| {
+            let advanced = offset > *written;
+            *written = (*written).max(offset);
+            advanced
+        });
+    }
+
+    /// Returns once the blocks written trail this orderer's records by
+    /// [`BACKLOG_RECORDS_MAX`] at most.
+    async fn within_bound(&self) {
+        let mut written = self.written.subscribe();
+        let _ = written
+            .wait_for(|&written| {
+                self.published.load(Ordering::Acquire) - written <= BACKLOG_RECORDS_MAX
+            })
+            .await;
+    }
+}
+
 /// The refusal of an envelope Kafka did not take.
 fn unavailable(channel: &str, reason: impl std::fmt::Display) -> Refusal {
     Refusal::new(
@@ -417,6 +477,7 @@ struct Publisher {
     available: Arc<AtomicBool>,
     /// The key of every record: the channel's genesis block header hash.
     key: Bytes,
+    backlog: Arc<Backlog>,
 }
 
 /// A batch on its way to Kafka: its records, in order, once the
@@ -454,6 +515,7 @@ impl Publisher {
             tokio::select! {
                 submission = mailbox.recv() => {
                     let Some(first) = submission else { return };
+                    self.backlog.within_bound().await;
                     let mut batch = vec![first];
                     while batch.len() < PUBLISH_BATCH_MAX {
                         match mailbox.try_recv() {
@@ -565,9 +627,13 @@ impl Publisher {
             };
             let available = self.available.clone();
             let channel = self.channel.clone();
+            let backlog = self.backlog.clone();
             tokio::spawn(async move {
                 let outcome = match delivery.await {
-                    Ok(Ok(_)) => Ok(()),
+                    Ok(Ok(delivered)) => {
+                        backlog.published(delivered.offset);
+                        Ok(())
+                    }
                     Ok(Err((error, _))) => {
                         // Not acknowledged in time is this record's
                         // refusal; brokers that are down are reported
@@ -696,6 +762,7 @@ struct Sequencer {
     /// The offsets and digests of references read whose envelopes are not
     /// in a written block yet, oldest first.
     unwritten: VecDeque<(i64, Digest)>,
+    backlog: Arc<Backlog>,
     halted: oneshot::Receiver<()>,
 }
 
@@ -995,6 +1062,39 @@ impl Sequencer {
             .count();
         self.payloads
             .written(self.unwritten.drain(..written).map(|(_, digest)| digest));
+        self.backlog.written(offset);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_publisher_waits_while_its_records_are_too_far_ahead_of_the_blocks() {
+        // Goal: an orderer stops taking envelopes while it has published
+        // more than the bound beyond the blocks it wrote, and goes on as
+        // soon as its blocks catch up.
+        let backlog = Arc::new(Backlog::new(99));
+        backlog.published(99 + BACKLOG_RECORDS_MAX);
+        tokio::time::timeout(Duration::from_secs(1), backlog.within_bound())
+            .await
+            .expect("within the bound");
+
+        backlog.published(100 + BACKLOG_RECORDS_MAX);
+        let waiting = tokio::spawn({
+            let backlog = backlog.clone();
+            async move { backlog.within_bound().await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "ahead by one record too many");
+        // An older acknowledgement arriving late changes nothing.
+        backlog.published(120);
+        backlog.written(100);
+        tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("released once a block is written")
+            .unwrap();
     }
 }
