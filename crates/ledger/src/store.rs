@@ -223,7 +223,22 @@ impl BlockStore {
     /// tail record. When this returns, the block survives a process crash;
     /// whether it survives a machine crash depends on [`Durability`].
     pub fn append(&self, block: &Block) -> Result<()> {
-        self.append_as(block, self.shared.durability, None, None)
+        self.append_as(block, self.shared.durability, DataHash::Check, None, None)
+    }
+
+    /// [`BlockStore::append`] (or with `unsynced`, [`BlockStore::append_unsynced`])
+    /// of a block whose data hash its caller computed from this very data:
+    /// it assembled the block, or checked the hash when the block arrived.
+    /// The store checks the number and the previous hash, and does not
+    /// hash the data a second time (for a block of large envelopes, that
+    /// hash is a real share of the cost of writing it).
+    pub fn append_assembled(&self, block: &Block, unsynced: bool) -> Result<()> {
+        let durability = if unsynced {
+            Durability::None
+        } else {
+            self.shared.durability
+        };
+        self.append_as(block, durability, DataHash::CheckedByCaller, None, None)
     }
 
     /// [`BlockStore::append`], or with `unsynced` [`BlockStore::append_unsynced`],
@@ -231,7 +246,9 @@ impl BlockStore {
     /// history writes ([`crate::history_writes`]), so that the store does
     /// not decode the block again; called only if the store keeps history.
     /// `private` is what the block committed of private data, written in
-    /// the same batch, and the transient entries it settles.
+    /// the same batch, and the transient entries it settles. The caller
+    /// validated the block, its data hash included, as
+    /// [`BlockStore::append_assembled`] says.
     pub fn append_with_history(
         &self,
         block: &Block,
@@ -245,7 +262,13 @@ impl BlockStore {
             self.shared.durability
         };
         let writes = self.shared.history.then(writes);
-        self.append_as(block, durability, writes, Some(private))
+        self.append_as(
+            block,
+            durability,
+            DataHash::CheckedByCaller,
+            writes,
+            Some(private),
+        )
     }
 
     /// [`BlockStore::append`], but never synced, whatever the store's
@@ -254,13 +277,14 @@ impl BlockStore {
     /// the checkpoint) makes it durable; [`BlockStore::truncate`] removes
     /// it if the checkpoint fails.
     pub fn append_unsynced(&self, block: &Block) -> Result<()> {
-        self.append_as(block, Durability::None, None, None)
+        self.append_as(block, Durability::None, DataHash::Check, None, None)
     }
 
     fn append_as(
         &self,
         block: &Block,
         durability: Durability,
+        data_hash: DataHash,
         writes: Option<HistoryWrites>,
         private: Option<&BlockPrivateData>,
     ) -> Result<()> {
@@ -271,7 +295,7 @@ impl BlockStore {
         let header = block.header.as_ref().ok_or(Error::MissingHeader {
             expected_number: number,
         })?;
-        check_links(header, block, &tail)?;
+        check_links(header, block, &tail, data_hash)?;
         let header_hash = block_header_hash(header);
         let encoded = Bytes::from(block.encode_to_vec());
         let mut batch = shared.batch_for(block, &encoded, number, header_hash, writes)?;
@@ -1287,7 +1311,20 @@ fn run_flusher(shared: &Shared, blocks_max: u64, interval: Duration) {
 }
 
 /// The checks `append` makes before writing anything.
-fn check_links(header: &BlockHeader, block: &Block, tail: &Tail) -> Result<()> {
+/// Whether appending a block hashes its data to check its header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DataHash {
+    Check,
+    /// The caller computed or checked it from the same bytes.
+    CheckedByCaller,
+}
+
+fn check_links(
+    header: &BlockHeader,
+    block: &Block,
+    tail: &Tail,
+    data_hash: DataHash,
+) -> Result<()> {
     let number = header.number;
     if number != tail.height {
         return Err(Error::UnexpectedNumber {
@@ -1303,6 +1340,9 @@ fn check_links(header: &BlockHeader, block: &Block, tail: &Tail) -> Result<()> {
             expected,
             found: header.previous_hash.clone(),
         });
+    }
+    if data_hash == DataHash::CheckedByCaller {
+        return Ok(());
     }
     let envelopes = block.data.as_ref().map_or(&[][..], |data| &data.data[..]);
     let computed = data_hash_of(envelopes.iter().map(|envelope| envelope.as_ref()));

@@ -271,14 +271,16 @@ impl BlockWriter {
         // may lose unsynced ones: Raft writes them again from its log;
         // solo's were unsigned blocks, never durable for a peer, which
         // waits for the checkpoint whose write covers them.
-        let appended = match (seal, self.sync_rule) {
-            (Seal::Signed, SyncRule::SyncSigned) => self.store.append(&block),
-            (Seal::Unsigned, _) | (_, SyncRule::BackedByLog) => self.store.append_unsynced(&block),
+        let unsynced = match (seal, self.sync_rule) {
+            (Seal::Signed, SyncRule::SyncSigned) => false,
+            (Seal::Unsigned, _) | (_, SyncRule::BackedByLog) => true,
         };
-        appended.map_err(|source| Error::Ledger {
-            channel: self.channel_id.clone(),
-            source,
-        })?;
+        self.store
+            .append_assembled(&block, unsynced)
+            .map_err(|source| Error::Ledger {
+                channel: self.channel_id.clone(),
+                source,
+            })?;
         let header = block.header.as_ref().ok_or_else(|| Error::BadChain {
             channel: self.channel_id.clone(),
             block: number,
@@ -352,10 +354,12 @@ impl BlockWriter {
                 "its last config block {last_config} is impossible"
             )));
         }
-        self.store.append(block).map_err(|source| Error::Ledger {
-            channel: self.channel_id.clone(),
-            source,
-        })?;
+        self.store
+            .append_assembled(block, false)
+            .map_err(|source| Error::Ledger {
+                channel: self.channel_id.clone(),
+                source,
+            })?;
         self.previous_hash = block_header_hash(header);
         self.next_number = number + 1;
         self.last_config = last_config;

@@ -257,6 +257,46 @@ fn broken_links_are_rejected_and_nothing_is_written() {
 }
 
 #[test]
+fn an_assembled_block_is_still_linked_to_the_chain() {
+    // Goal: a block whose caller vouches for its data hash (the orderer
+    // that assembled it) is still refused out of order or off the chain.
+    let dir = TempDir::new().unwrap();
+    let store = open(&dir, Durability::EveryBlock);
+    let chain = synthetic_chain("assembled", 3, 2);
+    store.append(&chain[0]).unwrap();
+
+    let error = store.append_assembled(&chain[2], false).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::UnexpectedNumber {
+                expected: 1,
+                found: 2
+            }
+        ),
+        "{error}"
+    );
+    let mut wrong_previous = chain[1].clone();
+    wrong_previous.header.as_mut().unwrap().previous_hash = Bytes::from_static(&[7; 32]);
+    let error = store.append_assembled(&wrong_previous, true).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::PreviousHashMismatch {
+                block_number: 1,
+                ..
+            }
+        ),
+        "{error}"
+    );
+
+    store.append_assembled(&chain[1], true).unwrap();
+    store.append_assembled(&chain[2], false).unwrap();
+    assert_eq!(store.height(), 3);
+    assert_eq!(store.block(2).unwrap().as_ref(), Some(&chain[2]));
+}
+
+#[test]
 fn a_store_without_the_tx_index_keeps_blocks_and_refuses_lookups() {
     // Goal: an orderer's store (no TxID index) holds and serves the same
     // blocks, writes no index entries, and a lookup by TxID is a clear
