@@ -226,23 +226,25 @@ impl BlockStore {
         self.append_as(block, self.shared.durability, DataHash::Check, None, None)
     }
 
-    /// [`BlockStore::append`] (or with `unsynced`, [`BlockStore::append_unsynced`])
-    /// of a block whose data hash its caller computed from this very data:
-    /// it assembled the block, or checked the hash when the block arrived.
-    /// The store checks the number and the previous hash, and does not
-    /// hash the data a second time (for a block of large envelopes, that
-    /// hash is a real share of the cost of writing it).
+    /// [`BlockStore::append`] of a block whose data hash its caller
+    /// computed from this very data: it assembled the block, or checked the
+    /// hash when the block arrived. The store checks the number and the
+    /// previous hash, and does not hash the data a second time (for a block
+    /// of large envelopes, that hash is a real share of the cost of writing
+    /// it).
+    ///
+    /// With `unsynced`, the write is never synced, whatever the store's
+    /// [`Durability`]: a stream channel's block applied before the
+    /// orderer's checkpoint confirms it, or a Raft orderer's block, which
+    /// its synced log backs. The next [`BlockStore::sync`] makes it
+    /// durable; [`BlockStore::truncate`] removes it if the checkpoint
+    /// fails.
     pub fn append_assembled(&self, block: &Block, unsynced: bool) -> Result<()> {
-        let durability = if unsynced {
-            Durability::None
-        } else {
-            self.shared.durability
-        };
+        let durability = self.durability(unsynced);
         self.append_as(block, durability, DataHash::CheckedByCaller, None, None)
     }
 
-    /// [`BlockStore::append`], or with `unsynced` [`BlockStore::append_unsynced`],
-    /// of a block whose caller has decoded it already: `writes` gives its
+    /// [`BlockStore::append_assembled`] of a block whose caller has decoded it already: `writes` gives its
     /// history writes ([`crate::history_writes`]), so that the store does
     /// not decode the block again; called only if the store keeps history.
     /// `private` is what the block committed of private data, written in
@@ -256,11 +258,7 @@ impl BlockStore {
         private: &BlockPrivateData,
         unsynced: bool,
     ) -> Result<()> {
-        let durability = if unsynced {
-            Durability::None
-        } else {
-            self.shared.durability
-        };
+        let durability = self.durability(unsynced);
         let writes = self.shared.history.then(writes);
         self.append_as(
             block,
@@ -271,13 +269,13 @@ impl BlockStore {
         )
     }
 
-    /// [`BlockStore::append`], but never synced, whatever the store's
-    /// [`Durability`]: a stream channel's block applied before the
-    /// orderer's checkpoint confirms it. The next [`BlockStore::sync`] (at
-    /// the checkpoint) makes it durable; [`BlockStore::truncate`] removes
-    /// it if the checkpoint fails.
-    pub fn append_unsynced(&self, block: &Block) -> Result<()> {
-        self.append_as(block, Durability::None, DataHash::Check, None, None)
+    /// The store's durability, or none for an `unsynced` append.
+    fn durability(&self, unsynced: bool) -> Durability {
+        if unsynced {
+            Durability::None
+        } else {
+            self.shared.durability
+        }
     }
 
     fn append_as(
@@ -1310,7 +1308,6 @@ fn run_flusher(shared: &Shared, blocks_max: u64, interval: Duration) {
     }
 }
 
-/// The checks `append` makes before writing anything.
 /// Whether appending a block hashes its data to check its header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum DataHash {
@@ -1319,6 +1316,7 @@ enum DataHash {
     CheckedByCaller,
 }
 
+/// The checks `append` makes before writing anything.
 fn check_links(
     header: &BlockHeader,
     block: &Block,

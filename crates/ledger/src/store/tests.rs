@@ -744,8 +744,8 @@ fn unsynced_blocks_wait_for_a_sync_and_truncation_removes_them_with_their_index(
         None,
     )];
     let staged_next = synthetic_block(4, Some(&staged[0]), &["staged-b"], None);
-    store.append_unsynced(&staged[0]).unwrap();
-    store.append_unsynced(&staged_next).unwrap();
+    store.append_assembled(&staged[0], true).unwrap();
+    store.append_assembled(&staged_next, true).unwrap();
     assert_eq!((store.height(), store.durable_height()), (5, 3));
     assert_eq!(
         store.tx_location("staged-b").unwrap().unwrap().block_number,
@@ -800,7 +800,7 @@ fn the_last_blocks_are_served_from_memory_as_stored_and_only_once_readable() {
 
     // A staged block truncated away is never served; its replacement is.
     let staged = synthetic_block(tip + 1, chain.last(), &["staged"], None);
-    store.append_unsynced(&staged).unwrap();
+    store.append_assembled(&staged, true).unwrap();
     assert_eq!(
         store.recent_block_bytes(tip + 1),
         Some(Bytes::from(staged.encode_to_vec()))

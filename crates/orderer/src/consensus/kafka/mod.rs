@@ -192,11 +192,11 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
         "the channel's Kafka topic is not ready yet (brokers {})",
         settings.brokers.join(",")
     )));
-    let resume = resume_offset(&channel)?;
-    let backlog = Arc::new(Backlog::new(match resume {
-        Offset::Offset(next) => next - 1,
-        _ => -1,
-    }));
+    // The sequencer resumes after the last record of the last block, or at
+    // the partition's start for a chain of only its genesis block.
+    let last_written = last_written_offset(&channel)?;
+    let resume = last_written.map_or(Offset::Beginning, |offset| Offset::Offset(offset + 1));
+    let backlog = Arc::new(Backlog::new(last_written.unwrap_or(-1)));
     let publisher = tokio::spawn(
         Arc::new(Publisher {
             channel: channel.clone(),
@@ -328,9 +328,9 @@ fn record_key(channel: &Channel) -> Result<Bytes> {
     ))
 }
 
-/// Where the sequencer resumes: after the last record of the last block,
-/// or at the partition's start for a chain of only its genesis block.
-fn resume_offset(channel: &Channel) -> Result<Offset> {
+/// The offset of the last record in the channel's last block; `None` for
+/// a chain of only its genesis block.
+fn last_written_offset(channel: &Channel) -> Result<Option<i64>> {
     let height = channel.store.height();
     let tip = channel
         .store
@@ -339,14 +339,10 @@ fn resume_offset(channel: &Channel) -> Result<Offset> {
             channel: channel.id.clone(),
             source,
         })?;
-    let last = tip
+    Ok(tip
         .as_ref()
         .and_then(weft_protos::block::consenter_metadata)
-        .and_then(|metadata| records::last_offset(&metadata));
-    Ok(match last {
-        Some(offset) => Offset::Offset(offset + 1),
-        None => Offset::Beginning,
-    })
+        .and_then(|metadata| records::last_offset(&metadata)))
 }
 
 /// The channel's producer, watching its brokers.
