@@ -1382,6 +1382,7 @@ fn open_db(path: &Path) -> Result<DB> {
     // left to write: a Raft orderer syncs before compacting its log, on the
     // thread that orders.
     options.set_wal_bytes_per_sync(WAL_BYTES_PER_SYNC);
+    crate::pace_background_writes(&mut options);
 
     // Blocks carry repeated PEM certificates, which LZ4 shrinks; keys are
     // appended in order, so compactions mostly move files.

@@ -20,6 +20,11 @@ impl Disk {
         let mut options = Options::default();
         options.create_if_missing(true);
         options.set_compression_type(DBCompressionType::Lz4);
+        // Background writes paced as weft-ledger's `pace_background_writes`
+        // explains: a flush must not hold up the block store's synced
+        // writes on the same disk.
+        options.set_bytes_per_sync(1 << 20);
+        options.set_ratelimiter(32 << 20, 10_000, 10);
         let db = DB::open(&options, dir).map_err(|error| Error::Storage {
             path: path.clone(),
             reason: error.into_string(),

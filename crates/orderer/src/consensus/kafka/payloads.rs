@@ -108,6 +108,7 @@ impl Payloads {
         // Envelopes kept durably are synced: a recycled write-ahead log is
         // overwritten within its size, so a sync need not write the inode.
         options.set_recycle_log_file_num(2);
+        weft_ledger::pace_background_writes(&mut options);
         let db = rocksdb::DB::open(&options, path)
             .map_err(|e| format!("opening the envelope store at {}: {e}", path.display()))?;
         let mut inner = Inner::default();

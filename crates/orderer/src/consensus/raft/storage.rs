@@ -110,6 +110,8 @@ impl LogStore {
         // megabytes of entries, which compaction drops soon anyway.
         options.set_recycle_log_file_num(2);
         options.set_write_buffer_size(RAFT_LOG_MEMTABLE_BYTES);
+        // Its flushes must not hold up the synced writes of entries.
+        weft_ledger::pace_background_writes(&mut options);
         let db = rocksdb::DB::open(&options, path)
             .map_err(|e| format!("opening the raft log at {}: {e}", path.display()))?;
         let read = |key: &[u8]| {
