@@ -1122,9 +1122,13 @@ impl Core {
             let snapshot = ready.snapshot().clone();
             self.install_snapshot(&snapshot)?;
         }
-        self.store
+        if let Some(took) = self
+            .store
             .persist(ready.entries(), ready.hs(), true)
-            .map_err(&raft_error)?;
+            .map_err(&raft_error)?
+        {
+            self.note_persisted(took);
+        }
         self.send(ready.take_persisted_messages());
         let committed = ready.take_committed_entries();
         self.apply(committed)?;
@@ -1147,6 +1151,24 @@ impl Core {
             },
         );
         self.maybe_compact()
+    }
+
+    /// Records how long a synced write of the Raft log took, and warns,
+    /// as Fabric's etcdraft does, when it took more than half the election
+    /// timeout: followers that wait that long for the leader's log to sync
+    /// may start an election. A slow disk shows here first.
+    fn note_persisted(&self, took: Duration) {
+        self.channel.metrics.raft_persisted(&self.channel.id, took);
+        let election_timeout = self.options.tick_interval * self.options.election_tick;
+        if took > election_timeout / 2 {
+            tracing::warn!(
+                channel = %self.channel.id,
+                took_ms = took.as_millis(),
+                election_timeout_ms = election_timeout.as_millis(),
+                "a synced Raft log write took more than half the election timeout: the disk is \
+                 too slow, and the cluster may lose its leader"
+            );
+        }
     }
 
     fn on_role(&mut self, role: StateRole, leader: u64) {

@@ -15,6 +15,7 @@
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 use protobuf::Message as _;
@@ -175,15 +176,16 @@ impl LogStore {
     /// Appends `entries` (replacing any from their first index on) and
     /// records `hard_state`, in one batch, synced when `sync`. A hard state
     /// that changes only the commit index, with no entries, is kept in
-    /// memory.
+    /// memory. Returns how long the write to the disk took, `None` if
+    /// nothing was written.
     pub fn persist(
         &self,
         entries: &[Entry],
         hard_state: Option<&HardState>,
         sync: bool,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Option<Duration>> {
         if entries.is_empty() && hard_state.is_none() {
-            return Ok(());
+            return Ok(None);
         }
         let mut state = self.inner.state.write();
         // A commit index is learnt again from the leader, and one behind
@@ -199,7 +201,7 @@ impl LogStore {
             if let Some(hard_state) = hard_state {
                 state.hard_state = hard_state.clone();
             }
-            return Ok(());
+            return Ok(None);
         }
         let mut batch = rocksdb::WriteBatch::default();
         if let Some(first) = entries.first() {
@@ -226,7 +228,9 @@ impl LogStore {
         let recorded = encode(hard_state.unwrap_or(&state.hard_state), "hard state")?;
         batch.put(HARD_STATE_KEY, recorded);
         // Raft needs its entries, term and vote on disk before it answers.
+        let writing = Instant::now();
         self.write(batch, sync)?;
+        let took = writing.elapsed();
         if let Some(first) = entries.first() {
             let kept = usize::try_from(first.index - state.first_index).unwrap_or(usize::MAX);
             state.terms.truncate(kept);
@@ -242,7 +246,7 @@ impl LogStore {
         if let Some(hard_state) = hard_state {
             state.hard_state = hard_state.clone();
         }
-        Ok(())
+        Ok(Some(took))
     }
 
     /// Records a new commit index (from a `LightReady`), in memory only
@@ -567,7 +571,11 @@ mod tests {
             commit: 2,
             ..Default::default()
         };
-        store.persist(&entries, Some(&hard_state), true).unwrap();
+        let wrote = store.persist(&entries, Some(&hard_state), true).unwrap();
+        assert!(wrote.is_some(), "entries are written, and the write timed");
+        // A hard state that moves only the commit index is not written.
+        hard_state.commit = 3;
+        assert_eq!(store.persist(&[], Some(&hard_state), true).unwrap(), None);
         store.set_commit(5);
         assert_eq!(store.initial_state().unwrap().hard_state.commit, 5);
         drop(store);
@@ -584,7 +592,8 @@ mod tests {
         hard_state.term = 3;
         hard_state.vote = 2;
         hard_state.commit = 5;
-        store.persist(&[], Some(&hard_state), true).unwrap();
+        let wrote = store.persist(&[], Some(&hard_state), true).unwrap();
+        assert!(wrote.is_some(), "a new term and vote are written");
         drop(store);
         let store = LogStore::open(dir.path(), &[]).unwrap();
         let reopened = store.initial_state().unwrap().hard_state;
