@@ -1010,3 +1010,32 @@ fn private_data_is_stored_with_its_block_settles_transient_entries_and_leaves_wi
         .unwrap();
     assert!(store.private_data(2).unwrap().is_empty());
 }
+
+#[test]
+fn the_store_paces_its_background_writes() {
+    // Goal: a memtable flush hands its table file to the disk a MiB at a
+    // time, as `pacing` explains; RocksDB records the options it runs
+    // with in the store's OPTIONS file, which an operator can read too.
+    let dir = TempDir::new().unwrap();
+    let store = open(&dir, Durability::EveryBlock);
+    append_all(&store, &synthetic_chain("paced", 2, 1));
+    let options = std::fs::read_dir(dir.path().join("ledger"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with("OPTIONS-"))
+        })
+        .map(|path| std::fs::read_to_string(path).unwrap())
+        .last()
+        .expect("RocksDB wrote its OPTIONS file");
+    let expected = format!(
+        "bytes_per_sync={}",
+        crate::pacing::BACKGROUND_BYTES_PER_SYNC
+    );
+    assert!(
+        options.lines().any(|line| line.trim() == expected),
+        "{expected} missing from the store's OPTIONS file"
+    );
+}
