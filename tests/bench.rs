@@ -27,6 +27,37 @@ fn bench(dir: &Path, args: &[&str]) -> (String, serde_json::Value) {
     (run.last_line().to_owned(), run.results)
 }
 
+/// Checks `--transactions`: a header, then one line per committed
+/// transaction, in the order their proposals started, each VALID, whose
+/// phases add up to its latency.
+fn assert_transactions_file(path: &Path, committed: u64) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "run,started_s,endorse_ms,broadcast_ms,ordering_ms,commit_ms,latency_ms,channel,\
+             block,code"
+        )
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|line| line.split(',').collect()).collect();
+    assert_eq!(rows.len() as u64, committed, "{text}");
+    let number = |field: &str| field.parse::<f64>().unwrap();
+    let mut started = 0.0;
+    for row in &rows {
+        assert_eq!(row.len(), 10, "{row:?}");
+        assert_eq!(
+            (row[0], row[7], row[9]),
+            ("0", "mychannel", "VALID"),
+            "{row:?}"
+        );
+        assert!(number(row[1]) >= started, "out of order: {row:?}");
+        started = number(row[1]);
+        let phases: f64 = row[2..6].iter().map(|field| number(field)).sum();
+        assert!((phases - number(row[6])).abs() < 0.01, "{row:?}");
+    }
+}
+
 /// Checks that a bench run committed transactions, all VALID, with no
 /// failure of any kind.
 fn assert_all_committed_valid(results: &serde_json::Value) {
@@ -679,9 +710,16 @@ fn weft_network_up_serves_fabric_clients_over_mutual_tls_stops_on_ctrl_c_and_res
     // `weft bench --connect` drives the network with the transfer workload,
     // showing its progress every 2 s and ending with the line scripts read.
     let connect = ["--connect", connection_path.to_str().unwrap()];
+    let transactions_path = dir.path().join("transactions.csv");
+    let transactions_arg = ["--transactions", transactions_path.to_str().unwrap()];
     let run = bench_printing(
         dir.path(),
-        &[&["--duration", "4s", "--clients", "8"], &connect[..]].concat(),
+        &[
+            &["--duration", "4s", "--clients", "8"],
+            &connect[..],
+            &transactions_arg[..],
+        ]
+        .concat(),
     );
     let results = &run.results;
     let summary = run.summary();
@@ -701,6 +739,7 @@ fn weft_network_up_serves_fabric_clients_over_mutual_tls_stops_on_ctrl_c_and_res
     });
     assert!(progress, "no progress line in\n{}", run.stderr);
     assert_eq!(results["valid"].as_u64().unwrap(), committed, "{results}");
+    assert_transactions_file(&transactions_path, committed);
     assert_eq!(results["orderers"], 3);
     // The peers' own figures, from their metrics.
     for figure in ["peer_validate_ms", "peer_mvcc_ms", "peer_ledger_ms"] {

@@ -25,7 +25,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -163,6 +163,13 @@ pub struct LoadArgs {
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write one line per transaction committed in the measured window to
+    /// this file (CSV, with a header): when its proposal started, the
+    /// time of each phase in milliseconds, its block and its validation
+    /// code. Percentiles say how long the tail is; this says when it
+    /// happened and in which phase. A sweep writes every run's, numbered.
+    #[arg(long)]
+    pub transactions: Option<PathBuf>,
     /// The network the bench starts: refused with --connect, whose
     /// network is already made (except --channels).
     #[command(flatten)]
@@ -279,6 +286,9 @@ pub fn run(args: &LoadArgs) -> Result<()> {
             }
         }
     }
+    if let Some(path) = &args.transactions {
+        write_transactions(path, &runs)?;
+    }
     match runs.as_slice() {
         [one] => super::write_json(args.json.as_deref(), one)?,
         all => {
@@ -294,6 +304,31 @@ pub fn run(args: &LoadArgs) -> Result<()> {
         bail!("no transaction committed");
     }
     Ok(())
+}
+
+/// `--transactions`: every run's transactions, one CSV line each.
+fn write_transactions(path: &Path, runs: &[Results]) -> Result<()> {
+    let mut text = String::from(
+        "run,started_s,endorse_ms,broadcast_ms,ordering_ms,commit_ms,latency_ms,channel,block,code\n",
+    );
+    let ms = |duration: Duration| format!("{:.3}", duration.as_secs_f64() * 1000.0);
+    for (run, results) in runs.iter().enumerate() {
+        for row in &results.transactions {
+            text.push_str(&format!(
+                "{run},{:.6},{},{},{},{},{},{},{},{}\n",
+                row.started.as_secs_f64(),
+                ms(row.endorse),
+                ms(row.broadcast),
+                row.ordering.map(ms).unwrap_or_default(),
+                row.commit.map(ms).unwrap_or_default(),
+                ms(row.latency),
+                row.channel,
+                row.block,
+                row.code,
+            ));
+        }
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
 /// Block size of the network the bench starts, unless told.
@@ -1447,6 +1482,29 @@ struct Results {
     dropped_arrivals: u64,
     #[serde(skip)]
     latencies: Vec<Duration>,
+    /// For `--transactions`, in the order their proposals started.
+    #[serde(skip)]
+    transactions: Vec<TransactionRow>,
+}
+
+/// One committed transaction's timeline, for `--transactions`.
+#[derive(Debug)]
+struct TransactionRow {
+    /// When its proposal started, since the measurement began.
+    started: Duration,
+    endorse: Duration,
+    broadcast: Duration,
+    /// From the orderer's answer until its block left the orderer the
+    /// bench follows, and from there to the first commit event (the
+    /// moment the block left taken within that span, so that the phases
+    /// add up to the latency); unknown when the bench did not see the
+    /// block leave.
+    ordering: Option<Duration>,
+    commit: Option<Duration>,
+    latency: Duration,
+    channel: String,
+    block: u64,
+    code: &'static str,
 }
 
 impl Results {
@@ -1491,6 +1549,29 @@ impl Results {
             in_window.iter().map(|record| pick(record)).collect()
         };
         let latencies = total(|r| r.endorse + r.broadcast + r.order_and_commit());
+        let mut transactions: Vec<TransactionRow> = in_window
+            .iter()
+            .map(|r| {
+                // Within the order-and-commit span, so the phases add up.
+                let ordered = ordered_at.get(&(r.channel, r.block)).map(|at| {
+                    (*at).clamp(r.acknowledged_at, r.committed_at.max(r.acknowledged_at))
+                });
+                let proposed = r.acknowledged_at.checked_sub(r.broadcast + r.endorse);
+                TransactionRow {
+                    started: proposed
+                        .map_or(Duration::ZERO, |at| at.saturating_duration_since(started)),
+                    endorse: r.endorse,
+                    broadcast: r.broadcast,
+                    ordering: ordered.map(|at| at.saturating_duration_since(r.acknowledged_at)),
+                    commit: ordered.map(|at| r.committed_at.saturating_duration_since(at)),
+                    latency: r.endorse + r.broadcast + r.order_and_commit(),
+                    channel: channels.get(r.channel).cloned().unwrap_or_default(),
+                    block: r.block,
+                    code: code_name(r.code),
+                }
+            })
+            .collect();
+        transactions.sort_by_key(|row| row.started);
         // Ordering ends when the transaction's block leaves the orderer.
         let split = |phase: fn(&TxRecord, Instant) -> Duration| -> Vec<Duration> {
             in_window
@@ -1590,6 +1671,7 @@ impl Results {
             failures,
             dropped_arrivals: dropped,
             latencies,
+            transactions,
         }
     }
 
