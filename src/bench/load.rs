@@ -306,6 +306,40 @@ pub fn run(args: &LoadArgs) -> Result<()> {
     Ok(())
 }
 
+/// `--transactions`: the timeline of each transaction of the window, in
+/// the order their proposals started.
+fn transaction_rows(
+    in_window: &[&TxRecord],
+    ordered_at: &HashMap<(usize, u64), Instant>,
+    started: Instant,
+    channels: &[String],
+) -> Vec<TransactionRow> {
+    let mut rows: Vec<TransactionRow> = in_window
+        .iter()
+        .map(|r| {
+            // Within the order-and-commit span, so the phases add up.
+            let ordered = ordered_at
+                .get(&(r.channel, r.block))
+                .map(|at| (*at).clamp(r.acknowledged_at, r.committed_at.max(r.acknowledged_at)));
+            let proposed = r.acknowledged_at.checked_sub(r.broadcast + r.endorse);
+            TransactionRow {
+                started: proposed
+                    .map_or(Duration::ZERO, |at| at.saturating_duration_since(started)),
+                endorse: r.endorse,
+                broadcast: r.broadcast,
+                ordering: ordered.map(|at| at.saturating_duration_since(r.acknowledged_at)),
+                commit: ordered.map(|at| r.committed_at.saturating_duration_since(at)),
+                latency: r.latency(),
+                channel: channels.get(r.channel).cloned().unwrap_or_default(),
+                block: r.block,
+                code: code_name(r.code),
+            }
+        })
+        .collect();
+    rows.sort_by_key(|row| row.started);
+    rows
+}
+
 /// `--transactions`: every run's transactions, one CSV line each.
 fn write_transactions(path: &Path, runs: &[Results]) -> Result<()> {
     let mut text = String::from(
@@ -570,6 +604,11 @@ impl TxRecord {
     fn order_and_commit(&self) -> Duration {
         self.committed_at
             .saturating_duration_since(self.acknowledged_at)
+    }
+
+    /// From the proposal to the first commit event.
+    fn latency(&self) -> Duration {
+        self.endorse + self.broadcast + self.order_and_commit()
     }
 }
 
@@ -1548,30 +1587,12 @@ impl Results {
         let total = |pick: fn(&TxRecord) -> Duration| -> Vec<Duration> {
             in_window.iter().map(|record| pick(record)).collect()
         };
-        let latencies = total(|r| r.endorse + r.broadcast + r.order_and_commit());
-        let mut transactions: Vec<TransactionRow> = in_window
-            .iter()
-            .map(|r| {
-                // Within the order-and-commit span, so the phases add up.
-                let ordered = ordered_at.get(&(r.channel, r.block)).map(|at| {
-                    (*at).clamp(r.acknowledged_at, r.committed_at.max(r.acknowledged_at))
-                });
-                let proposed = r.acknowledged_at.checked_sub(r.broadcast + r.endorse);
-                TransactionRow {
-                    started: proposed
-                        .map_or(Duration::ZERO, |at| at.saturating_duration_since(started)),
-                    endorse: r.endorse,
-                    broadcast: r.broadcast,
-                    ordering: ordered.map(|at| at.saturating_duration_since(r.acknowledged_at)),
-                    commit: ordered.map(|at| r.committed_at.saturating_duration_since(at)),
-                    latency: r.endorse + r.broadcast + r.order_and_commit(),
-                    channel: channels.get(r.channel).cloned().unwrap_or_default(),
-                    block: r.block,
-                    code: code_name(r.code),
-                }
-            })
-            .collect();
-        transactions.sort_by_key(|row| row.started);
+        let latencies = total(TxRecord::latency);
+        // Only if asked: a row per committed transaction.
+        let transactions = match args.transactions {
+            Some(_) => transaction_rows(&in_window, ordered_at, started, channels),
+            None => Vec::new(),
+        };
         // Ordering ends when the transaction's block leaves the orderer.
         let split = |phase: fn(&TxRecord, Instant) -> Duration| -> Vec<Duration> {
             in_window

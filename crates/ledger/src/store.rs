@@ -244,9 +244,10 @@ impl BlockStore {
         self.append_as(block, durability, DataHash::CheckedByCaller, None, None)
     }
 
-    /// [`BlockStore::append_assembled`] of a block whose caller has decoded it already: `writes` gives its
-    /// history writes ([`crate::history_writes`]), so that the store does
-    /// not decode the block again; called only if the store keeps history.
+    /// [`BlockStore::append_assembled`] of a block whose caller has decoded
+    /// it already: `writes` gives its history writes
+    /// ([`crate::history_writes`]), so that the store does not decode the
+    /// block again; called only if the store keeps history.
     /// `private` is what the block committed of private data, written in
     /// the same batch, and the transient entries it settles. The caller
     /// validated the block, its data hash included, as
