@@ -1256,6 +1256,13 @@ fn kill_stream_peer_and_recover(network: &Network, round: usize, entropy: &mut R
             number % STREAM_CHECKPOINT_EVERY != 0,
             "{context}: block {number}"
         );
+        if !committed.staged {
+            assert_eq!(
+                ledger.durable_height(),
+                number + 1,
+                "{context}: checkpoint {number} is on disk when its commit returns"
+            );
+        }
         assert_codes(network, number, &committed.codes, &context);
     }
     assert_eq!(

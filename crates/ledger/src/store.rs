@@ -455,6 +455,26 @@ impl BlockStore {
         self.shared.durable_tx.subscribe()
     }
 
+    /// Gives the blocks appended unsynced the store's own [`Durability`],
+    /// as if they had been appended with it: synced now under
+    /// `EveryBlock`, handed to the flusher under group commit, left to
+    /// RocksDB under `None`. For a caller that appends unsynced to do
+    /// other work before paying for the sync (a stream channel's peer
+    /// announces a checkpoint *applied* before its block is durable).
+    pub fn settle_unsynced(&self) -> Result<()> {
+        let shared = &*self.shared;
+        match shared.durability {
+            Durability::EveryBlock => shared.sync_through(self.height()),
+            Durability::GroupCommit { blocks_max, .. } => {
+                if shared.durable_height.load(Ordering::Acquire) < self.height() {
+                    shared.note_pending(u64::from(blocks_max));
+                }
+                Ok(())
+            }
+            Durability::None => Ok(()),
+        }
+    }
+
     /// Syncs every appended block to disk now, in any durability mode.
     pub fn sync(&self) -> Result<()> {
         self.shared.sync_through(self.height())

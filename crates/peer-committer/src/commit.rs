@@ -13,7 +13,10 @@
 //! committed to readers (Deliver, commit status). The next checkpoint, a
 //! block whose orderer signature satisfies BlockValidation, commits the
 //! staged blocks with it, since its signature covers them through the hash
-//! chain. A checkpoint (or any block) that fails its integrity checks while
+//! chain. A checkpoint is appended unsynced too, applied, announced
+//! *applied*, and only then synced (with the store's durability) and
+//! announced committed: the sync is on the path of durable, not of applied.
+//! A checkpoint (or any block) that fails its integrity checks while
 //! blocks are staged rolls them back: the state to the last checkpoint, the
 //! block store truncated to it ([`Error::RolledBack`]), so that the intake
 //! fetches them again from another orderer. The world state is only made
@@ -716,6 +719,9 @@ impl ChannelCommitter {
             last_height(number, codes.len()),
             &self.channel_id,
         )?;
+        // A stream channel's checkpoint is announced applied before its
+        // block is synced: the sync is what durable waits for, not applied.
+        let settle_after_apply = signed && self.context.stream_checkpoint.is_some();
         let append_started = Instant::now();
         // The block's history writes come from this decoded copy, not from
         // the store decoding the block again.
@@ -725,8 +731,8 @@ impl ChannelCommitter {
             })
         };
         self.ledger
-            .append_with_history(block, history, &private, !signed)?;
-        let block_store = append_started.elapsed();
+            .append_with_history(block, history, &private, !signed || settle_after_apply)?;
+        let mut block_store = append_started.elapsed();
         let apply_started = Instant::now();
         self.state.apply(&batch, last_height(number, codes.len()))?;
         let state = apply_started.elapsed();
@@ -762,6 +768,11 @@ impl ChannelCommitter {
         // are in the state and its configuration is current. A staged block
         // waits for the checkpoint that covers it.
         self.applied.send_replace(number + 1);
+        if settle_after_apply {
+            let settle_started = Instant::now();
+            self.ledger.settle_unsynced()?;
+            block_store += settle_started.elapsed();
+        }
         if signed {
             self.staged_from = None;
             self.staged_transactions = 0;

@@ -778,6 +778,47 @@ fn unsynced_blocks_wait_for_a_sync_and_truncation_removes_them_with_their_index(
 }
 
 #[test]
+fn settling_unsynced_blocks_gives_them_the_stores_durability() {
+    // Goal: a block appended unsynced and then settled ends as durable as
+    // one appended with the store's durability: synced at once under
+    // EveryBlock, by the flusher under group commit.
+    let dir = TempDir::new().unwrap();
+    let store = open(&dir, Durability::EveryBlock);
+    let chain = synthetic_chain("settle", 3, 1);
+    store.append(&chain[0]).unwrap();
+    store.append_assembled(&chain[1], true).unwrap();
+    store.append_assembled(&chain[2], true).unwrap();
+    assert_eq!(store.durable_height(), 1);
+    store.settle_unsynced().unwrap();
+    assert_eq!(store.durable_height(), 3);
+
+    let dir = TempDir::new().unwrap();
+    let store = open(
+        &dir,
+        Durability::GroupCommit {
+            blocks_max: 1_000,
+            interval_ms: 20,
+        },
+    );
+    // Once the flusher has synced a block it sleeps until told of another.
+    store.append(&chain[0]).unwrap();
+    assert!(eventually(Duration::from_secs(10), || store
+        .durable_height()
+        == 1));
+    store.append_assembled(&chain[1], true).unwrap();
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(
+        store.durable_height(),
+        1,
+        "an unsynced append wakes no flusher"
+    );
+    store.settle_unsynced().unwrap();
+    assert!(eventually(Duration::from_secs(10), || store
+        .durable_height()
+        == 2));
+}
+
+#[test]
 fn the_last_blocks_are_served_from_memory_as_stored_and_only_once_readable() {
     // Goal: Deliver at the tip sends a block without a disk read, and what
     // it sends is exactly what a read from disk gives: only below the
