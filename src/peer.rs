@@ -38,6 +38,7 @@ use weft_peer_endorser::{
     builtin,
 };
 use weft_protos::common::Block;
+use weft_protos::dial::EndpointChoice;
 use weft_protos::gateway::gateway_server::GatewayServer;
 use weft_protos::privatedata::private_data_server::PrivateDataServer;
 use weft_protos::protos::deliver_server::DeliverServer;
@@ -119,6 +120,7 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
             .as_ref()
             .map(|tls| tls.certificate_hash.clone())
             .unwrap_or_default(),
+        endpoint_choice: config.orderer_choice,
         ..IntakeConfig::new(config.orderers.clone())
     };
     let intake_config = match config.committer.block_source {
@@ -126,6 +128,7 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         BlockSourceMode::Peers => IntakeConfig {
             source: BlockSource::ValidatingPeers,
             endpoints: config.committer.validating_peers.clone(),
+            endpoint_choice: EndpointChoice::Listed,
             ..intake_config
         },
     };
@@ -241,6 +244,7 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
         local_address: grpc_address.to_string(),
         peers: other_peers,
         orderers: config.orderers.clone(),
+        orderer_choice: config.orderer_choice,
         tls: config.tls.as_ref().map(|tls| tls.client.clone()),
         timeouts: weft_peer_endorser::gateway::Timeouts {
             endorsement: config.gateway.endorsement_timeout.0,

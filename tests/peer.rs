@@ -1698,6 +1698,12 @@ fn a_bad_peer_config_names_the_file_and_key() {
              privateData:\n  reconcileBatchSize: 0\n",
             "privateData.reconcileBatchSize: must be at least 1",
         ),
+        (
+            "peer:\n  id: p\n  listenAddress: 127.0.0.1:0\n  localMspId: Org1MSP\n  \
+             mspConfigPath: msp\n  fileSystemPath: data\norderers: [\"127.0.0.1:1\"]\n\
+             ordererChoice: nearest\n",
+            "ordererChoice: unknown variant `nearest`",
+        ),
     ] {
         std::fs::write(&config, text).unwrap();
         let output = Command::new(env!("CARGO_BIN_EXE_weft"))
@@ -1896,8 +1902,9 @@ impl Network {
         self.start_org_peer("org1", data, orderers, &[])
     }
 
-    /// Starts peer0 of `org` with its ledgers in `data`; its Gateway asks
-    /// `gateway_peers` (MSP ID, address) for endorsements.
+    /// Starts peer0 of `org` with its ledgers in `data`, trying `orderers`
+    /// in the order given; its Gateway asks `gateway_peers` (MSP ID,
+    /// address) for endorsements.
     /// A peer of each organisation, in `dir`/org1 and `dir`/org2, on
     /// `orderer`; org1's Gateway (and dissemination) knows org2's peer.
     fn start_two_orgs(&self, dir: &Path, orderer: SocketAddr) -> (Node, Node) {
@@ -1984,6 +1991,7 @@ impl Network {
                  {extra_peer_keys}\
                  {channels}\
                  orderers: [{orderers}]\n\
+                 ordererChoice: listed\n\
                  committer:\n  reconnectBackoffMax: 200ms\n{replica}\
                  {chaincode}\
                  gateway:\n{gateway}{extra_gateway_keys}\

@@ -14,6 +14,7 @@ use crate::settings::{GoDuration, load_yaml, resolve};
 use crate::tls::TlsSection;
 use weft_orderer::NodeTls;
 use weft_peer_endorser::ChaincodeTls;
+use weft_protos::dial::EndpointChoice;
 use weft_protos::serve::Keepalive;
 
 #[derive(Debug, Deserialize)]
@@ -24,9 +25,13 @@ pub struct PeerConfig {
     /// first start and reopened from the ledger afterwards.
     #[serde(default)]
     pub channels: Vec<ChannelSection>,
-    /// Orderer endpoints (`host:port`) to fetch blocks from, in order of
-    /// preference.
+    /// Orderer endpoints (`host:port`) to fetch blocks from and to submit
+    /// the Gateway's transactions to.
     pub orderers: Vec<String>,
+    /// In which order the peer tries `orderers`: random (Fabric's way) or
+    /// as listed.
+    #[serde(default)]
+    pub orderer_choice: EndpointChoice,
     #[serde(default)]
     pub ledger: LedgerSection,
     #[serde(default)]

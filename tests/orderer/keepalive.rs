@@ -269,6 +269,7 @@ impl PeerProcess {
                  timeout: {timeout}\n\
                  channels:\n  - genesisBlock: orders.block\n\
                  orderers: [{orderers}]\n\
+                 ordererChoice: listed\n\
                  committer:\n  reconnectBackoffMax: 200ms\n\
                  operations:\n  listenAddress: 127.0.0.1:0\n",
                 interval = seconds(FAST_KEEPALIVE.interval),

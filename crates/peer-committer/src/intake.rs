@@ -15,7 +15,9 @@
 //! Failures:
 //! - A connection that cannot be made, fails or ends: reconnect to the next
 //!   orderer endpoint (failover), after an exponential backoff that resets
-//!   once a connection delivers, seeking from the next block wanted.
+//!   once a connection delivers, seeking from the next block wanted. Each
+//!   round over the endpoints takes them in a fresh random order, as
+//!   Fabric's peers pick an orderer at random (or in the listed order).
 //! - A block the committer refuses (it does not extend the chain, its data
 //!   hash is wrong, or the orderers' signatures do not satisfy the channel's
 //!   BlockValidation policy): nothing of it is written; everything queued
@@ -43,6 +45,7 @@ use tonic::transport::ClientTlsConfig;
 use weft_ledger::BlockStore;
 use weft_msp::Signer;
 use weft_protos::common::{Block, HeaderType};
+use weft_protos::dial::EndpointChoice;
 use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
 use weft_protos::orderer::deliver_response::Type as Response;
 use weft_protos::protos::deliver_client::DeliverClient;
@@ -88,6 +91,9 @@ pub struct IntakeConfig {
     pub source: BlockSource,
     /// Endpoints (`host:port`) of the source, tried in turn.
     pub endpoints: Vec<String>,
+    /// In which order: a fresh random one each round (Fabric's peers pick
+    /// their orderer at random), or as listed.
+    pub endpoint_choice: EndpointChoice,
     /// Blocks prepared (decoded, checked) ahead of the one committing.
     pub pipeline_depth: usize,
     /// Blocks received and waiting for the committer.
@@ -115,13 +121,15 @@ pub struct IntakeConfig {
 }
 
 impl IntakeConfig {
-    /// Defaults for fetching from `orderers`: depth 4, 64 queued blocks,
+    /// Defaults for fetching from `orderers`, in a random order: depth 4,
+    /// 64 queued blocks,
     /// backoff 100 ms up to 10 s, connect timeout 5 s, Fabric's client
     /// keepalive, a state checkpoint every second.
     pub fn new(orderers: Vec<String>) -> Self {
         Self {
             source: BlockSource::Orderers,
             endpoints: orderers,
+            endpoint_choice: EndpointChoice::Random,
             pipeline_depth: 4,
             queue_blocks: 64,
             backoff_initial: Duration::from_millis(100),
@@ -429,8 +437,13 @@ impl Fetcher {
         // Endpoints that failed since one last delivered: once all have,
         // wait before the next round.
         let mut failed_in_round = 0;
+        let count = self.config.endpoints.len();
+        let mut order = self.config.endpoint_choice.order(count);
         for attempt in 0.. {
-            let endpoint = &self.config.endpoints[attempt % self.config.endpoints.len()];
+            if attempt > 0 && attempt % count == 0 {
+                order = self.config.endpoint_choice.order(count);
+            }
+            let endpoint = &self.config.endpoints[order[attempt % count]];
             let end = tokio::select! {
                 end = self.session(endpoint, &mut next) => end,
                 _ = self.shared.refused.notified() => SessionEnd::Refused,

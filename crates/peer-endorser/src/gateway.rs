@@ -78,8 +78,11 @@ pub struct GatewayConfig {
     /// Peers of other organisations that endorse for this one: (MSP ID,
     /// `host:port`).
     pub peers: Vec<(String, String)>,
-    /// Orderers to submit to (`host:port`), in order of preference.
+    /// Orderers to submit to (`host:port`).
     pub orderers: Vec<String>,
+    /// In which order each submit tries them: a fresh random one, as
+    /// Fabric's Gateway does, or as listed.
+    pub orderer_choice: weft_protos::dial::EndpointChoice,
     /// TLS towards those peers and orderers (their CA certificates);
     /// `None` dials in plaintext.
     pub tls: Option<ClientTlsConfig>,
@@ -394,7 +397,14 @@ impl Gateway for GatewayService {
             )));
         }
         let mut failures = Vec::new();
-        for orderer in &self.config.orderers {
+        let orderers = &self.config.orderers;
+        for orderer in self
+            .config
+            .orderer_choice
+            .order(orderers.len())
+            .into_iter()
+            .map(|index| &orderers[index])
+        {
             let channel = match self.link(orderer) {
                 Ok(channel) => channel,
                 Err(status) => {

@@ -5,7 +5,14 @@
 //!
 //! Building an [`Endpoint`] does no I/O; connecting to it does. The
 //! server's side is [`crate::serve`].
+//!
+//! Which of several nodes to dial first is [`EndpointChoice`]'s business:
+//! Fabric's peers pick orderers at random, so that a network's peers spread
+//! their streams over the ordering service.
 
+use std::hash::{BuildHasher, RandomState};
+
+use serde::Deserialize;
 use tonic::transport::{ClientTlsConfig, Endpoint};
 
 use crate::serve::Keepalive;
@@ -32,9 +39,55 @@ pub fn with_keepalive(endpoint: Endpoint, keepalive: Keepalive) -> Endpoint {
         .keep_alive_while_idle(true)
 }
 
+/// In which order a client tries the nodes it may use for a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EndpointChoice {
+    /// A fresh random order each time, as Fabric's peers choose orderers
+    /// (their deliver client and their Gateway's Submit).
+    #[default]
+    Random,
+    /// The order the nodes are listed in: a preference (a nearby node
+    /// first), or a predictable order for a test.
+    Listed,
+}
+
+impl EndpointChoice {
+    /// The indexes `0..count` in the order to try them.
+    pub fn order(self, count: usize) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..count).collect();
+        if self == Self::Random {
+            // Each `RandomState` has keys of its own, so each call shuffles
+            // anew (Fisher-Yates); nothing here needs unpredictability.
+            let hashes = RandomState::new();
+            for last in (1..count).rev() {
+                let pick = hashes.hash_one(last) % (last as u64 + 1);
+                order.swap(last, pick as usize);
+            }
+        }
+        order
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_random_choice_is_a_permutation_that_starts_anywhere() {
+        assert_eq!(EndpointChoice::Listed.order(4), vec![0, 1, 2, 3]);
+        assert!(EndpointChoice::Random.order(0).is_empty());
+        let mut firsts = [0; 3];
+        for _ in 0..300 {
+            let mut order = EndpointChoice::Random.order(3);
+            firsts[order[0]] += 1;
+            order.sort_unstable();
+            assert_eq!(order, vec![0, 1, 2]);
+        }
+        // Each of the three comes first about 100 times in 300; fewer
+        // than 50 would mean the choice is far from uniform.
+        assert!(firsts.iter().all(|&first| first >= 50), "{firsts:?}");
+    }
 
     #[test]
     fn the_scheme_follows_tls() {
