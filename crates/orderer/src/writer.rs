@@ -74,9 +74,10 @@ enum SyncRule {
     /// unsigned blocks are left unsynced; the next checkpoint's write
     /// covers them.
     SyncSigned,
-    /// No block is synced on its own: the consenter's own synced log
-    /// (Raft's) can write every block again after a crash, and the
-    /// consenter syncs the store before it compacts that log.
+    /// No block is synced on its own: the consenter's log (Raft's synced
+    /// log, Kafka's partition) can write every block again after a crash,
+    /// and the consenter syncs the store before it lets go of that log's
+    /// records (Raft compacting, Kafka's TxID mode dropping envelopes).
     BackedByLog,
 }
 
@@ -162,9 +163,10 @@ impl BlockWriter {
         OrderedTxIds(self.ordered.clone())
     }
 
-    /// The writer of a consenter with a synced log of its own: appends are
-    /// never synced on their own: that log can write every block again
-    /// after a crash, and the consenter syncs the store before compacting it.
+    /// The writer of a consenter backed by a log (Raft's, or a Kafka
+    /// partition): appends are never synced on their own, since that log
+    /// can write every block again after a crash; the consenter syncs the
+    /// store before it lets go of the log's records.
     pub fn backed_by_log(mut self) -> Self {
         self.sync_rule = SyncRule::BackedByLog;
         self

@@ -254,7 +254,7 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
         cutter: BlockCutter::new(config.orderer.batch_size, config.orderer.batch_timeout),
         channel,
         signer,
-        writer: Arc::new(Mutex::new(writer)),
+        writer: Arc::new(Mutex::new(writer.backed_by_log())),
         mode: settings.payloads,
         payloads,
         transport,
@@ -264,6 +264,9 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
         key,
         foreign: 0,
         unwritten: VecDeque::new(),
+        unsynced: Vec::new(),
+        written_since_sync: false,
+        syncing: None,
         backlog,
         halted,
     };
@@ -758,12 +761,27 @@ struct Sequencer {
     /// The offsets and digests of references read whose envelopes are not
     /// in a written block yet, oldest first.
     unwritten: VecDeque<(i64, Digest)>,
+    /// Envelopes in blocks written since the last sync of the block store
+    /// began: they leave the envelope store once a sync covers them.
+    unsynced: Vec<Digest>,
+    /// Whether blocks were written since the last sync began.
+    written_since_sync: bool,
+    /// The sync of the block store under way, if any.
+    syncing: Option<tokio::task::JoinHandle<()>>,
     backlog: Arc<Backlog>,
     halted: oneshot::Receiver<()>,
 }
 
 impl Sequencer {
+    /// Orders the partition's records into blocks until halted, then
+    /// syncs what it wrote.
     async fn run(mut self, consumer: &StreamConsumer) -> Result<()> {
+        let ordered = self.order(consumer).await;
+        self.sync_written().await;
+        ordered
+    }
+
+    async fn order(&mut self, consumer: &StreamConsumer) -> Result<()> {
         loop {
             let deadline = self.timer();
             let timer = async {
@@ -1056,10 +1074,61 @@ impl Sequencer {
             .iter()
             .take_while(|(at, _)| *at <= offset)
             .count();
-        self.payloads
-            .written(self.unwritten.drain(..written).map(|(_, digest)| digest));
+        self.unsynced
+            .extend(self.unwritten.drain(..written).map(|(_, digest)| digest));
+        self.written_since_sync = true;
         self.backlog.written(offset);
+        self.sync_in_background();
         Ok(())
+    }
+
+    /// Starts a sync of the block store unless one is under way; once it is
+    /// done, the envelopes of the blocks it covers leave the envelope
+    /// store. Blocks are appended unsynced: the partition (and, in TxID
+    /// mode, the envelope store, which keeps each envelope until a synced
+    /// block holds it) can write them again after a machine crash. One sync
+    /// at a time, beside the ordering, covers every block written before
+    /// it started.
+    fn sync_in_background(&mut self) {
+        if !self.written_since_sync
+            || self
+                .syncing
+                .as_ref()
+                .is_some_and(|sync| !sync.is_finished())
+        {
+            return;
+        }
+        self.written_since_sync = false;
+        let digests = std::mem::take(&mut self.unsynced);
+        let (store, payloads, channel) = (
+            self.channel.store.clone(),
+            self.payloads.clone(),
+            self.channel.id.clone(),
+        );
+        self.syncing = Some(tokio::spawn(async move {
+            match tokio::task::spawn_blocking(move || store.sync()).await {
+                Ok(Ok(())) => payloads.written(digests),
+                // The envelopes stay on disk: a restart orders them again
+                // if their blocks were lost, and drops them if not.
+                Ok(Err(error)) => {
+                    tracing::warn!(channel = %channel, %error, "syncing the block store failed")
+                }
+                Err(error) => {
+                    tracing::warn!(channel = %channel, %error, "the block store's sync task died")
+                }
+            }
+        }));
+    }
+
+    /// Waits for the sync under way, then syncs what was written since.
+    async fn sync_written(&mut self) {
+        if let Some(sync) = self.syncing.take() {
+            let _ = sync.await;
+        }
+        self.sync_in_background();
+        if let Some(sync) = self.syncing.take() {
+            let _ = sync.await;
+        }
     }
 }
 
