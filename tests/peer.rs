@@ -1902,9 +1902,6 @@ impl Network {
         self.start_org_peer("org1", data, orderers, &[])
     }
 
-    /// Starts peer0 of `org` with its ledgers in `data`, trying `orderers`
-    /// in the order given; its Gateway asks `gateway_peers` (MSP ID,
-    /// address) for endorsements.
     /// A peer of each organisation, in `dir`/org1 and `dir`/org2, on
     /// `orderer`; org1's Gateway (and dissemination) knows org2's peer.
     fn start_two_orgs(&self, dir: &Path, orderer: SocketAddr) -> (Node, Node) {
@@ -1918,6 +1915,9 @@ impl Network {
         (org1, org2)
     }
 
+    /// Starts peer0 of `org` with its ledgers in `data`, trying `orderers`
+    /// in the order given; its Gateway asks `gateway_peers` (MSP ID,
+    /// address) for endorsements.
     fn start_org_peer(
         &self,
         org: &str,

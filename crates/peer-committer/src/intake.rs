@@ -122,9 +122,8 @@ pub struct IntakeConfig {
 
 impl IntakeConfig {
     /// Defaults for fetching from `orderers`, in a random order: depth 4,
-    /// 64 queued blocks,
-    /// backoff 100 ms up to 10 s, connect timeout 5 s, Fabric's client
-    /// keepalive, a state checkpoint every second.
+    /// 64 queued blocks, backoff 100 ms up to 10 s, connect timeout 5 s,
+    /// Fabric's client keepalive, a state checkpoint every second.
     pub fn new(orderers: Vec<String>) -> Self {
         Self {
             source: BlockSource::Orderers,
