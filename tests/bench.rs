@@ -306,6 +306,26 @@ fn weft_bench_orderer_measures_kafka_with_only_ids_and_with_whole_envelopes() {
             "{run}"
         );
     }
+    // Each run's topic, with every envelope it ordered, is deleted after
+    // it: the broker renames the partition's directory at once and removes
+    // it a minute later.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (deleted, kept): (Vec<String>, Vec<String>) = broker
+            .partition_directories()
+            .into_iter()
+            .filter(|directory| directory.starts_with("bench-"))
+            .partition(|directory| directory.ends_with("-delete"));
+        if kept.is_empty() {
+            assert!(!deleted.is_empty(), "the runs ordered on no topic");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the bench's topics stay on the broker: {kept:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
 
 #[test]

@@ -22,7 +22,8 @@
 //! brokers of `--kafka-brokers` (which the bench does not start: `bash
 //! deploy/kafka.sh start` runs one), each envelope size measured twice,
 //! with only TxIDs through Kafka and with whole envelopes (FastFabric's
-//! Figure 4), on a new channel (and so a new topic) per run. With
+//! Figure 4), on a new channel (and so a new topic, deleted after the run)
+//! per run. With
 //! `--kafka-pid` the broker's CPU is reported apart from the orderers'.
 //!
 //! The bench channel cuts a partial block after 100 ms rather than Fabric's
@@ -192,7 +193,7 @@ pub fn run(args: &OrdererBenchArgs) -> Result<()> {
                 .map(|_| free_port())
                 .collect::<Result<Vec<u16>>>()?;
             // A Kafka channel's topic keeps its records: every run orders
-            // on a channel of its own.
+            // on a channel of its own, whose topic is deleted after it.
             let channel_id = match kafka {
                 Some(_) => format!("{CHANNEL}-{}-{run}", std::process::id()),
                 None => CHANNEL.to_owned(),
@@ -234,8 +235,12 @@ pub fn run(args: &OrdererBenchArgs) -> Result<()> {
                 envelopes,
                 &dir.join(format!("run-{run}")),
                 cores,
-            )
-            .with_context(|| format!("run with {size}-byte envelopes ({})", point.label))?;
+            );
+            if kafka.is_some() {
+                delete_topic(&args.kafka_brokers, &channel_id);
+            }
+            let result = result
+                .with_context(|| format!("run with {size}-byte envelopes ({})", point.label))?;
             println!(
                 "  {} x{}, {size:>5} B, {} clients: {:>7.0} tx/s, ordered p50 {:>6.1} ms, orderer cpu {:>5.1} µs/tx ({:.0}% of {cores} cores){}",
                 result.consensus,
@@ -597,6 +602,28 @@ fn process_cpu_seconds(pid: i32) -> Result<f64> {
         .and_then(|process| process.stat())
         .with_context(|| format!("--kafka-pid {pid}: reading the process's CPU time"))?;
     Ok((stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
+}
+
+/// Deletes a finished run's topic (its orderers stopped), so that a sweep
+/// does not leave every envelope it ordered on the broker's disk. A broker
+/// that refuses is named with the way to clean up by hand; the run's
+/// figures stand.
+fn delete_topic(brokers: &[String], topic: &str) {
+    let deleted = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| {
+            runtime
+                .block_on(weft_orderer::delete_channel_topic(brokers, topic))
+                .map_err(anyhow::Error::from)
+        });
+    if let Err(error) = deleted {
+        eprintln!(
+            "warning: the run's topic {topic} stays on the broker ({error:#}); \
+             `bash deploy/kafka.sh clean` deletes every topic of a broker it started"
+        );
+    }
 }
 
 /// How long Kafka orderers may take to create their topic and answer.

@@ -63,6 +63,21 @@ impl Broker {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// The partition directories on the broker's disk
+    /// (`<topic>-<partition>`, Kafka's own internal topics included; a
+    /// deleted topic's are renamed `<topic>-<partition>.<id>-delete` until
+    /// the broker removes them, a minute later).
+    pub fn partition_directories(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(self.dir.path().join("data")) else {
+            return Vec::new();
+        };
+        entries
+            .map(|entry| entry.unwrap())
+            .filter(|entry| entry.file_type().unwrap().is_dir())
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .collect()
+    }
+
     /// The bytes of `channel`'s partition on the broker's disk (0 before
     /// the topic exists).
     pub fn partition_bytes(&self, channel: &str) -> u64 {

@@ -63,6 +63,7 @@ pub use config::{
     StreamMode,
 };
 pub use consensus::Consenter;
+pub use consensus::kafka::delete_channel_topic;
 pub use cutter::{BlockCutter, CutReason};
 pub use error::{Error, Result};
 pub use metrics::OrdererMetrics;

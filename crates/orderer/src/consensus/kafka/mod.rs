@@ -310,6 +310,36 @@ async fn create_topic(
     Ok(())
 }
 
+/// Deletes a channel's topic, and with it every record the channel's
+/// orderers published: for a channel that is gone for good (a benchmark's
+/// channel; a live channel's orderers resume from its records). A topic
+/// that does not exist is fine.
+pub async fn delete_channel_topic(brokers: &[String], channel: &str) -> Result<()> {
+    let failed = |reason: String| Error::Consensus {
+        channel: channel.to_owned(),
+        reason: format!(
+            "cannot delete the channel's topic on {}: {reason}",
+            brokers.join(",")
+        ),
+    };
+    let admin: AdminClient<DefaultClientContext> = client_config(brokers)
+        .create()
+        .map_err(|e| failed(e.to_string()))?;
+    let options =
+        AdminOptions::new().operation_timeout(Some(Timeout::After(Duration::from_secs(10))));
+    let results = admin
+        .delete_topics(&[channel], &options)
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+            Err((_, code)) => return Err(failed(code.to_string())),
+        }
+    }
+    Ok(())
+}
+
 /// The Kafka key of the channel's records: the hash of its genesis block
 /// header, which tells them from the records of an earlier channel of the
 /// same name left on the brokers (the topic is named after the channel).
