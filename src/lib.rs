@@ -27,6 +27,20 @@ pub mod fuzzing;
 /// integration tests' nodes, as `weft bench` takes its own.
 pub use network::{free_port, reserve_ports};
 
+/// A node's async runtime, named after the node's kind, with
+/// `worker_threads` workers (0: tokio's default, one per core). Nodes
+/// sharing a machine's cores each take a share of them (`weft network
+/// up`): with more workers than cores, a task woken on one worker makes
+/// tokio wake another to steal work, context switches the cores pay for.
+fn node_runtime(kind: &str, worker_threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all().thread_name(kind);
+    if worker_threads > 0 {
+        builder.worker_threads(worker_threads);
+    }
+    anyhow::Context::context(builder.build(), "starting the async runtime")
+}
+
 /// Completes on Ctrl-C or SIGTERM: how a node is asked to stop.
 async fn shutdown_signal() {
     let terminate = async {

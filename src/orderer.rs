@@ -92,6 +92,10 @@ pub struct NodeSection {
     pub limits: LimitsSection,
     #[serde(default)]
     pub keepalive: KeepaliveSection,
+    /// Threads of the node's async runtime (gRPC, consensus, block
+    /// writes); 0 = one per core.
+    #[serde(default)]
+    pub worker_threads: usize,
 }
 
 /// How the orderer probes its clients' and the other consenters'
@@ -225,6 +229,8 @@ pub(crate) struct Settings {
     /// The cluster listen address and this node's consenter endpoint.
     cluster: Option<(SocketAddr, String)>,
     operations_address: SocketAddr,
+    /// `orderer.workerThreads` (0: one per core).
+    worker_threads: usize,
 }
 
 impl Settings {
@@ -305,6 +311,7 @@ impl Settings {
             }
         }
         Ok(Self {
+            worker_threads: file.orderer.worker_threads,
             id: file.orderer.id,
             listen_address: file.orderer.listen_address,
             node: NodeConfig {
@@ -343,11 +350,7 @@ impl Settings {
 /// or SIGTERM.
 pub fn start(config_path: &Path) -> Result<()> {
     let settings = Settings::load(config_path)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("orderer")
-        .build()
-        .context("starting the async runtime")?;
+    let runtime = crate::node_runtime("orderer", settings.worker_threads)?;
     runtime.block_on(run(settings, crate::shutdown_signal()))
 }
 

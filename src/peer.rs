@@ -71,11 +71,7 @@ pub fn start(config_path: &Path) -> Result<()> {
             .build_global()
             .context("committer.validationThreads: starting the validation pool")?;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("peer")
-        .build()
-        .context("starting the async runtime")?;
+    let runtime = crate::node_runtime("peer", config.peer.worker_threads)?;
     runtime.block_on(run(config, crate::shutdown_signal()))
 }
 

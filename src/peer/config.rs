@@ -63,6 +63,12 @@ pub struct PeerSection {
     pub limits: LimitsSection,
     #[serde(default)]
     pub keepalive: KeepaliveSection,
+    /// Threads of the node's async runtime (gRPC, endorsement, the
+    /// Gateway, deliveries); 0 = one per core. Validation has its pool
+    /// (`committer.validationThreads`) and each channel its committing
+    /// thread.
+    #[serde(default)]
+    pub worker_threads: usize,
 }
 
 /// Fabric's `peer.keepalive`: how the peer probes the connections of its
