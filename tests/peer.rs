@@ -1629,6 +1629,145 @@ async fn a_package_is_installed_before_the_peer_joins_a_channel() {
     submit(&network, orderer.grpc, &peers, &proposal, &responses, 4).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_answers_each_of_many_submits_at_once_as_the_orderer_answered_it() {
+    // Goal: a peer's Gateway passes submits that arrive together to the
+    // orderer side by side (over one Broadcast stream it keeps open), and
+    // each client hears its own transaction's answer: refusals among
+    // successes go to the clients whose envelopes were refused, and every
+    // transaction answered SUCCESS commits VALID. When the orderer
+    // restarts, the next submit reaches it again.
+    let dir = tempfile::tempdir().unwrap();
+    let network = Network::create(dir.path());
+    let port = weft::free_port().unwrap().to_string();
+    let address = format!("127.0.0.1:{port}");
+    let start_orderer = || {
+        let orderer =
+            network.start_solo_orderer_with(&[("ORDERER_ORDERER_LISTENADDRESS", &address)]);
+        assert_eq!(orderer.grpc.to_string(), address);
+        orderer
+    };
+    let orderer = start_orderer();
+    let (org1, _org2) = network.start_two_orgs(dir.path(), orderer.grpc);
+    let endorsers = [&network.org1_peer, &network.org2_peer];
+
+    // Every third envelope's signature covers other bytes: the orderer
+    // refuses it (FORBIDDEN) between the others.
+    let envelopes: Vec<(Envelope, bool)> = (0..45)
+        .map(|index| {
+            let envelope = network.put_as(
+                &network.client,
+                CHANNEL,
+                &format!("together-{index}"),
+                None,
+                &endorsers,
+            );
+            if index % 3 == 2 {
+                let other = network.client.sign(b"other bytes").unwrap();
+                (
+                    Envelope {
+                        signature: other.into(),
+                        ..envelope
+                    },
+                    false,
+                )
+            } else {
+                (envelope, true)
+            }
+        })
+        .collect();
+    let gateway =
+        weft_protos::gateway::gateway_client::GatewayClient::new(connect(org1.grpc).await);
+    let submits: Vec<_> = envelopes
+        .iter()
+        .map(|(envelope, _)| {
+            let mut gateway = gateway.clone();
+            let request = gateway_submit_request(envelope);
+            tokio::spawn(async move { gateway.submit(request).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for submit in submits {
+        answers.push(submit.await.unwrap());
+    }
+    for ((envelope, good), answer) in envelopes.iter().zip(&answers) {
+        let tx_id = tx_id_of(envelope);
+        match answer {
+            Ok(_) => assert!(good, "{tx_id}: a refused envelope was answered SUCCESS"),
+            Err(status) => {
+                assert!(!good, "{tx_id}: {status:?}");
+                assert_eq!(status.code(), tonic::Code::Aborted, "{tx_id}");
+                assert!(
+                    status.message().contains("status=FORBIDDEN"),
+                    "{tx_id}: {status:?}"
+                );
+            }
+        }
+    }
+    for (envelope, _) in envelopes.iter().filter(|(_, good)| *good) {
+        assert_eq!(
+            commit_status(&gateway, &network.client, &tx_id_of(envelope)).await,
+            TxValidationCode::Valid as i32
+        );
+    }
+
+    // The orderer restarts on its address; the Gateway's stream to it
+    // ended with it, and the next submit opens another.
+    drop(orderer);
+    let _orderer = start_orderer();
+    let again = network.put_as(&network.client, CHANNEL, "after-restart", None, &endorsers);
+    let mut client = gateway.clone();
+    client.submit(gateway_submit_request(&again)).await.unwrap();
+    assert_eq!(
+        commit_status(&gateway, &network.client, &tx_id_of(&again)).await,
+        TxValidationCode::Valid as i32
+    );
+}
+
+/// A Gateway `Submit` of `envelope` on its channel.
+fn gateway_submit_request(envelope: &Envelope) -> weft_protos::gateway::SubmitRequest {
+    weft_protos::gateway::SubmitRequest {
+        transaction_id: tx_id_of(envelope),
+        channel_id: CHANNEL.to_owned(),
+        prepared_transaction: Some(envelope.clone()),
+    }
+}
+
+/// The transaction ID in `envelope`'s channel header.
+fn tx_id_of(envelope: &Envelope) -> String {
+    let payload = weft_protos::common::Payload::decode(envelope.payload.clone()).unwrap();
+    let header = payload.header.unwrap();
+    weft_protos::common::ChannelHeader::decode(header.channel_header)
+        .unwrap()
+        .tx_id
+}
+
+/// The validation code the Gateway's `CommitStatus` answers for `tx_id`
+/// on `CHANNEL`, asked as `client`.
+async fn commit_status(
+    gateway: &weft_protos::gateway::gateway_client::GatewayClient<Channel>,
+    client: &Signer,
+    tx_id: &str,
+) -> i32 {
+    let request = weft_protos::gateway::CommitStatusRequest {
+        channel_id: CHANNEL.to_owned(),
+        transaction_id: tx_id.to_owned(),
+        identity: client.serialized_identity().clone(),
+    }
+    .encode_to_vec();
+    let signature = client.sign(&request).unwrap();
+    let signed = weft_protos::gateway::SignedCommitStatusRequest {
+        request: request.into(),
+        signature: signature.into(),
+    };
+    tokio::time::timeout(PATIENCE, gateway.clone().commit_status(signed))
+        .await
+        .expect("commit status in time")
+        .unwrap()
+        .into_inner()
+        .result
+}
+
 /// `weft chaincode deploy` on `CHANNEL` of `network`, approved by org1's
 /// and org2's `peers`, submitted to `orderer`; the chaincode to name.
 fn chaincode_deploy(network: &Network, orderer: SocketAddr, peers: [SocketAddr; 2]) -> Command {
@@ -1866,15 +2005,33 @@ impl Network {
 
     /// The network's orderer: solo, ordering both channels.
     fn start_solo_orderer(&self) -> Node {
-        self.start_orderer(
+        self.start_solo_orderer_with(&[])
+    }
+
+    /// [`Network::start_solo_orderer`] with environment variables `env`
+    /// overriding keys of its config file.
+    fn start_solo_orderer_with(&self, env: &[(&str, &str)]) -> Node {
+        self.start_orderer_with(
             "orderer",
             &self.orderer_msp(),
             "OrdererMSP",
             &["ledger.block", "second.block"],
+            env,
         )
     }
 
     fn start_orderer(&self, name: &str, msp: &Path, msp_id: &str, blocks: &[&str]) -> Node {
+        self.start_orderer_with(name, msp, msp_id, blocks, &[])
+    }
+
+    fn start_orderer_with(
+        &self,
+        name: &str,
+        msp: &Path,
+        msp_id: &str,
+        blocks: &[&str],
+        env: &[(&str, &str)],
+    ) -> Node {
         let config = self.dir.join(format!("{name}.yaml"));
         let channels: String = blocks
             .iter()
@@ -1891,7 +2048,12 @@ impl Network {
             ),
         )
         .unwrap();
-        Node::start("orderer", &config, &self.dir.join(format!("{name}.log")))
+        Node::start_with_env(
+            "orderer",
+            &config,
+            &self.dir.join(format!("{name}.log")),
+            env,
+        )
     }
 
     fn start_peer(&self, orderers: &[SocketAddr]) -> Node {

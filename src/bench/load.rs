@@ -39,7 +39,7 @@ use tonic::transport::Channel;
 use weft_msp::Signer;
 use weft_protos::common::{Envelope, Status};
 use weft_protos::gateway::gateway_client::GatewayClient;
-use weft_protos::gateway::{CommitStatusRequest, SignedCommitStatusRequest};
+use weft_protos::gateway::{CommitStatusRequest, SignedCommitStatusRequest, SubmitRequest};
 use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
 use weft_protos::protos::TxValidationCode;
 use weft_protos::protos::endorser_client::EndorserClient;
@@ -160,6 +160,12 @@ pub struct LoadArgs {
     /// connection per peer and one Broadcast stream per orderer.
     #[arg(long)]
     pub connections: Option<usize>,
+    /// Where clients send their transactions: straight to the orderers on
+    /// the bench's Broadcast streams (as tape and Fabric's older SDKs do),
+    /// or to the Gateway of the creator's peer (`Submit`, as Fabric's
+    /// Gateway client libraries do), which passes them to an orderer.
+    #[arg(long, default_value = "orderers", value_parser = ["orderers", "gateway"])]
+    pub submit: String,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -628,6 +634,9 @@ struct Client {
     broadcasters: Vec<Arc<Broadcaster>>,
     router: Arc<CommitRouter>,
     watched_peers: usize,
+    /// Whether transactions go to the creator's peer's Gateway (`Submit`)
+    /// instead of a Broadcast stream of the bench's.
+    submit_through_gateway: bool,
     /// Whether each transaction also waits for its Gateway `CommitStatus`.
     ask_commit_status: bool,
     /// How long a transaction may take from proposal to commit.
@@ -680,8 +689,24 @@ impl Client {
         let bytes = prost::Message::encoded_len(&envelope);
         let endorsed = Instant::now();
         let committed = self.router.expect(&proposal.tx_id, self.watched_peers);
-        let broadcaster = &self.broadcasters[slot % self.broadcasters.len()];
-        let status = broadcaster.send(envelope).await.map_err(|e| e.to_string());
+        let status = if self.submit_through_gateway {
+            let request = SubmitRequest {
+                transaction_id: proposal.tx_id.clone(),
+                channel_id: invocation.channel_id.to_owned(),
+                prepared_transaction: Some(envelope),
+            };
+            let mut gateway = self.orgs[plan[0]].link(slot).gateway.clone();
+            // The Gateway answers an orderer's refusal as an error, and
+            // success as SUCCESS's empty answer.
+            gateway
+                .submit(request)
+                .await
+                .map(|_| Status::Success as i32)
+                .map_err(|e| format!("Submit: {}", e.message()))
+        } else {
+            let broadcaster = &self.broadcasters[slot % self.broadcasters.len()];
+            broadcaster.send(envelope).await.map_err(|e| e.to_string())
+        };
         let status = match status {
             Ok(status) => status,
             Err(error) => {
@@ -1046,6 +1071,7 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
         plans,
         broadcasters,
         router,
+        submit_through_gateway: args.submit == "gateway",
         ask_commit_status: args.gateway_commit_status
             || args.network.stream.commit_status == Some(CommitStatus::Applied),
         tx_timeout: args.tx_timeout,
@@ -1107,12 +1133,17 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
 
 /// How the bench's clients reach the network, for reports.
 fn client_shape(args: &LoadArgs) -> String {
-    match args.connections {
+    let shape = match args.connections {
         None => "one connection per peer, one Broadcast stream per orderer".to_owned(),
         Some(connections) => format!(
             "{connections} connection{} to each peer with a Broadcast stream each",
             if connections == 1 { "" } else { "s" }
         ),
+    };
+    if args.submit == "gateway" {
+        format!("{shape}, submitting through the creator's peer's Gateway")
+    } else {
+        shape
     }
 }
 

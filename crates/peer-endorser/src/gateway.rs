@@ -6,7 +6,8 @@
 //!   every organisation configured), their results must agree, and the
 //!   transaction is prepared for the client to sign;
 //! - `Submit`: the signed transaction goes to the first orderer that takes
-//!   it;
+//!   it, over a Broadcast stream to that orderer that every submit shares
+//!   (`broadcast_lines`; Fabric's Gateway opens one per transaction);
 //! - `CommitStatus`: waits until this peer has committed the transaction
 //!   and answers its validation code and block;
 //! - `Evaluate`: the proposal is run here and its result returned, nothing
@@ -53,13 +54,13 @@ use weft_protos::gateway::{
     EndorseRequest, EndorseResponse, ErrorDetail, EvaluateRequest, EvaluateResponse,
     SignedChaincodeEventsRequest, SignedCommitStatusRequest, SubmitRequest, SubmitResponse,
 };
-use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
 use weft_protos::orderer::seek_position::Type as SeekType;
 use weft_protos::protos::endorser_client::EndorserClient;
 use weft_protos::protos::{ChaincodeEvent, ProposalResponse};
 use weft_protos::tx::ReceivedProposal;
 use weft_protos::view::{DecodedBlock, Limits, TxBody};
 
+use crate::broadcast_lines::BroadcastLines;
 use crate::commit_status::CommitWaiters;
 use crate::{Endorser, JoinedChannel};
 
@@ -125,6 +126,8 @@ pub struct GatewayService {
     /// connection, let alone a TLS handshake, per transaction would cost
     /// more than the transaction.
     links: Arc<Mutex<HashMap<String, Channel>>>,
+    /// One Broadcast stream per orderer, shared by every Submit.
+    broadcasts: Arc<BroadcastLines>,
     /// The `CommitStatus` calls waiting, by channel.
     commit_waiters: Arc<Mutex<HashMap<String, Arc<CommitWaiters>>>>,
 }
@@ -135,6 +138,7 @@ impl GatewayService {
             endorser,
             config: Arc::new(config),
             links: Arc::default(),
+            broadcasts: Arc::default(),
             commit_waiters: Arc::default(),
         }
     }
@@ -405,29 +409,19 @@ impl Gateway for GatewayService {
             .into_iter()
             .map(|index| &orderers[index])
         {
-            let channel = match self.link(orderer) {
-                Ok(channel) => channel,
-                Err(status) => {
-                    failures.push(detail(orderer, "", status.message()));
-                    continue;
-                }
-            };
             let within = self.config.timeouts.broadcast;
-            let answer = tokio::time::timeout(within, async {
-                let mut answers = AtomicBroadcastClient::new(channel)
-                    .broadcast(tokio_stream::iter([envelope.clone()]))
-                    .await?;
-                answers.get_mut().message().await
-            })
+            let answer = tokio::time::timeout(
+                within,
+                self.broadcasts
+                    .broadcast(orderer, || self.link(orderer), envelope.clone()),
+            )
             .await
             .unwrap_or_else(|_| Err(timed_out("broadcast", within)));
             match answer {
-                Ok(Some(answer))
-                    if answer.status == weft_protos::common::Status::Success as i32 =>
-                {
+                Ok(answer) if answer.status == weft_protos::common::Status::Success as i32 => {
                     return Ok(Response::new(SubmitResponse {}));
                 }
-                Ok(Some(answer)) => {
+                Ok(answer) => {
                     // The orderer refused the transaction itself: another
                     // orderer would refuse it too.
                     let status = weft_protos::common::Status::try_from(answer.status).map_or_else(
@@ -439,7 +433,6 @@ impl Gateway for GatewayService {
                         answer.info
                     )));
                 }
-                Ok(None) => failures.push(detail(orderer, "", "no answer")),
                 Err(status) => failures.push(detail(orderer, "", status.message())),
             }
         }

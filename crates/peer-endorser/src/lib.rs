@@ -19,6 +19,7 @@
 //! [`dissemination`] hands endorsed private data to the peers of the
 //! collections' other members, and receives theirs.
 
+mod broadcast_lines;
 pub mod builtin;
 pub mod chaincode;
 mod commit_status;
