@@ -1635,15 +1635,17 @@ async fn the_gateway_answers_each_of_many_submits_at_once_as_the_orderer_answere
     // orderer side by side (over one Broadcast stream it keeps open), and
     // each client hears its own transaction's answer: refusals among
     // successes go to the clients whose envelopes were refused, and every
-    // transaction answered SUCCESS commits VALID. When the orderer
-    // restarts, the next submit reaches it again.
+    // transaction answered SUCCESS commits VALID. When the orderer closes
+    // an idle stream, or restarts, the next submit reaches it again.
     let dir = tempfile::tempdir().unwrap();
     let network = Network::create(dir.path());
     let port = weft::free_port().unwrap().to_string();
     let address = format!("127.0.0.1:{port}");
     let start_orderer = || {
-        let orderer =
-            network.start_solo_orderer_with(&[("ORDERER_ORDERER_LISTENADDRESS", &address)]);
+        let orderer = network.start_solo_orderer_with(
+            "  limits:\n    broadcastIdleTimeout: 1s\n",
+            &[("ORDERER_ORDERER_LISTENADDRESS", &address)],
+        );
         assert_eq!(orderer.grpc.to_string(), address);
         orderer
     };
@@ -1710,6 +1712,16 @@ async fn the_gateway_answers_each_of_many_submits_at_once_as_the_orderer_answere
             TxValidationCode::Valid as i32
         );
     }
+
+    // The orderer closes Broadcast streams idle for a second: the next
+    // submit after a pause gets a new one.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after_pause = network.put_as(&network.client, CHANNEL, "after-pause", None, &endorsers);
+    gateway
+        .clone()
+        .submit(gateway_submit_request(&after_pause))
+        .await
+        .unwrap();
 
     // The orderer restarts on its address; the Gateway's stream to it
     // ended with it, and the next submit opens another.
@@ -2005,23 +2017,24 @@ impl Network {
 
     /// The network's orderer: solo, ordering both channels.
     fn start_solo_orderer(&self) -> Node {
-        self.start_solo_orderer_with(&[])
+        self.start_solo_orderer_with("", &[])
     }
 
-    /// [`Network::start_solo_orderer`] with environment variables `env`
-    /// overriding keys of its config file.
-    fn start_solo_orderer_with(&self, env: &[(&str, &str)]) -> Node {
+    /// [`Network::start_solo_orderer`] with `node_yaml` added to the
+    /// `orderer` section of its config file (indented keys) and
+    /// environment variables `env` overriding keys of it.
+    fn start_solo_orderer_with(&self, node_yaml: &str, env: &[(&str, &str)]) -> Node {
         self.start_orderer_with(
             "orderer",
             &self.orderer_msp(),
             "OrdererMSP",
             &["ledger.block", "second.block"],
-            env,
+            (node_yaml, env),
         )
     }
 
     fn start_orderer(&self, name: &str, msp: &Path, msp_id: &str, blocks: &[&str]) -> Node {
-        self.start_orderer_with(name, msp, msp_id, blocks, &[])
+        self.start_orderer_with(name, msp, msp_id, blocks, ("", &[]))
     }
 
     fn start_orderer_with(
@@ -2030,7 +2043,7 @@ impl Network {
         msp: &Path,
         msp_id: &str,
         blocks: &[&str],
-        env: &[(&str, &str)],
+        (node_yaml, env): (&str, &[(&str, &str)]),
     ) -> Node {
         let config = self.dir.join(format!("{name}.yaml"));
         let channels: String = blocks
@@ -2041,7 +2054,7 @@ impl Network {
             &config,
             format!(
                 "orderer:\n  id: {name}\n  listenAddress: 127.0.0.1:0\n  localMspId: {msp_id}\n  \
-                 mspConfigPath: {msp}\n  fileSystemPath: {name}\n\
+                 mspConfigPath: {msp}\n  fileSystemPath: {name}\n{node_yaml}\
                  channels:\n{channels}\
                  consensus:\n  type: solo\n",
                 msp = msp.display(),

@@ -12,9 +12,8 @@
 //! SDK that keeps its Broadcast stream open.
 //!
 //! A stream that ends (the orderer stopped, restarted, or closed it after
-//! its idle limit) fails the submits still waiting on it, which then try
-//! the next orderer as before; the next submit to that orderer opens a new
-//! stream. The one envelope that can end a stream by itself is one over
+//! its idle limit) fails the submits still waiting on it; each tries a new
+//! stream to that orderer once, then the next orderer as before. The one envelope that can end a stream by itself is one over
 //! the orderer's gRPC message limit, so an envelope above
 //! [`SHARED_ENVELOPE_BYTES_MAX`] goes on a stream of its own, as on
 //! Fabric, and cannot take other clients' answers down with it.
@@ -73,17 +72,23 @@ impl BroadcastLines {
                 .await?
                 .ok_or_else(|| Status::unavailable("the orderer ended the Broadcast stream"));
         }
-        // A stream that ended between being looked up and taking the
-        // envelope (the orderer closed it just then) is replaced once.
+        // A stream that ends before answering, as the envelope goes out
+        // (the orderer closed it at its idle limit just then, or stopped),
+        // is replaced once: an orderer that is gone refuses the new one at
+        // once, and the submit tries the next orderer.
+        let mut ended = Status::unavailable("the Broadcast stream ended");
         for _ in 0..2 {
             let line = self.line(address, &channel)?;
-            if let Some(answer) = line.send(envelope.clone()) {
-                return answer
-                    .await
-                    .unwrap_or_else(|_| Err(Status::unavailable("the Broadcast stream ended")));
+            let Some(answer) = line.send(envelope.clone()) else {
+                continue;
+            };
+            match answer.await {
+                Ok(Ok(answer)) => return Ok(answer),
+                Ok(Err(why)) => ended = why,
+                Err(_) => {}
             }
         }
-        Err(Status::unavailable("the Broadcast stream ended"))
+        Err(ended)
     }
 
     /// The stream to `address`, opened if there is none or it ended.
