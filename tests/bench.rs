@@ -1009,13 +1009,14 @@ fn weft_bench_streams_on_a_raft_network() {
     // transactions in flight no block reaches the count alone, so the
     // peers' chain has unsigned blocks between the checkpoints they
     // verified. A second channel beside it cuts blocks, every one signed.
-    // The clients submit through their peer's Gateway, as Fabric's Gateway
-    // client libraries do, many at once over its shared Broadcast streams.
+    // The clients endorse and submit through their peer's Gateway, as
+    // Fabric's Gateway client libraries do, many at once over its shared
+    // Broadcast streams.
     let dir = tempfile::tempdir().unwrap();
     let (_, results) = bench(
         dir.path(),
         &[
-            "--submit",
+            "--api",
             "gateway",
             "--stream",
             "--channels",
@@ -1038,9 +1039,9 @@ fn weft_bench_streams_on_a_raft_network() {
     );
     assert_all_committed_valid(&results);
     assert!(
-        results["client_shape"]
-            .as_str()
-            .is_some_and(|shape| shape.contains("through the creator's peer's Gateway")),
+        results["client_shape"].as_str().is_some_and(
+            |shape| shape.contains("through the creator's peer's Gateway (Endorse, Submit)")
+        ),
         "{results}"
     );
     let applied = &results["commit_status_latency_ms"];

@@ -39,10 +39,12 @@ use tonic::transport::Channel;
 use weft_msp::Signer;
 use weft_protos::common::{Envelope, Status};
 use weft_protos::gateway::gateway_client::GatewayClient;
-use weft_protos::gateway::{CommitStatusRequest, SignedCommitStatusRequest, SubmitRequest};
+use weft_protos::gateway::{
+    CommitStatusRequest, EndorseRequest, SignedCommitStatusRequest, SubmitRequest,
+};
 use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
-use weft_protos::protos::TxValidationCode;
 use weft_protos::protos::endorser_client::EndorserClient;
+use weft_protos::protos::{SignedProposal, TxValidationCode};
 use weft_protos::tx::{Invocation, Proposal};
 
 use super::{quantile, summary_line};
@@ -160,12 +162,14 @@ pub struct LoadArgs {
     /// connection per peer and one Broadcast stream per orderer.
     #[arg(long)]
     pub connections: Option<usize>,
-    /// Where clients send their transactions: straight to the orderers on
-    /// the bench's Broadcast streams (as tape and Fabric's older SDKs do),
-    /// or to the Gateway of the creator's peer (`Submit`, as Fabric's
-    /// Gateway client libraries do), which passes them to an orderer.
-    #[arg(long, default_value = "orderers", value_parser = ["orderers", "gateway"])]
-    pub submit: String,
+    /// The Fabric client API the clients use: `direct` asks each
+    /// endorsing peer's Endorser and broadcasts to the orderers on the
+    /// bench's own streams (as tape and Fabric's older SDKs do); `gateway`
+    /// sends each transaction through the Gateway of the creator's peer
+    /// (`Endorse`, naming the organisations that endorse, then `Submit`),
+    /// as Fabric's Gateway client libraries do.
+    #[arg(long, default_value = "direct", value_parser = ["direct", "gateway"])]
+    pub api: String,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -634,9 +638,10 @@ struct Client {
     broadcasters: Vec<Arc<Broadcaster>>,
     router: Arc<CommitRouter>,
     watched_peers: usize,
-    /// Whether transactions go to the creator's peer's Gateway (`Submit`)
-    /// instead of a Broadcast stream of the bench's.
-    submit_through_gateway: bool,
+    /// Whether transactions go through the creator's peer's Gateway
+    /// (`Endorse`, `Submit`) instead of the endorsers and a Broadcast
+    /// stream of the bench's.
+    through_gateway: bool,
     /// Whether each transaction also waits for its Gateway `CommitStatus`.
     ask_commit_status: bool,
     /// How long a transaction may take from proposal to commit.
@@ -668,28 +673,16 @@ impl Client {
         };
         let proposal = Proposal::new(&invocation, creator.serialized_identity().clone());
         let signed = proposal.signed(creator).map_err(|e| e.to_string())?;
-        let endorsements = plan.iter().map(|&org| {
-            let mut endorser = self.orgs[org].link(slot).endorser.clone();
-            let signed = signed.clone();
-            async move { endorser.process_proposal(signed).await }
-        });
-        let mut responses = Vec::with_capacity(plan.len());
-        for response in endorse_side_by_side(endorsements).await {
-            let response = response.map_err(|e| e.message().to_owned())?.into_inner();
-            let status = response.response.as_ref().map_or(0, |r| r.status);
-            if status != 200 {
-                let message = response.response.map(|r| r.message).unwrap_or_default();
-                return Err(format!("endorsement refused ({status}): {message}"));
-            }
-            responses.push(response);
-        }
-        let envelope = proposal
-            .transaction(&responses, creator)
-            .map_err(|e| e.to_string())?;
+        let envelope = if self.through_gateway {
+            self.endorse_through_gateway(slot, plan, &proposal, signed, invocation.channel_id)
+                .await?
+        } else {
+            self.endorse(slot, plan, &proposal, signed).await?
+        };
         let bytes = prost::Message::encoded_len(&envelope);
         let endorsed = Instant::now();
         let committed = self.router.expect(&proposal.tx_id, self.watched_peers);
-        let status = if self.submit_through_gateway {
+        let status = if self.through_gateway {
             let request = SubmitRequest {
                 transaction_id: proposal.tx_id.clone(),
                 channel_id: invocation.channel_id.to_owned(),
@@ -755,6 +748,79 @@ impl Client {
             channel: slot % self.channels.len(),
             block: commit.block,
             status_at,
+        })
+    }
+}
+
+impl Client {
+    /// Asks each organisation of `plan` to endorse `signed` (at the peer
+    /// of slot `slot`'s connection), side by side; the transaction their
+    /// endorsements make, signed by the creator.
+    async fn endorse(
+        &self,
+        slot: usize,
+        plan: &[usize],
+        proposal: &Proposal,
+        signed: SignedProposal,
+    ) -> Result<Envelope, String> {
+        let endorsements = plan.iter().map(|&org| {
+            let mut endorser = self.orgs[org].link(slot).endorser.clone();
+            let signed = signed.clone();
+            async move { endorser.process_proposal(signed).await }
+        });
+        let mut responses = Vec::with_capacity(plan.len());
+        for response in endorse_side_by_side(endorsements).await {
+            let response = response.map_err(|e| e.message().to_owned())?.into_inner();
+            let status = response.response.as_ref().map_or(0, |r| r.status);
+            if status != 200 {
+                let message = response.response.map(|r| r.message).unwrap_or_default();
+                return Err(format!("endorsement refused ({status}): {message}"));
+            }
+            responses.push(response);
+        }
+        proposal
+            .transaction(&responses, self.orgs[plan[0]].user.as_ref())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Has the creator's peer's Gateway endorse `signed` at the
+    /// organisations of `plan`; the prepared transaction, signed by the
+    /// creator, as a Fabric Gateway client signs it.
+    async fn endorse_through_gateway(
+        &self,
+        slot: usize,
+        plan: &[usize],
+        proposal: &Proposal,
+        signed: SignedProposal,
+        channel_id: &str,
+    ) -> Result<Envelope, String> {
+        let creator = &self.orgs[plan[0]];
+        let request = EndorseRequest {
+            transaction_id: proposal.tx_id.clone(),
+            channel_id: channel_id.to_owned(),
+            proposed_transaction: Some(signed),
+            endorsing_organizations: plan
+                .iter()
+                .map(|&org| self.orgs[org].msp_id.clone())
+                .collect(),
+        };
+        let prepared = creator
+            .link(slot)
+            .gateway
+            .clone()
+            .endorse(request)
+            .await
+            .map_err(|e| format!("Endorse: {}", e.message()))?
+            .into_inner()
+            .prepared_transaction
+            .ok_or("Endorse: no prepared transaction")?;
+        let signature = creator
+            .user
+            .sign(&prepared.payload)
+            .map_err(|e| e.to_string())?;
+        Ok(Envelope {
+            payload: prepared.payload,
+            signature: signature.into(),
         })
     }
 }
@@ -1057,8 +1123,12 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
         });
     }
     // One stream per orderer, or one per connection in the load tools'
-    // shape.
-    let streams = args.connections.unwrap_or(orderers.len());
+    // shape; none when the Gateway submits.
+    let streams = if args.api == "gateway" {
+        0
+    } else {
+        args.connections.unwrap_or(orderers.len())
+    };
     let mut broadcasters = Vec::new();
     for &orderer in orderers.iter().cycle().take(streams) {
         broadcasters.push(Broadcaster::open(&dialer, orderer).await?);
@@ -1071,7 +1141,7 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
         plans,
         broadcasters,
         router,
-        submit_through_gateway: args.submit == "gateway",
+        through_gateway: args.api == "gateway",
         ask_commit_status: args.gateway_commit_status
             || args.network.stream.commit_status == Some(CommitStatus::Applied),
         tx_timeout: args.tx_timeout,
@@ -1133,17 +1203,20 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
 
 /// How the bench's clients reach the network, for reports.
 fn client_shape(args: &LoadArgs) -> String {
-    let shape = match args.connections {
-        None => "one connection per peer, one Broadcast stream per orderer".to_owned(),
-        Some(connections) => format!(
+    let plural = |count: usize| if count == 1 { "" } else { "s" };
+    match (args.connections, args.api == "gateway") {
+        (None, false) => "one connection per peer, one Broadcast stream per orderer".to_owned(),
+        (Some(connections), false) => format!(
             "{connections} connection{} to each peer with a Broadcast stream each",
-            if connections == 1 { "" } else { "s" }
+            plural(connections)
         ),
-    };
-    if args.submit == "gateway" {
-        format!("{shape}, submitting through the creator's peer's Gateway")
-    } else {
-        shape
+        (connections, true) => format!(
+            "{} to each peer, through the creator's peer's Gateway (Endorse, Submit)",
+            connections.map_or("one connection".to_owned(), |count| format!(
+                "{count} connection{}",
+                plural(count)
+            ))
+        ),
     }
 }
 
