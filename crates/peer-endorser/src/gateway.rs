@@ -317,40 +317,54 @@ impl Gateway for GatewayService {
             &proposal.chaincode_id.name,
             &request.endorsing_organizations,
         )?;
-        let mut responses = Vec::new();
+        // Every organisation endorses side by side, as Fabric's Gateway
+        // asks them: this peer on a task of its own, the others over their
+        // connections; the answers are taken in the plan's order.
         let mut failures = Vec::new();
+        let mut asked = Vec::new();
         for msp_id in organisations {
-            let (address, response) = if msp_id == self.config.local_msp_id {
-                let response = self.endorser.answer(signed.clone()).await;
-                (self.config.local_address.as_str(), response)
-            } else {
-                let Some((_, address)) = self.config.peers.iter().find(|(id, _)| *id == msp_id)
-                else {
-                    failures.push(detail("", &msp_id, "no peer of this organisation is known"));
+            if msp_id == self.config.local_msp_id {
+                let (endorser, signed) = (self.endorser.clone(), signed.clone());
+                let endorsement = tokio::spawn(async move { Ok(endorser.answer(signed).await) });
+                asked.push((msp_id, self.config.local_address.clone(), endorsement));
+                continue;
+            }
+            let Some((_, address)) = self.config.peers.iter().find(|(id, _)| *id == msp_id) else {
+                failures.push(detail("", &msp_id, "no peer of this organisation is known"));
+                continue;
+            };
+            let channel = match self.link(address) {
+                Ok(channel) => channel,
+                Err(status) => {
+                    failures.push(detail(address, &msp_id, status.message()));
                     continue;
-                };
-                let within = self.config.timeouts.endorsement;
-                let answered = match self.link(address) {
-                    Ok(channel) => tokio::time::timeout(
-                        within,
-                        EndorserClient::new(channel).process_proposal(signed.clone()),
-                    )
-                    .await
-                    .unwrap_or_else(|_| Err(timed_out("endorsement", within)))
-                    .map(Response::into_inner),
-                    Err(status) => Err(status),
-                };
-                match answered {
-                    Ok(response) => (address.as_str(), response),
-                    Err(status) => {
-                        failures.push(detail(address, &msp_id, status.message()));
-                        continue;
-                    }
                 }
             };
-            match endorsement_failure(&response) {
-                Some(reason) => failures.push(detail(address, &msp_id, reason)),
-                None => responses.push(response),
+            let (within, signed) = (self.config.timeouts.endorsement, signed.clone());
+            let endorsement = tokio::spawn(async move {
+                tokio::time::timeout(
+                    within,
+                    EndorserClient::new(channel).process_proposal(signed),
+                )
+                .await
+                .unwrap_or_else(|_| Err(timed_out("endorsement", within)))
+                .map(Response::into_inner)
+            });
+            asked.push((msp_id, address.clone(), endorsement));
+        }
+        let mut responses = Vec::new();
+        for (msp_id, address, endorsement) in asked {
+            let answered = endorsement.await.unwrap_or_else(|error| {
+                Err(Status::internal(format!(
+                    "the endorsement task failed: {error}"
+                )))
+            });
+            match answered {
+                Ok(response) => match endorsement_failure(&response) {
+                    Some(reason) => failures.push(detail(&address, &msp_id, reason)),
+                    None => responses.push(response),
+                },
+                Err(status) => failures.push(detail(&address, &msp_id, status.message())),
             }
         }
         if !failures.is_empty() || responses.is_empty() {
