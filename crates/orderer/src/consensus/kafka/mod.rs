@@ -1135,17 +1135,14 @@ impl Sequencer {
             self.payloads.clone(),
             self.channel.id.clone(),
         );
-        self.syncing = Some(tokio::spawn(async move {
-            match tokio::task::spawn_blocking(move || store.sync()).await {
-                Ok(Ok(())) => payloads.written(digests),
-                // The envelopes stay on disk: a restart orders them again
-                // if their blocks were lost, and drops them if not.
-                Ok(Err(error)) => {
-                    tracing::warn!(channel = %channel, %error, "syncing the block store failed")
-                }
-                Err(error) => {
-                    tracing::warn!(channel = %channel, %error, "the block store's sync task died")
-                }
+        // The sync and the envelope store's deletions are disk work: both
+        // run on the blocking pool.
+        self.syncing = Some(tokio::task::spawn_blocking(move || match store.sync() {
+            Ok(()) => payloads.written(digests),
+            // The envelopes stay on disk: a restart orders them again if
+            // their blocks were lost, and drops them if not.
+            Err(error) => {
+                tracing::warn!(channel = %channel, %error, "syncing the block store failed")
             }
         }));
     }
