@@ -1665,14 +1665,7 @@ async fn the_gateway_answers_each_of_many_submits_at_once_as_the_orderer_answere
                 &endorsers,
             );
             if index % 3 == 2 {
-                let other = network.client.sign(b"other bytes").unwrap();
-                (
-                    Envelope {
-                        signature: other.into(),
-                        ..envelope
-                    },
-                    false,
-                )
+                (hostile::resigned(envelope, &network.client), false)
             } else {
                 (envelope, true)
             }
@@ -1761,17 +1754,7 @@ async fn commit_status(
     client: &Signer,
     tx_id: &str,
 ) -> i32 {
-    let request = weft_protos::gateway::CommitStatusRequest {
-        channel_id: CHANNEL.to_owned(),
-        transaction_id: tx_id.to_owned(),
-        identity: client.serialized_identity().clone(),
-    }
-    .encode_to_vec();
-    let signature = client.sign(&request).unwrap();
-    let signed = weft_protos::gateway::SignedCommitStatusRequest {
-        request: request.into(),
-        signature: signature.into(),
-    };
+    let signed = hostile::commit_status_request(client, CHANNEL, tx_id, false);
     tokio::time::timeout(PATIENCE, gateway.clone().commit_status(signed))
         .await
         .expect("commit status in time")

@@ -1002,14 +1002,16 @@ fn forged_tx_id_header(header: &Bytes) -> Bytes {
 }
 
 /// `envelope` with its signature made over other bytes by `signer`.
-fn resigned(envelope: Envelope, signer: &Signer) -> Envelope {
+pub(super) fn resigned(envelope: Envelope, signer: &Signer) -> Envelope {
     Envelope {
         signature: signer.sign(b"other bytes").unwrap().into(),
         ..envelope
     }
 }
 
-fn commit_status_request(
+/// A `CommitStatus` request for `tx_id` on `channel`, signed by `signer`
+/// (over other bytes when `sign_other_bytes`).
+pub(super) fn commit_status_request(
     signer: &Signer,
     channel: &str,
     tx_id: &str,
