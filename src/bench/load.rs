@@ -23,7 +23,7 @@
 //! arrived in the window. Reported as a Markdown table, optionally JSON,
 //! and a last line scripts read (see [`super::summary_line`]).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,22 +33,21 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use bytes::Bytes;
 use serde::Serialize;
-use tokio::sync::{Mutex, mpsc, oneshot};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::{mpsc, oneshot};
 use tonic::transport::Channel;
 use weft_msp::Signer;
+use weft_protos::broadcast_line::BroadcastLine;
 use weft_protos::common::{Envelope, Status};
 use weft_protos::gateway::gateway_client::GatewayClient;
 use weft_protos::gateway::{
     CommitStatusRequest, EndorseRequest, SignedCommitStatusRequest, SubmitRequest,
 };
-use weft_protos::orderer::atomic_broadcast_client::AtomicBroadcastClient;
 use weft_protos::protos::endorser_client::EndorserClient;
 use weft_protos::protos::{SignedProposal, TxValidationCode};
 use weft_protos::tx::{Invocation, Proposal};
 
 use super::{quantile, summary_line};
-use crate::client::{Dialer, follow_headers, next_block, next_block_number, subscribe};
+use crate::client::{follow_headers, next_block, next_block_number, subscribe};
 use crate::network::CommitStatus;
 use crate::network::connection::ConnectionFile;
 
@@ -482,55 +481,6 @@ impl Org {
     }
 }
 
-/// One Broadcast stream and the transactions awaiting its answers, in
-/// order.
-struct Broadcaster {
-    state: Mutex<(mpsc::Sender<Envelope>, VecDeque<oneshot::Sender<i32>>)>,
-}
-
-impl Broadcaster {
-    async fn open(dialer: &Dialer, address: SocketAddr) -> Result<Arc<Self>> {
-        let (outbox, outgoing) = mpsc::channel::<Envelope>(4096);
-        let mut answers = AtomicBroadcastClient::new(dialer.connect(address).await?)
-            .broadcast(ReceiverStream::new(outgoing))
-            .await
-            .with_context(|| format!("{address} refused the Broadcast stream"))?
-            .into_inner();
-        let broadcaster = Arc::new(Self {
-            state: Mutex::new((outbox, VecDeque::new())),
-        });
-        let waiting = broadcaster.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(answer)) = answers.message().await {
-                if let Some(done) = waiting.state.lock().await.1.pop_front() {
-                    let _ = done.send(answer.status);
-                }
-            }
-            // The stream ended: whoever waits learns it from the dropped
-            // senders.
-            waiting.state.lock().await.1.clear();
-        });
-        Ok(broadcaster)
-    }
-
-    /// Sends `envelope`; resolves to the orderer's status.
-    async fn send(&self, envelope: Envelope) -> Result<i32> {
-        let (done, answer) = oneshot::channel();
-        {
-            let mut state = self.state.lock().await;
-            state.1.push_back(done);
-            state
-                .0
-                .send(envelope)
-                .await
-                .map_err(|_| anyhow!("the Broadcast stream closed"))?;
-        }
-        answer
-            .await
-            .map_err(|_| anyhow!("the orderer closed the Broadcast stream"))
-    }
-}
-
 /// A transaction waiting for its commit events.
 struct Awaited {
     peers_left: usize,
@@ -635,7 +585,7 @@ struct Client {
     /// For each client slot, the organisations (indices) that endorse.
     plans: Vec<Vec<usize>>,
     /// Slot `i` broadcasts on stream `i mod n`.
-    broadcasters: Vec<Arc<Broadcaster>>,
+    broadcasters: Vec<Arc<BroadcastLine>>,
     router: Arc<CommitRouter>,
     watched_peers: usize,
     /// Whether transactions go through the creator's peer's Gateway
@@ -697,8 +647,15 @@ impl Client {
                 .map(|_| Status::Success as i32)
                 .map_err(|e| format!("Submit: {}", e.message()))
         } else {
-            let broadcaster = &self.broadcasters[slot % self.broadcasters.len()];
-            broadcaster.send(envelope).await.map_err(|e| e.to_string())
+            let line = &self.broadcasters[slot % self.broadcasters.len()];
+            match line.send(envelope) {
+                Some(answer) => match answer.await {
+                    Ok(Ok(answer)) => Ok(answer.status),
+                    Ok(Err(ended)) => Err(format!("Broadcast: {}", ended.message())),
+                    Err(_) => Err("Broadcast: the stream's reader stopped".to_owned()),
+                },
+                None => Err("Broadcast: the orderer closed the stream".to_owned()),
+            }
         };
         let status = match status {
             Ok(status) => status,
@@ -1131,7 +1088,15 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
     };
     let mut broadcasters = Vec::new();
     for &orderer in orderers.iter().cycle().take(streams) {
-        broadcasters.push(Broadcaster::open(&dialer, orderer).await?);
+        let line = BroadcastLine::open_accepted(dialer.connect(orderer).await?)
+            .await
+            .map_err(|refused| {
+                anyhow!(
+                    "{orderer} refused the Broadcast stream: {}",
+                    refused.message()
+                )
+            })?;
+        broadcasters.push(line);
     }
     let client = Arc::new(Client {
         channels,

@@ -19,6 +19,8 @@
 //!   clients and endorsers do;
 //! - [`block`]: building blocks and signing them as Fabric orderers do;
 //! - [`dial`]: the gRPC endpoint of another node, plaintext or TLS;
+//! - [`broadcast_line`]: one Broadcast stream to an orderer that many
+//!   senders share, each awaiting its own answer;
 //! - [`serve`]: how a node serves gRPC and what it bounds (connections,
 //!   calls per service, the wait for a first request);
 //! - [`duration`]: Go's duration notation, used by config values;
@@ -26,11 +28,12 @@
 //!   serialized layers expanded, for humans reading blocks.
 //!
 //! This crate depends on nothing else of weft's and does no I/O but
-//! [`serve`]'s accepting of connections.
+//! [`serve`]'s accepting of connections and [`broadcast_line`]'s stream.
 
 #![allow(clippy::doc_markdown, missing_debug_implementations)]
 
 pub mod block;
+pub mod broadcast_line;
 pub mod dial;
 pub mod duration;
 pub mod hash;
