@@ -374,6 +374,17 @@ fn write_transactions(path: &Path, runs: &[Results]) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
+/// The client's async workers: half the machine's cores, at least one.
+/// The client shares the machine with the network it measures, when that
+/// runs here; every worker beyond what its load needs only wakes the
+/// others to steal tasks (on two cores, two workers cost the client 0.52
+/// ms of CPU per transaction at 500 tx/s against 0.45 with one, and
+/// ordered no more at full load: docs/benchmarks.md, eighth slice).
+fn client_workers() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    (cores / 2).max(1)
+}
+
 /// Block size of the network the bench starts, unless told.
 const DEFAULT_BLOCK_SIZE: u32 = 500;
 
@@ -386,7 +397,7 @@ fn measure(
     block_size: Option<u32>,
 ) -> Result<Results> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(client_workers())
         .enable_all()
         .build()?;
     // Ctrl-C ends the measurement with an error, so that the caller stops
