@@ -368,6 +368,21 @@ pub fn metric_values<'a>(text: &'a str, name: &'a str) -> impl Iterator<Item = f
         })
 }
 
+/// Has the kernel write out the page cache's dirty pages (`sync`) before a
+/// measurement. What other programs wrote just before (a build of weft,
+/// a copy of its binary) stays in memory until it is 30 s old
+/// (`vm.dirty_expire_centisecs`); written back in the middle of a run, a
+/// gigabyte of it held every node's synced writes behind it for half a
+/// second (p99 209.7 ms against 13.3–19.3 ms after a `sync`:
+/// docs/benchmarks.md, eighth slice). A failure is only a warning.
+pub fn settle_page_cache() {
+    match std::process::Command::new("sync").status() {
+        Ok(status) if status.success() => {}
+        Ok(status) => tracing::warn!(%status, "sync before the measurement failed"),
+        Err(error) => tracing::warn!(%error, "cannot run sync before the measurement"),
+    }
+}
+
 /// The `q`-quantile (0..=1) of sorted `values`, nearest rank.
 pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
     if sorted.is_empty() {

@@ -396,6 +396,7 @@ fn measure(
     connection: &ConnectionFile,
     block_size: Option<u32>,
 ) -> Result<Results> {
+    super::settle_page_cache();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(client_workers())
         .enable_all()

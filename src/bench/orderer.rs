@@ -418,6 +418,7 @@ fn run_point(
             wait_until_healthy(orderer)?;
         }
     }
+    super::settle_page_cache();
     let broker_cpu_before = args
         .kafka_pid
         .filter(|_| point.consensus == Consensus::Kafka)
