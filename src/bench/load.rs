@@ -659,15 +659,11 @@ impl Client {
                 .map(|_| Status::Success as i32)
                 .map_err(|e| format!("Submit: {}", e.message()))
         } else {
-            let line = &self.broadcasters[slot % self.broadcasters.len()];
-            match line.send(envelope) {
-                Some(answer) => match answer.await {
-                    Ok(Ok(answer)) => Ok(answer.status),
-                    Ok(Err(ended)) => Err(format!("Broadcast: {}", ended.message())),
-                    Err(_) => Err("Broadcast: the stream's reader stopped".to_owned()),
-                },
-                None => Err("Broadcast: the orderer closed the stream".to_owned()),
-            }
+            self.broadcasters[slot % self.broadcasters.len()]
+                .broadcast(envelope)
+                .await
+                .map(|answer| answer.status)
+                .map_err(|ended| format!("Broadcast: {}", ended.message()))
         };
         let status = match status {
             Ok(status) => status,

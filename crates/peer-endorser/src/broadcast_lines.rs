@@ -67,14 +67,13 @@ impl BroadcastLines {
         // once, and the submit tries the next orderer.
         let mut ended = Status::unavailable("the Broadcast stream ended");
         for _ in 0..2 {
-            let line = self.line(address, &channel)?;
-            let Some(answer) = line.send(envelope.clone()) else {
-                continue;
-            };
-            match answer.await {
-                Ok(Ok(answer)) => return Ok(answer),
-                Ok(Err(why)) => ended = why,
-                Err(_) => {}
+            match self
+                .line(address, &channel)?
+                .broadcast(envelope.clone())
+                .await
+            {
+                Ok(answer) => return Ok(answer),
+                Err(why) => ended = why,
             }
         }
         Err(ended)

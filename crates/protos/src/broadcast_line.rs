@@ -103,16 +103,25 @@ impl BroadcastLine {
         (line, on_accepted)
     }
 
-    /// Queues `envelope`; its answer comes on the receiver. `None` when
-    /// the stream has ended.
-    pub fn send(&self, envelope: Envelope) -> Option<oneshot::Receiver<Answer>> {
-        let mut state = self.state.lock();
-        if state.ended || state.outbox.send(envelope).is_err() {
-            return None;
-        }
-        let (done, answer) = oneshot::channel();
-        state.waiting.push_back(done);
-        Some(answer)
+    /// Sends `envelope` on the stream and waits for the orderer's answer
+    /// to it; an error says why the stream ended first (or had already).
+    pub async fn broadcast(&self, envelope: Envelope) -> Answer {
+        let answer = {
+            let mut state = self.state.lock();
+            if state.ended || state.outbox.send(envelope).is_err() {
+                return Err(Status::unavailable("the Broadcast stream ended"));
+            }
+            let (done, answer) = oneshot::channel();
+            state.waiting.push_back(done);
+            answer
+        };
+        // Every waiter is answered or failed with the reason (`end`);
+        // only a reader task that died drops one unanswered.
+        answer.await.unwrap_or_else(|_| {
+            Err(Status::unavailable(
+                "the Broadcast stream's reader stopped before the orderer answered",
+            ))
+        })
     }
 
     /// Whether the stream has ended (a new one is needed).
