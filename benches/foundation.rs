@@ -39,6 +39,18 @@ fn creator_validation(c: &mut Criterion) {
             crypto::verify(black_box(point), black_box(&payload), black_box(&signature)).unwrap()
         });
     });
+    group.bench_function("verify_frequent_key", |b| {
+        // A cached identity whose key has earned its table.
+        let identity = manager.deserialize(&serialized, at).unwrap();
+        for _ in 0..crypto::TABLE_AFTER_USES {
+            identity.verify(&payload, &signature).unwrap();
+        }
+        b.iter(|| {
+            identity
+                .verify(black_box(&payload), black_box(&signature))
+                .unwrap()
+        });
+    });
     group.bench_function("validate_and_verify/cache=cold", |b| {
         b.iter(|| {
             let identity = manager

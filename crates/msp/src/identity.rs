@@ -1,9 +1,12 @@
 //! A validated identity: the result of checking a serialized identity
 //! against its MSP.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
-use crate::{Certificate, IdentityError, SignatureError, UnixTime, crypto};
+use crate::crypto::FrequentKey;
+use crate::{Certificate, IdentityError, SignatureError, UnixTime};
 
 /// The NodeOU classification of an identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -31,6 +34,9 @@ pub struct Identity {
     pub(crate) certifiers_id: Vec<u8>,
     /// The not-after time of the identity's whole chain (the earliest one).
     pub(crate) chain_not_after: UnixTime,
+    /// The certificate's public key, shared by the clones of the identity
+    /// so that the cached identity's key earns its verification table.
+    pub(crate) key: Arc<FrequentKey>,
 }
 
 impl Identity {
@@ -96,6 +102,6 @@ impl Identity {
     /// Verifies an ECDSA P-256/SHA-256 DER signature (low-S only) over
     /// `message` with this identity's key.
     pub fn verify(&self, message: &[u8], signature: &[u8]) -> Result<(), SignatureError> {
-        crypto::verify(self.certificate.public_key(), message, signature)
+        self.key.verify(message, signature)
     }
 }

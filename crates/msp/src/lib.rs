@@ -15,7 +15,10 @@
 //!   identities dominated Fabric's validation cost (Thakkar et al. 2018), so
 //!   results are cached by the serialized bytes.
 //! - [`crypto`] verifies ECDSA P-256/SHA-256 signatures (DER, low-S only)
-//!   and [`Signer`] produces them from a PKCS#8 key, always low-S.
+//!   and [`Signer`] produces them from a PKCS#8 key, always low-S. The key
+//!   of a cached identity that verifies often gets a precomputed table of
+//!   its multiples (`p256`), which makes each verification about three
+//!   times cheaper than ring's.
 //! - [`folder`] reads an MSP folder in Fabric's layout (`cacerts`,
 //!   `signcerts`, `keystore`, `config.yaml`, …). It is the only module that
 //!   touches the file system; everything else is pure.
@@ -33,6 +36,7 @@ mod identity;
 mod manager;
 mod msp;
 pub mod own;
+mod p256;
 mod signer;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

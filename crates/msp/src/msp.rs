@@ -1,11 +1,14 @@
 //! One organisation's MSP, built from its `msp.FabricMSPConfig`.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use weft_protos::msp::{FabricMspConfig, FabricNodeOUs, FabricOuIdentifier};
 use x509_parser::prelude::FromDer;
 use x509_parser::revocation_list::CertificateRevocationList;
 
+use crate::crypto::FrequentKey;
 use crate::{Certificate, Identity, IdentityError, MspError, NodeRole, UnixTime};
 
 /// The longest certificate chain (identity to root) we follow.
@@ -191,6 +194,7 @@ impl Msp {
         Ok(Identity {
             msp_id: self.id.clone(),
             serialized,
+            key: Arc::new(FrequentKey::new(certificate.public_key().to_vec())),
             certificate,
             node_role,
             is_admin,

@@ -62,6 +62,54 @@ fn signatures_from_the_signer_verify_and_are_low_s() {
     }
 }
 
+/// A cached identity's key earns a verification table after
+/// [`crypto::TABLE_AFTER_USES`] verifications; its answers stay the same
+/// before and after, for genuine, altered, high-S and malformed signatures.
+#[test]
+fn a_frequent_key_answers_the_same_with_its_table() {
+    let org = TestOrg::new("Org1MSP");
+    let manager = MspManager::new([org.msp()]);
+    let signer = org.signer(NodeRole::Peer);
+    let other = org.signer(NodeRole::Client);
+    let identity = manager
+        .deserialize(signer.serialized_identity(), now())
+        .unwrap();
+    assert!(!identity.key.has_table());
+    for round in 0..(2 * crypto::TABLE_AFTER_USES) {
+        let message = round.to_be_bytes();
+        let signature = signer.sign(&message).unwrap();
+        assert_eq!(
+            identity.verify(&message, &signature),
+            Ok(()),
+            "round {round}"
+        );
+        let mut altered = signature.clone();
+        let last = altered.len() - 1;
+        altered[last] ^= 0x40;
+        assert_eq!(
+            identity.verify(&message, &altered),
+            Err(SignatureError::Invalid)
+        );
+        assert_eq!(
+            identity.verify(&message, &flip_s(&signature)),
+            Err(SignatureError::HighS)
+        );
+        assert_eq!(
+            identity.verify(&message, &other.sign(&message).unwrap()),
+            Err(SignatureError::Invalid)
+        );
+        assert_eq!(
+            identity.verify(&message, &signature[1..]),
+            Err(SignatureError::Malformed)
+        );
+    }
+    // The cache hands out the same key, table and all.
+    let again = manager
+        .deserialize(signer.serialized_identity(), now())
+        .unwrap();
+    assert!(identity.key.has_table() && again.key.has_table());
+}
+
 #[test]
 fn high_s_signatures_are_rejected() {
     let org = TestOrg::new("Org1MSP");
