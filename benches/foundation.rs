@@ -13,7 +13,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use weft_msp::testing::TestOrg;
 use weft_msp::{MspManager, NodeRole, crypto, now};
 use weft_policy::{SignaturePolicy, SignedData, dsl};
@@ -50,6 +50,36 @@ fn creator_validation(c: &mut Criterion) {
                 .verify(black_box(&payload), black_box(&signature))
                 .unwrap()
         });
+    });
+    // The same two, each verification after 8 MiB of other memory has been
+    // written: caches as cold as a node's between transactions at moderate
+    // load, where the key's table and the base point's come from memory.
+    let mut other_memory = vec![0u8; 8 << 20];
+    let mut evict = move || {
+        for (i, byte) in other_memory.iter_mut().enumerate().step_by(64) {
+            *byte = byte.wrapping_add(i as u8);
+        }
+        black_box(other_memory[4096]);
+    };
+    group.bench_function("verify_only/caches=cold", |b| {
+        let point = signer.certificate().public_key();
+        b.iter_batched(
+            &mut evict,
+            |()| crypto::verify(point, black_box(&payload), black_box(&signature)).unwrap(),
+            BatchSize::PerIteration,
+        );
+    });
+    group.bench_function("verify_frequent_key/caches=cold", |b| {
+        let identity = manager.deserialize(&serialized, at).unwrap();
+        b.iter_batched(
+            &mut evict,
+            |()| {
+                identity
+                    .verify(black_box(&payload), black_box(&signature))
+                    .unwrap()
+            },
+            BatchSize::PerIteration,
+        );
     });
     group.bench_function("validate_and_verify/cache=cold", |b| {
         b.iter(|| {

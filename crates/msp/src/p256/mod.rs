@@ -69,8 +69,9 @@ impl KeyTable {
         let w = ORDER.invert(&ORDER.to_montgomery(&s));
         let u1 = ORDER.mul(&e, &w);
         let u2 = ORDER.mul(&r, &w);
-        let sum = generator.add_multiple(Jacobian::INFINITY, &u1);
-        let sum = self.key.add_multiple(sum, &u2);
+        let from_generator = generator.select(&u1);
+        let from_key = self.key.select(&u2);
+        let sum = from_key.add_to(from_generator.add_to(Jacobian::INFINITY));
         sum.x_matches(&r, &ORDER.value)
     }
 }

@@ -50,6 +50,9 @@ pub(super) struct Jacobian {
 }
 
 impl Affine {
+    /// A filler for arrays of points; never used as a point.
+    pub(super) const PLACEHOLDER: Affine = Affine { x: ZERO, y: ZERO };
+
     /// The base point G.
     pub(super) fn generator() -> Affine {
         Affine {

@@ -53,8 +53,20 @@ impl Table {
     }
 
     /// sum + k·P, for the P of this table and k < 2²⁵⁶.
+    #[cfg(test)]
     pub(super) fn add_multiple(&self, sum: Jacobian, k: &Limbs) -> Jacobian {
-        let mut sum = sum;
+        self.select(k).add_to(sum)
+    }
+
+    /// The entries whose sum is k·P (negated where a digit is negative),
+    /// for k < 2²⁵⁶. They are copied out in one pass before any is added:
+    /// a table that went cold between transactions then costs cache misses
+    /// that overlap, instead of one miss waiting behind each addition.
+    pub(super) fn select(&self, k: &Limbs) -> Selection {
+        let mut selection = Selection {
+            points: [Affine::PLACEHOLDER; POSITIONS],
+            len: 0,
+        };
         let mut carry = 0u64;
         for (position, entries) in self.points.chunks_exact(PER_POSITION).enumerate() {
             let value = window(k, position * WINDOW) + carry;
@@ -70,15 +82,32 @@ impl Table {
             if let Some(entry) = magnitude
                 .checked_sub(1)
                 .and_then(|index| entries.get(usize::try_from(index).ok()?))
+                && let Some(slot) = selection.points.get_mut(selection.len)
             {
-                sum = if negative {
-                    sum.add_affine(&entry.negate())
-                } else {
-                    sum.add_affine(entry)
-                };
+                *slot = *entry;
+                if negative {
+                    *slot = slot.negate();
+                }
+                selection.len += 1;
             }
         }
-        sum
+        selection
+    }
+}
+
+/// Table entries picked for one scalar, at most one per position.
+pub(super) struct Selection {
+    points: [Affine; POSITIONS],
+    len: usize,
+}
+
+impl Selection {
+    /// sum + the selected points.
+    pub(super) fn add_to(&self, sum: Jacobian) -> Jacobian {
+        self.points
+            .iter()
+            .take(self.len)
+            .fold(sum, |sum, point| sum.add_affine(point))
     }
 }
 
