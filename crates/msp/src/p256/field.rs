@@ -14,7 +14,7 @@ pub(super) struct Modulus {
     /// The modulus itself.
     pub(super) value: Limbs,
     /// −value⁻¹ mod 2⁶⁴.
-    neg_inverse: u64,
+    pub(super) neg_inverse: u64,
     /// R² mod value, to bring a number into Montgomery form.
     r_squared: Limbs,
 }
