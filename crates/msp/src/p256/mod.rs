@@ -6,9 +6,10 @@
 //! precomputed table for the base point G but must work out multiples of
 //! the key Q from scratch each time, some 300 point operations of the
 //! 340 a verification costs. A [`KeyTable`] precomputes Q's multiples once
-//! (a comb table, see `table`), so both halves become 33 additions each.
-//! On the machines of docs/benchmarks.md that makes a verification about
-//! three times cheaper.
+//! (a comb table, see `table`), so both halves become 33 additions each,
+//! and s is inverted by divsteps (`inverse`) rather than by Fermat's
+//! 256 squarings. On the machines of docs/benchmarks.md a verification
+//! then costs about a quarter of ring's.
 //!
 //! It serves verification only, over public inputs, so nothing here is
 //! constant-time. [`crate::crypto`] decides which keys earn a table (those
