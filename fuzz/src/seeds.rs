@@ -46,6 +46,19 @@ pub fn of(target: &str) -> Vec<Vec<u8>> {
         .into_iter()
         .map(|text| text.as_bytes().to_vec())
         .collect(),
+        "signature" => {
+            // Genuine signatures over a few messages, and one over nothing.
+            [&b"a transaction's payload"[..], b"", &[0xff; 300]]
+                .into_iter()
+                .map(|message| {
+                    let signature = user1().sign(message).unwrap();
+                    let mut input = vec![u8::try_from(signature.len()).unwrap()];
+                    input.extend_from_slice(&signature);
+                    input.extend_from_slice(message);
+                    input
+                })
+                .collect()
+        }
         "identity" => fixture_payloads()
             .into_iter()
             .filter_map(|payload| {
