@@ -14,10 +14,12 @@
 //! precomputed table ([`crate::p256`]) that makes each later verification
 //! cost about a quarter of ring's.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 
+use parking_lot::Mutex;
 use ring::signature::{ECDSA_P256_SHA256_ASN1, UnparsedPublicKey};
 
 use crate::SignatureError;
@@ -33,12 +35,40 @@ pub const TABLE_AFTER_USES: u32 = 64;
 const TABLE_RETRY_USES: u32 = 4096;
 
 /// Tables alive at once in this process (264 KiB each, so at most 16.5
-/// MiB), whatever the number of identities cached: enough for a channel's
-/// orderers, peers and busiest clients. A table lives as long as its
-/// identity stays in the identity cache.
+/// MiB), whatever the number of identities cached: enough for the
+/// orderers, peers and busiest clients of a node's channels. A table lives
+/// as long as an identity with its key stays in an identity cache.
 const MAX_TABLES: usize = 64;
 
-static LIVE_TABLES: AtomicUsize = AtomicUsize::new(0);
+/// The live tables by key point. A key has one table in the process,
+/// whichever channels and configurations its identities belong to, so a
+/// new channel config (a new MSP manager, new identities) finds its keys'
+/// tables ready instead of building them again.
+fn tables() -> &'static Mutex<HashMap<Vec<u8>, Weak<KeyTable>>> {
+    static TABLES: OnceLock<Mutex<HashMap<Vec<u8>, Weak<KeyTable>>>> = OnceLock::new();
+    TABLES.get_or_init(Mutex::default)
+}
+
+/// The table of `point`: a live one, or, if `build`, a new one when fewer
+/// than [`MAX_TABLES`] are alive and the point is on the curve.
+fn shared_table(point: &[u8], build: bool) -> Option<Arc<KeyTable>> {
+    let mut tables = tables().lock();
+    if let Some(table) = tables.get(point).and_then(Weak::upgrade) {
+        return Some(table);
+    }
+    if !build {
+        return None;
+    }
+    tables.retain(|_, table| table.strong_count() > 0);
+    if tables.len() >= MAX_TABLES {
+        return None;
+    }
+    // Built under the lock: two identities of one key (two channels)
+    // reaching the threshold together build it once.
+    let table = Arc::new(KeyTable::new(point)?);
+    tables.insert(point.to_vec(), Arc::downgrade(&table));
+    Some(table)
+}
 
 /// The order n of the P-256 group, big-endian.
 const P256_ORDER: [u8; 32] = [
@@ -73,7 +103,7 @@ pub fn verify(
 pub(crate) struct FrequentKey {
     point: Vec<u8>,
     uses: AtomicU32,
-    table: OnceLock<KeyTable>,
+    table: OnceLock<Arc<KeyTable>>,
 }
 
 impl FrequentKey {
@@ -112,35 +142,22 @@ impl FrequentKey {
         self.table.get().is_some()
     }
 
-    /// The key's table: there already, built now that the key has been used
-    /// often enough, or none (not yet, or too many tables alive).
+    /// The key's table: held already; on the first use, the one another
+    /// identity with this key built; built once the key has been used
+    /// often enough; or none (not yet, or too many tables alive).
     fn table(&self) -> Option<&KeyTable> {
         if let Some(table) = self.table.get() {
             return Some(table);
         }
         let uses = self.uses.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-        if uses != TABLE_AFTER_USES && !uses.is_multiple_of(TABLE_RETRY_USES) {
-            return None;
-        }
-        if LIVE_TABLES.fetch_add(1, Ordering::Relaxed) >= MAX_TABLES {
-            LIVE_TABLES.fetch_sub(1, Ordering::Relaxed);
+        let build = uses == TABLE_AFTER_USES || uses.is_multiple_of(TABLE_RETRY_USES);
+        if uses != 1 && !build {
             return None;
         }
         // A point that is not on the curve gets no table; ring refuses its
         // signatures as before.
-        let built = KeyTable::new(&self.point);
-        if built.is_none_or(|table| self.table.set(table).is_err()) {
-            LIVE_TABLES.fetch_sub(1, Ordering::Relaxed);
-        }
-        self.table.get()
-    }
-}
-
-impl Drop for FrequentKey {
-    fn drop(&mut self) {
-        if self.has_table() {
-            LIVE_TABLES.fetch_sub(1, Ordering::Relaxed);
-        }
+        let table = shared_table(&self.point, build)?;
+        Some(self.table.get_or_init(|| table))
     }
 }
 

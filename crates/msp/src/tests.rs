@@ -108,6 +108,20 @@ fn a_frequent_key_answers_the_same_with_its_table() {
         .deserialize(signer.serialized_identity(), now())
         .unwrap();
     assert!(identity.key.has_table() && again.key.has_table());
+    // A manager of another channel (or a new config) finds the table on
+    // the identity's first verification.
+    let other_channel = MspManager::new([org.msp()]);
+    let fresh = other_channel
+        .deserialize(signer.serialized_identity(), now())
+        .unwrap();
+    assert!(!fresh.key.has_table());
+    let signature = signer.sign(b"first").unwrap();
+    assert_eq!(fresh.verify(b"first", &signature), Ok(()));
+    assert!(fresh.key.has_table());
+    assert_eq!(
+        fresh.verify(b"second", &signature),
+        Err(SignatureError::Invalid)
+    );
 }
 
 #[test]
