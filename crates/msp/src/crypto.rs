@@ -289,7 +289,7 @@ fn sub_from_order(s: &[u8]) -> Option<[u8; 32]> {
     Some(out)
 }
 
-fn encode_der_signature(r: &[u8], s: &[u8]) -> Vec<u8> {
+pub(crate) fn encode_der_signature(r: &[u8], s: &[u8]) -> Vec<u8> {
     let r = encode_der_integer(r);
     let s = encode_der_integer(s);
     let mut out = Vec::with_capacity(2 + r.len() + s.len());

@@ -87,7 +87,7 @@ fn subtract(a: &Limbs, b: &Limbs) -> (Limbs, u64) {
 
 /// a + b over four limbs, with the final carry.
 #[inline(always)]
-fn add(a: &Limbs, b: &Limbs) -> (Limbs, u64) {
+pub(super) fn add_limbs(a: &Limbs, b: &Limbs) -> (Limbs, u64) {
     let mut out = ZERO;
     let mut carry = 0;
     for i in 0..4 {
@@ -156,7 +156,7 @@ impl Modulus {
     /// a + b mod the modulus.
     #[inline(always)]
     pub(super) fn add(&self, a: &Limbs, b: &Limbs) -> Limbs {
-        let (sum, carry) = add(a, b);
+        let (sum, carry) = add_limbs(a, b);
         let (reduced, borrow) = subtract(&sum, &self.value);
         if carry == 0 && borrow == 1 {
             sum
@@ -170,7 +170,7 @@ impl Modulus {
     pub(super) fn sub(&self, a: &Limbs, b: &Limbs) -> Limbs {
         let (difference, borrow) = subtract(a, b);
         if borrow == 1 {
-            add(&difference, &self.value).0
+            add_limbs(&difference, &self.value).0
         } else {
             difference
         }

@@ -99,9 +99,9 @@ mod tests {
     };
 
     use super::field::{FIELD, ZERO};
-    use super::point::batch_to_affine;
+    use super::point::{batch_to_affine, curve_right_side};
     use super::*;
-    use crate::crypto::parse_der_signature;
+    use crate::crypto::{encode_der_signature, parse_der_signature};
 
     fn sha256(message: &[u8]) -> [u8; 32] {
         let digest = ring::digest::digest(&ring::digest::SHA256, message);
@@ -117,26 +117,6 @@ mod tests {
     fn table_accepts(table: &KeyTable, message: &[u8], signature: &[u8]) -> bool {
         parse_der_signature(signature)
             .is_some_and(|(r, s)| table.verify_digest(&sha256(message), r, s))
-    }
-
-    fn der(r: &[u8; 32], s: &[u8; 32]) -> Vec<u8> {
-        let integer = |magnitude: &[u8]| {
-            let first = magnitude.iter().position(|&b| b != 0).unwrap_or(31);
-            let magnitude = &magnitude[first..];
-            let mut out = vec![0x02];
-            let pad = magnitude[0] & 0x80 != 0;
-            out.push((magnitude.len() + usize::from(pad)) as u8);
-            if pad {
-                out.push(0);
-            }
-            out.extend_from_slice(magnitude);
-            out
-        };
-        let (r, s) = (integer(r), integer(s));
-        let mut out = vec![0x30, (r.len() + s.len()) as u8];
-        out.extend(r);
-        out.extend(s);
-        out
     }
 
     fn to_be_bytes(limbs: &Limbs) -> [u8; 32] {
@@ -183,10 +163,7 @@ mod tests {
                 // Another message.
                 forgeries.push((b"another message".to_vec(), signature.clone()));
                 // Random r and s.
-                let junk = der(
-                    noise[..32].try_into().unwrap(),
-                    noise[32..].try_into().unwrap(),
-                );
+                let junk = encode_der_signature(&noise[..32], &noise[32..]);
                 forgeries.push((message.clone(), junk));
                 // r and s swapped.
                 let (r, s) = parse_der_signature(&signature).unwrap();
@@ -194,7 +171,7 @@ mod tests {
                 let mut s_bytes = [0u8; 32];
                 r_bytes[32 - r.len()..].copy_from_slice(r);
                 s_bytes[32 - s.len()..].copy_from_slice(s);
-                forgeries.push((message.clone(), der(&s_bytes, &r_bytes)));
+                forgeries.push((message.clone(), encode_der_signature(&s_bytes, &r_bytes)));
                 for (forged_message, forged) in forgeries {
                     assert_eq!(
                         table_accepts(&table, &forged_message, &forged),
@@ -245,17 +222,7 @@ mod tests {
         ];
         let r_point = loop {
             let x_m = FIELD.to_montgomery(&x);
-            let three_x = FIELD.add(&FIELD.add(&x_m, &x_m), &x_m);
-            let b = FIELD.to_montgomery(&[
-                0x3bce_3c3e_27d2_604b,
-                0x651d_06b0_cc53_b0f6,
-                0xb3eb_bd55_7698_86bc,
-                0x5ac6_35d8_aa3a_93e7,
-            ]);
-            let right = FIELD.add(
-                &FIELD.sub(&FIELD.mul(&FIELD.square(&x_m), &x_m), &three_x),
-                &b,
-            );
+            let right = curve_right_side(&x_m);
             let y = FIELD.pow(&right, &root_exponent);
             if FIELD.square(&y) == right {
                 break Affine { x: x_m, y };
@@ -280,7 +247,7 @@ mod tests {
             .add_multiple(Jacobian::INFINITY, &u2_inverse);
         let q = encode_point(&batch_to_affine(&[q]).unwrap()[0]);
 
-        let signature = der(&to_be_bytes(&r), &to_be_bytes(&s));
+        let signature = encode_der_signature(&to_be_bytes(&r), &to_be_bytes(&s));
         assert!(ring_accepts(&q, message, &signature));
         let table = KeyTable::new(&q).unwrap();
         assert!(table_accepts(&table, message, &signature));
@@ -290,7 +257,7 @@ mod tests {
         assert!(!table_accepts(
             &table,
             message,
-            &der(&to_be_bytes(&r_plus_one), &to_be_bytes(&s))
+            &encode_der_signature(&to_be_bytes(&r_plus_one), &to_be_bytes(&s))
         ));
         assert_ne!(r, ZERO);
     }

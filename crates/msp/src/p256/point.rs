@@ -8,7 +8,7 @@
 //! exceptional cases (a point added to itself or to its negation, the
 //! point at infinity) handled by branches: every input is public.
 
-use super::field::{FIELD, Limbs, ZERO, from_be_bytes, is_zero, less_than};
+use super::field::{FIELD, Limbs, ZERO, add_limbs, from_be_bytes, is_zero, less_than};
 
 /// The curve's constant b, in Montgomery form.
 const B_MONTGOMERY: Limbs = [
@@ -81,11 +81,7 @@ impl Affine {
     }
 
     fn is_on_curve(&self) -> bool {
-        let x_squared = FIELD.square(&self.x);
-        let x_cubed = FIELD.mul(&x_squared, &self.x);
-        let three_x = FIELD.add(&FIELD.add(&self.x, &self.x), &self.x);
-        let right = FIELD.add(&FIELD.sub(&x_cubed, &three_x), &B_MONTGOMERY);
-        FIELD.square(&self.y) == right
+        FIELD.square(&self.y) == curve_right_side(&self.x)
     }
 
     pub(super) fn negate(&self) -> Affine {
@@ -190,15 +186,17 @@ impl Jacobian {
         if matches(r) {
             return true;
         }
-        let mut shifted = ZERO;
-        let mut carry = 0u64;
-        for i in 0..4 {
-            let wide = u128::from(r[i]) + u128::from(order[i]) + u128::from(carry);
-            shifted[i] = wide as u64;
-            carry = (wide >> 64) as u64;
-        }
+        let (shifted, carry) = add_limbs(r, order);
         carry == 0 && less_than(&shifted, &FIELD.value) && matches(&shifted)
     }
+}
+
+/// x³ − 3x + b for x in Montgomery form: y² of the curve's points with
+/// that x.
+pub(super) fn curve_right_side(x: &Limbs) -> Limbs {
+    let x_cubed = FIELD.mul(&FIELD.square(x), x);
+    let three_x = FIELD.add(&FIELD.add(x, x), x);
+    FIELD.add(&FIELD.sub(&x_cubed, &three_x), &B_MONTGOMERY)
 }
 
 /// The affine forms of `points` with one field inversion for all of them
@@ -215,7 +213,7 @@ pub(super) fn batch_to_affine(points: &[Jacobian]) -> Option<Vec<Affine>> {
         prefix.push(running);
     }
     let mut inverse = FIELD.invert(&running);
-    let mut affine = vec![Affine { x: ZERO, y: ZERO }; points.len()];
+    let mut affine = vec![Affine::PLACEHOLDER; points.len()];
     for i in (0..points.len()).rev() {
         // inverse = (z₀·…·zᵢ)⁻¹, so zᵢ⁻¹ = inverse·(z₀·…·zᵢ₋₁).
         let z_inverse = match i {
