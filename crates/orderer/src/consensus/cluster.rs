@@ -126,8 +126,8 @@ pub(crate) struct Transport {
     /// TLS towards the other consenters, their server certificates
     /// pinned; `None` dials in plaintext.
     tls: Option<PinnedDialer>,
-    /// The node's runtime, where connections and sender tasks run: each
-    /// channel's Raft loop runs on a thread of its own.
+    /// Where connections and sender tasks run: the node's runtime, or a
+    /// Raft loop's own ([`Transport::on_runtime`]).
     runtime: tokio::runtime::Handle,
 }
 
@@ -139,6 +139,20 @@ impl Transport {
             message_bytes_max,
             tls,
             runtime: tokio::runtime::Handle::current(),
+        }
+    }
+
+    /// A transport with the same limits and TLS whose connections and
+    /// sender tasks run on `runtime`. Each Raft loop sends its messages
+    /// through one on its own thread's runtime, so that a message leaves
+    /// from the thread that made it instead of waking the node's workers
+    /// (its forwards and pulls still go through the node's transport).
+    pub fn on_runtime(&self, runtime: tokio::runtime::Handle) -> Self {
+        Self {
+            peers: Mutex::new(HashMap::new()),
+            message_bytes_max: self.message_bytes_max,
+            tls: self.tls.clone(),
+            runtime,
         }
     }
 

@@ -57,8 +57,9 @@
 //! it.
 //!
 //! The task drives raft-rs as designed: it ticks the `RawNode`, steps
-//! messages, proposes; each `Ready` is handled on a blocking thread
-//! (persist, send, apply), then `advance`d.
+//! messages, proposes; each `Ready` is handled on the loop's own thread
+//! (persist, send, apply), then `advance`d. Its messages to the other
+//! consenters leave from that thread too, on its own runtime.
 
 mod join;
 mod storage;
@@ -515,6 +516,18 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         "raft node started"
     );
     let shared = channel.clone();
+    // The loop runs on a thread of its own, with a runtime of its own for
+    // its timers, queues and outgoing Raft messages: each `Ready` (log
+    // writes, block writes) is handled right there, where a hop to a
+    // blocking thread and back per `Ready` cost more than the Raft logic,
+    // and its messages leave from there too, where handing each to the
+    // node's workers woke one of them per `Ready`. Built last: a runtime
+    // must not be dropped on the async path of an error above.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| raft_error(format!("starting the raft loop's runtime: {e}")))?;
+    let steps = transport.on_runtime(runtime.handle().clone());
     let core = Core {
         cutter: BlockCutter::new(batch.batch_size, batch.batch_timeout),
         checkpoints: Checkpoints::new(batch.stream),
@@ -524,6 +537,7 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         writer,
         signer,
         transport,
+        steps,
         next_consenter_id,
         members,
         options,
@@ -539,36 +553,23 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         compaction: None,
     };
     let (halt, halted) = oneshot::channel();
-    // The loop runs on a thread of its own, with a runtime of its own for
-    // its timers and queues: each `Ready` (log writes, block writes) is
-    // handled right there, where a hop to a blocking thread and back per
-    // `Ready` cost more than the Raft logic.
     let task = tokio::task::spawn_blocking(move || {
-        let result = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .map_err(|e| Error::Task {
+        // raft-rs panics on a log that breaks Raft's rules; the channel
+        // stops and says why, as on any other failure.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            runtime.block_on(run(core, mailbox.0, inbox, halted))
+        }))
+        .unwrap_or_else(|panic| {
+            let reason = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("a panic");
+            Err(Error::Raft {
                 channel: channel_id.clone(),
-                reason: format!("starting the raft loop's runtime: {e}"),
+                reason: format!("the raft node failed: {reason}"),
             })
-            .and_then(|runtime| {
-                // raft-rs panics on a log that breaks Raft's rules; the
-                // channel stops and says why, as on any other failure.
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    runtime.block_on(run(core, mailbox.0, inbox, halted))
-                }))
-                .unwrap_or_else(|panic| {
-                    let reason = panic
-                        .downcast_ref::<String>()
-                        .map(String::as_str)
-                        .or_else(|| panic.downcast_ref::<&str>().copied())
-                        .unwrap_or("a panic");
-                    Err(Error::Raft {
-                        channel: channel_id.clone(),
-                        reason: format!("the raft node failed: {reason}"),
-                    })
-                })
-            });
+        });
         if let Err(error) = &result {
             tracing::error!(channel = %channel_id, %error, "raft chain stopped");
             shared.failed(error.to_string());
@@ -709,7 +710,11 @@ struct Core {
     store: LogStore,
     writer: BlockWriter,
     signer: Arc<dyn Sign + Send + Sync>,
+    /// The node's transport: forwards to the leader, pulls of blocks.
     transport: Arc<Transport>,
+    /// Raft messages to the other consenters, sent from this loop's own
+    /// runtime.
+    steps: Transport,
     members: Members,
     /// The Raft ID the next consenter added gets.
     next_consenter_id: u64,
@@ -825,7 +830,7 @@ async fn run(
             core.propose_batch(batch, CutReason::Stream);
         }
         if core.node.has_ready() {
-            core.handle_ready()?;
+            core.handle_ready().await?;
         }
     }
     // Envelopes not decided yet get no SUCCESS; their clients hear the
@@ -1103,8 +1108,11 @@ impl Core {
         }
     }
 
-    /// Handles one `Ready`: persist, send, apply, advance. Blocking.
-    fn handle_ready(&mut self) -> Result<()> {
+    /// Handles one `Ready`: persist, send, apply, advance. Blocks the
+    /// loop's thread (the log's synced write), but lets the messages it
+    /// sends leave first: the loop's runtime writes them out only when
+    /// the loop awaits.
+    async fn handle_ready(&mut self) -> Result<()> {
         let channel_id = self.channel.id.clone();
         let raft_error = move |reason: String| Error::Raft {
             channel: channel_id.clone(),
@@ -1116,8 +1124,11 @@ impl Core {
             let leader = soft.leader_id;
             self.on_role(role, leader);
         }
-        // A leader may send before persisting (Raft thesis 10.2.1).
-        self.send(ready.take_messages());
+        // A leader may send before persisting (Raft thesis 10.2.1), so
+        // that the followers' syncs overlap its own.
+        if self.send(ready.take_messages()) && !ready.entries().is_empty() {
+            tokio::task::yield_now().await;
+        }
         if !ready.snapshot().is_empty() {
             let snapshot = ready.snapshot().clone();
             self.install_snapshot(&snapshot)?;
@@ -1129,14 +1140,14 @@ impl Core {
         {
             self.note_persisted(took);
         }
-        self.send(ready.take_persisted_messages());
+        let mut sent = self.send(ready.take_persisted_messages());
         let committed = ready.take_committed_entries();
         self.apply(committed)?;
         let mut light = self.node.advance(ready);
         if let Some(commit) = light.commit_index() {
             self.store.set_commit(commit);
         }
-        self.send(light.take_messages());
+        sent |= self.send(light.take_messages());
         let committed = light.take_committed_entries();
         self.apply(committed)?;
         self.node.advance_apply();
@@ -1150,7 +1161,13 @@ impl Core {
                 is_leader: raft.state == StateRole::Leader,
             },
         );
-        self.maybe_compact()
+        self.maybe_compact()?;
+        // The acknowledgements leave before the loop takes its next
+        // message, which may mean another synced write.
+        if sent {
+            tokio::task::yield_now().await;
+        }
+        Ok(())
     }
 
     /// Records how long a synced write of the Raft log took, and warns,
@@ -1201,15 +1218,19 @@ impl Core {
         }
     }
 
-    fn send(&self, messages: Vec<raft::eraftpb::Message>) {
+    /// Queues `messages` on their peers' `Step` streams; whether there
+    /// were any.
+    fn send(&self, messages: Vec<raft::eraftpb::Message>) -> bool {
+        let any = !messages.is_empty();
         for message in messages {
             match self.members.endpoints.get(&message.to) {
-                Some(endpoint) => self.transport.send(endpoint, &self.channel.id, &message),
+                Some(endpoint) => self.steps.send(endpoint, &self.channel.id, &message),
                 None => {
                     tracing::warn!(channel = %self.channel.id, to = message.to, "a raft message to an unknown node");
                 }
             }
         }
+        any
     }
 
     /// Turns committed entries into blocks, in order, skipping those the
