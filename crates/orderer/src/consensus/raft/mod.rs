@@ -516,19 +516,9 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         "raft node started"
     );
     let shared = channel.clone();
-    // The loop runs on a thread of its own, with a runtime of its own for
-    // its timers, queues and outgoing Raft messages: each `Ready` (log
-    // writes, block writes) is handled right there, where a hop to a
-    // blocking thread and back per `Ready` cost more than the Raft logic,
-    // and its messages leave from there too, where handing each to the
-    // node's workers woke one of them per `Ready`. Built last: a runtime
-    // must not be dropped on the async path of an error above.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| raft_error(format!("starting the raft loop's runtime: {e}")))?;
-    let steps = transport.on_runtime(runtime.handle().clone());
-    let core = Core {
+    let node_transport = transport.clone();
+    // The loop's state, once its thread has a runtime to send from.
+    let core = move |steps: Transport| Core {
         cutter: BlockCutter::new(batch.batch_size, batch.batch_timeout),
         checkpoints: Checkpoints::new(batch.stream),
         channel,
@@ -553,23 +543,39 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         compaction: None,
     };
     let (halt, halted) = oneshot::channel();
+    // The loop runs on a thread of its own, with a runtime of its own for
+    // its timers, queues and outgoing Raft messages: each `Ready` (log
+    // writes, block writes) is handled right there, where a hop to a
+    // blocking thread and back per `Ready` cost more than the Raft logic,
+    // and its messages leave from there too, where handing each to the
+    // node's workers woke one of them per `Ready` that sent anything.
     let task = tokio::task::spawn_blocking(move || {
-        // raft-rs panics on a log that breaks Raft's rules; the channel
-        // stops and says why, as on any other failure.
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            runtime.block_on(run(core, mailbox.0, inbox, halted))
-        }))
-        .unwrap_or_else(|panic| {
-            let reason = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("a panic");
-            Err(Error::Raft {
+        let result = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Task {
                 channel: channel_id.clone(),
-                reason: format!("the raft node failed: {reason}"),
+                reason: format!("starting the raft loop's runtime: {e}"),
             })
-        });
+            .and_then(|runtime| {
+                let core = core(node_transport.on_runtime(runtime.handle().clone()));
+                // raft-rs panics on a log that breaks Raft's rules; the
+                // channel stops and says why, as on any other failure.
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    runtime.block_on(run(core, mailbox.0, inbox, halted))
+                }))
+                .unwrap_or_else(|panic| {
+                    let reason = panic
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| panic.downcast_ref::<&str>().copied())
+                        .unwrap_or("a panic");
+                    Err(Error::Raft {
+                        channel: channel_id.clone(),
+                        reason: format!("the raft node failed: {reason}"),
+                    })
+                })
+            });
         if let Err(error) = &result {
             tracing::error!(channel = %channel_id, %error, "raft chain stopped");
             shared.failed(error.to_string());
