@@ -708,8 +708,8 @@ struct Proposed {
     waiters: Vec<Option<oneshot::Sender<Result<(), Refusal>>>>,
 }
 
-/// The state of one channel's Raft node: everything but the task's
-/// receivers, so that a `Ready` can be handled on a blocking thread.
+/// The state of one channel's Raft node: everything but the receivers
+/// the loop waits on, which `run` holds.
 struct Core {
     channel: Arc<Channel>,
     node: RawNode<LogStore>,
