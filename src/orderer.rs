@@ -93,7 +93,8 @@ pub struct NodeSection {
     #[serde(default)]
     pub keepalive: KeepaliveSection,
     /// Threads of the node's async runtime (gRPC, consensus, block
-    /// writes); 0 = one per core.
+    /// writes) and of its pool checking Broadcast envelopes; 0 = one per
+    /// core.
     #[serde(default)]
     pub worker_threads: usize,
 }
@@ -350,6 +351,15 @@ impl Settings {
 /// or SIGTERM.
 pub fn start(config_path: &Path) -> Result<()> {
     let settings = Settings::load(config_path)?;
+    // Envelopes arriving together are checked on rayon's global pool: an
+    // orderer given a share of the cores keeps to it there too.
+    if settings.worker_threads > 0 {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(settings.worker_threads)
+            .thread_name(|index| format!("check-{index}"))
+            .build_global()
+            .context("orderer.workerThreads: starting the check pool")?;
+    }
     let runtime = crate::node_runtime("orderer", settings.worker_threads)?;
     runtime.block_on(run(settings, crate::shutdown_signal()))
 }

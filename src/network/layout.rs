@@ -641,6 +641,7 @@ impl Plan {
              {channels}\
              orderers: [{orderers}]\n\
              ledger:\n  history:\n    enableHistoryDatabase: true\n\
+             committer:\n  validationThreads: {workers}\n\
              operations:\n  listenAddress: {operations}\n\
              gateway:\n  peers:\n",
             name = peer.name,
@@ -1055,6 +1056,8 @@ mod tests {
                 };
                 assert_eq!(file.peer.listen_address, peer.grpc);
                 workers.push(file.peer.worker_threads);
+                // Validation keeps to the same share of the cores.
+                assert_eq!(file.committer.validation_threads, file.peer.worker_threads);
                 assert_eq!(file.orderers.len(), orderers);
                 assert_eq!(file.gateway.peers.len(), plan.organisations - 1);
                 assert_eq!(file.peer.tls.enabled, tls);

@@ -28,7 +28,8 @@
 //! [`CHECKS_IN_FLIGHT_MAX`] at a time, when several have arrived together;
 //! fewer than [`PARALLEL_MIN_ENVELOPES`] are checked on the stream's own
 //! task, since waking a pool thread for one envelope costs more than it
-//! saves. Outcomes are taken in request order: each accepted envelope
+//! saves, and so is every envelope when the pool has a single thread (an
+//! orderer given one core, `orderer.workerThreads: 1`). Outcomes are taken in request order: each accepted envelope
 //! enters its channel's mailbox, and each response is sent, in the order
 //! the client sent them (FastFabric O-II).
 
@@ -187,7 +188,9 @@ async fn read_requests(
                 }
             }
         }
-        let parallel = arrived.len() >= PARALLEL_MIN_ENVELOPES;
+        // A pool of one thread (an orderer given one core) would only
+        // hand the work over: check on this task then.
+        let parallel = arrived.len() >= PARALLEL_MIN_ENVELOPES && rayon::current_num_threads() > 1;
         for (read_at, envelope) in arrived {
             let (outcome, outcome_out) = oneshot::channel();
             if parallel {

@@ -33,7 +33,16 @@ use crate::{ChannelContext, TxValidationCode};
 /// Blocks of fewer transactions are handled on the calling thread: handing
 /// one or two transactions to the rayon pool costs more in thread wake-ups
 /// than it saves, and a stream channel's blocks are mostly that small.
-pub(crate) const PARALLEL_MIN_TRANSACTIONS: usize = 4;
+const PARALLEL_MIN_TRANSACTIONS: usize = 4;
+
+/// Whether `transactions` of one block are worth spreading over the rayon
+/// pool. Never with a pool of one thread (`committer.validationThreads: 1`,
+/// as `weft network up` sizes peers that share a machine's cores): it would
+/// hand the work to that thread, which then spins and yields before it
+/// sleeps, for no parallelism at all.
+pub(crate) fn worth_parallel(transactions: usize) -> bool {
+    transactions >= PARALLEL_MIN_TRANSACTIONS && rayon::current_num_threads() > 1
+}
 
 /// Checks every transaction of a block, in parallel unless the block is
 /// small; one code per transaction, `Valid` meaning "passed stage 1".
@@ -51,7 +60,7 @@ pub fn check_block(
             Err(error) => code_for_decode_error(error),
         }
     };
-    if block.transactions.len() < PARALLEL_MIN_TRANSACTIONS {
+    if !worth_parallel(block.transactions.len()) {
         return block
             .transactions
             .iter()

@@ -41,7 +41,7 @@ use weft_protos::view::{DecodedBlock, Limits, TxBody, TxEnvelope};
 use weft_statedb::json_index::IndexMaintainer;
 use weft_statedb::{Height, VersionedState};
 
-use crate::checks::{PARALLEL_MIN_TRANSACTIONS, check_block};
+use crate::checks::{check_block, worth_parallel};
 use crate::indexes::ChannelIndexes;
 use crate::key_policies::check_key_level_policies;
 use crate::lifecycle::{ChaincodeDefinitions, LIFECYCLE_NAMESPACE};
@@ -388,8 +388,9 @@ impl ChannelCommitter {
     }
 
     /// Commits a stream of blocks with up to `depth` blocks being prepared
-    /// (decoded, integrity-checked, stage-1 checked, on the rayon pool)
-    /// while the oldest goes through MVCC and apply. `sink` receives each
+    /// (decoded, integrity-checked, stage-1 checked: on the rayon pool, or
+    /// on a preparing thread of their own when the block is small or the
+    /// pool has one thread) while the oldest goes through MVCC and apply. `sink` receives each
     /// outcome in order and returns whether to go on. After a refused block
     /// the blocks already prepared behind it are refused too (they do not
     /// extend the chain); a sink that goes on lets the source offer the
@@ -431,10 +432,10 @@ impl ChannelCommitter {
                     // A small block is prepared on this thread, which still
                     // runs ahead of the commits; a large one on the pool,
                     // beside the next ones.
-                    if transactions < PARALLEL_MIN_TRANSACTIONS {
-                        prepare_and_send();
-                    } else {
+                    if worth_parallel(transactions) {
                         rayon::spawn(prepare_and_send);
+                    } else {
+                        prepare_and_send();
                     }
                     if queue.send(result).is_err() {
                         return;
@@ -993,10 +994,10 @@ fn block_signatures(
 fn decode(block: Block, limits: Limits) -> DecodedBlock {
     let raw_envelopes: Vec<Bytes> = block.data.map(|data| data.data).unwrap_or_default();
     let decode_one = |raw: &Bytes| TxEnvelope::decode(raw.clone(), limits);
-    let transactions = if raw_envelopes.len() < PARALLEL_MIN_TRANSACTIONS {
-        raw_envelopes.iter().map(decode_one).collect()
-    } else {
+    let transactions = if worth_parallel(raw_envelopes.len()) {
         raw_envelopes.par_iter().map(decode_one).collect()
+    } else {
+        raw_envelopes.iter().map(decode_one).collect()
     };
     DecodedBlock {
         header: block.header.unwrap_or_default(),
