@@ -41,6 +41,21 @@ fn node_runtime(kind: &str, worker_threads: usize) -> anyhow::Result<tokio::runt
     anyhow::Context::context(builder.build(), "starting the async runtime")
 }
 
+/// Sizes rayon's global pool, where a node's parallel checks run, to
+/// `threads` named `<name>-<index>` (0: rayon's default, one per core);
+/// `failure` says which setting failed to apply. A pool of one thread is
+/// not handed work at all: the checks then run where they arrive.
+fn node_pool(name: &'static str, threads: usize, failure: &'static str) -> anyhow::Result<()> {
+    if threads == 0 {
+        return Ok(());
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(move |index| format!("{name}-{index}"))
+        .build_global();
+    anyhow::Context::context(pool, failure)
+}
+
 /// Completes on Ctrl-C or SIGTERM: how a node is asked to stop.
 async fn shutdown_signal() {
     let terminate = async {

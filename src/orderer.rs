@@ -353,13 +353,11 @@ pub fn start(config_path: &Path) -> Result<()> {
     let settings = Settings::load(config_path)?;
     // Envelopes arriving together are checked on rayon's global pool: an
     // orderer given a share of the cores keeps to it there too.
-    if settings.worker_threads > 0 {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(settings.worker_threads)
-            .thread_name(|index| format!("check-{index}"))
-            .build_global()
-            .context("orderer.workerThreads: starting the check pool")?;
-    }
+    crate::node_pool(
+        "check",
+        settings.worker_threads,
+        "orderer.workerThreads: starting the check pool",
+    )?;
     let runtime = crate::node_runtime("orderer", settings.worker_threads)?;
     runtime.block_on(run(settings, crate::shutdown_signal()))
 }

@@ -64,13 +64,11 @@ pub fn start(config_path: &Path) -> Result<()> {
     let config = PeerConfig::load(config_path)?;
     // Stage 1 (signatures, policies) of every channel runs on rayon's
     // global pool.
-    if config.committer.validation_threads > 0 {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(config.committer.validation_threads)
-            .thread_name(|index| format!("validate-{index}"))
-            .build_global()
-            .context("committer.validationThreads: starting the validation pool")?;
-    }
+    crate::node_pool(
+        "validate",
+        config.committer.validation_threads,
+        "committer.validationThreads: starting the validation pool",
+    )?;
     let runtime = crate::node_runtime("peer", config.peer.worker_threads)?;
     runtime.block_on(run(config, crate::shutdown_signal()))
 }

@@ -29,9 +29,10 @@
 //! fewer than [`PARALLEL_MIN_ENVELOPES`] are checked on the stream's own
 //! task, since waking a pool thread for one envelope costs more than it
 //! saves, and so is every envelope when the pool has a single thread (an
-//! orderer given one core, `orderer.workerThreads: 1`). Outcomes are taken in request order: each accepted envelope
-//! enters its channel's mailbox, and each response is sent, in the order
-//! the client sent them (FastFabric O-II).
+//! orderer given one core, `orderer.workerThreads: 1`). Outcomes are taken
+//! in request order: each accepted envelope enters its channel's mailbox,
+//! and each response is sent, in the order the client sent them
+//! (FastFabric O-II).
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -70,7 +70,9 @@ pub struct CommittedBlock {
 pub struct StageTimings {
     /// Decode, block integrity (hashes, orderer signatures) and the
     /// per-transaction checks: signatures and endorsement policies (Fabric's
-    /// VSCC). Runs on the rayon pool, overlapping other blocks' stages.
+    /// VSCC). Runs ahead of the commits, overlapping other blocks' stages
+    /// (on the rayon pool unless the block is small or the pool has one
+    /// thread).
     pub validate: Duration,
     /// Duplicate TxIDs against the ledger, MVCC and the update batch.
     pub mvcc: Duration,
@@ -390,8 +392,8 @@ impl ChannelCommitter {
     /// Commits a stream of blocks with up to `depth` blocks being prepared
     /// (decoded, integrity-checked, stage-1 checked: on the rayon pool, or
     /// on a preparing thread of their own when the block is small or the
-    /// pool has one thread) while the oldest goes through MVCC and apply. `sink` receives each
-    /// outcome in order and returns whether to go on. After a refused block
+    /// pool has one thread) while the oldest goes through MVCC and apply.
+    /// `sink` receives each outcome in order and returns whether to go on. After a refused block
     /// the blocks already prepared behind it are refused too (they do not
     /// extend the chain); a sink that goes on lets the source offer the
     /// refused block again, from another orderer.
