@@ -327,7 +327,9 @@ async fn measure(
     let mut connections = Vec::with_capacity(clients);
     for _ in 0..clients {
         connections.push(EndorserClient::new(
-            Dialer::default().connect(peer.grpc).await?,
+            weft_protos::dial::ending_with_last_message(
+                Dialer::default().connect(peer.grpc).await?,
+            ),
         ));
     }
     let started = Instant::now();

@@ -34,10 +34,10 @@ use anyhow::{Context, Result, anyhow, bail};
 use bytes::Bytes;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
-use tonic::transport::Channel;
 use weft_msp::Signer;
 use weft_protos::broadcast_line::BroadcastLine;
 use weft_protos::common::{Envelope, Status};
+use weft_protos::dial::Connection;
 use weft_protos::gateway::gateway_client::GatewayClient;
 use weft_protos::gateway::{
     CommitStatusRequest, EndorseRequest, SignedCommitStatusRequest, SubmitRequest,
@@ -482,8 +482,8 @@ struct Org {
 
 /// One gRPC connection to a peer.
 struct PeerLink {
-    endorser: EndorserClient<Channel>,
-    gateway: GatewayClient<Channel>,
+    endorser: EndorserClient<Connection>,
+    gateway: GatewayClient<Connection>,
 }
 
 impl Org {
@@ -1035,7 +1035,7 @@ async fn drive(args: &LoadArgs, rate: Option<f64>, connection: &ConnectionFile) 
         let peer = organization.peers[0].address()?;
         let mut links = Vec::new();
         for _ in 0..connections {
-            let link = dialer.connect(peer).await?;
+            let link = weft_protos::dial::ending_with_last_message(dialer.connect(peer).await?);
             links.push(PeerLink {
                 endorser: EndorserClient::new(link.clone()),
                 gateway: GatewayClient::new(link),

@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use bytes::Bytes;
-use tonic::transport::Channel;
 use weft_msp::Signer;
 use weft_protos::common::Envelope;
+use weft_protos::dial::Connection;
 use weft_protos::gateway::gateway_client::GatewayClient;
 use weft_protos::gateway::{EndorseRequest, SubmitRequest};
 use weft_protos::tx::{Invocation, Proposal};
@@ -48,7 +48,7 @@ pub enum Fate {
 /// One organisation as its client sees it.
 struct Org {
     user: Signer,
-    gateway: GatewayClient<Channel>,
+    gateway: GatewayClient<Connection>,
 }
 
 /// The running workload: a thread of its own with its own runtime.
@@ -187,7 +187,9 @@ async fn connect(connection: &ConnectionFile) -> Result<Vec<Org>> {
             .address()?;
         orgs.push(Org {
             user,
-            gateway: GatewayClient::new(dialer.connect(peer).await?),
+            gateway: GatewayClient::new(weft_protos::dial::ending_with_last_message(
+                dialer.connect(peer).await?,
+            )),
         });
     }
     anyhow::ensure!(

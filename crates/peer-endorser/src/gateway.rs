@@ -344,7 +344,8 @@ impl Gateway for GatewayService {
             let endorsement = tokio::spawn(async move {
                 tokio::time::timeout(
                     within,
-                    EndorserClient::new(channel).process_proposal(signed),
+                    EndorserClient::new(weft_protos::dial::ending_with_last_message(channel))
+                        .process_proposal(signed),
                 )
                 .await
                 .unwrap_or_else(|_| Err(timed_out("endorsement", within)))
