@@ -266,6 +266,11 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
             .layer(tower::util::MapResponseLayer::new(
                 weft_protos::serve::oversized_request_status,
             ))
+            // The peer answers unary calls (proposals, the Gateway's) on
+            // every transaction: each in one write with its trailers.
+            .layer(tower::util::MapResponseLayer::new(
+                weft_protos::serve::one_write_per_answer,
+            ))
             .layer(
                 CallLimits::new(&config.peer.limits.concurrency.by_service())
                     .ending_calls_without_a_request(&["/protos.Deliver"], REQUEST_START_MAX),
