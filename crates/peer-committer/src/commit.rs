@@ -393,10 +393,10 @@ impl ChannelCommitter {
     /// (decoded, integrity-checked, stage-1 checked: on the rayon pool, or
     /// on a preparing thread of their own when the block is small or the
     /// pool has one thread) while the oldest goes through MVCC and apply.
-    /// `sink` receives each outcome in order and returns whether to go on. After a refused block
-    /// the blocks already prepared behind it are refused too (they do not
-    /// extend the chain); a sink that goes on lets the source offer the
-    /// refused block again, from another orderer.
+    /// `sink` receives each outcome in order and returns whether to go on.
+    /// After a refused block the blocks already prepared behind it are
+    /// refused too (they do not extend the chain); a sink that goes on lets
+    /// the source offer the refused block again, from another orderer.
     pub fn commit_stream<I>(
         &mut self,
         blocks: I,
