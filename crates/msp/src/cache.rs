@@ -64,10 +64,15 @@ impl IdentityCache {
     /// The cached outcome for `serialized`, or the result of `validate`,
     /// which is then cached. `validate` runs outside the shard lock, so two
     /// threads missing on the same key may both validate it once.
+    ///
+    /// On a miss, `validate` is given the cache's own copy of the bytes, to
+    /// keep in the identity it returns: `serialized` is usually a slice of
+    /// the request or block it arrived in, which a cached slice would keep
+    /// in memory for as long as the identity stays cached.
     pub(crate) fn get_or_validate(
         &self,
         serialized: &Bytes,
-        validate: impl FnOnce() -> CachedIdentity,
+        validate: impl FnOnce(&Bytes) -> CachedIdentity,
     ) -> CachedIdentity {
         let shard = &self.shards[self.shard_of(serialized)];
         if let Some(outcome) = shard.lock().get(serialized) {
@@ -75,11 +80,12 @@ impl IdentityCache {
             return outcome.clone();
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
-        let outcome = validate();
+        let owned = Bytes::copy_from_slice(serialized);
+        let outcome = validate(&owned);
         // "Not valid yet" becomes false with time; every other outcome is
         // final for the lifetime of the MSP configuration.
         if !matches!(outcome, Err(IdentityError::NotYetValid { .. })) {
-            shard.lock().put(serialized.clone(), outcome.clone());
+            shard.lock().put(owned, outcome.clone());
         }
         outcome
     }

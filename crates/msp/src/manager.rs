@@ -60,8 +60,8 @@ impl MspManager {
         serialized: &Bytes,
         now: UnixTime,
     ) -> Result<Arc<Identity>, IdentityError> {
-        let identity = self.cache.get_or_validate(serialized, || {
-            self.validate_uncached(serialized, now).map(Arc::new)
+        let identity = self.cache.get_or_validate(serialized, |owned| {
+            self.validate_uncached(owned, now).map(Arc::new)
         })?;
         identity.check_validity(now)?;
         Ok(identity)

@@ -1,6 +1,8 @@
 //! Unit tests of MSP validation, signatures, the signer and the cache, on
 //! real certificates from [`crate::testing`].
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use prost::Message;
 use weft_protos::msp::SerializedIdentity;
@@ -425,6 +427,30 @@ fn the_cache_counts_hits_and_misses_and_dies_with_its_manager() {
             .is_err()
     );
     assert_eq!(manager.cache_stats().hits, 0);
+}
+
+#[test]
+fn a_cached_identity_does_not_keep_the_buffer_it_came_in() {
+    let org = TestOrg::new("Org1MSP");
+    let signer = org.signer(NodeRole::Client);
+    let manager = MspManager::new([org.msp()]);
+    let serialized = signer.serialized_identity();
+    let mut block = b"the block around it|".to_vec();
+    let start = block.len();
+    block.extend_from_slice(serialized);
+    let block: Arc<[u8]> = Arc::from(block);
+    let buffer = Arc::downgrade(&block);
+    let arrived = Bytes::from_owner(block);
+    let identity = manager
+        .deserialize(&arrived.slice(start..start + serialized.len()), now())
+        .unwrap();
+    drop(arrived);
+
+    assert_eq!(buffer.strong_count(), 0, "the arrival buffer is still held");
+    assert_eq!(identity.msp_id(), "Org1MSP");
+    manager.deserialize(serialized, now()).unwrap();
+    let stats = manager.cache_stats();
+    assert_eq!((stats.misses, stats.hits), (1, 1));
 }
 
 #[test]

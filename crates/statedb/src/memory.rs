@@ -18,6 +18,12 @@
 //! is usually a single entry. A key left with nothing but a delete is
 //! dropped from memory altogether.
 //!
+//! The state keeps its own copy of every value. A value decoded from a
+//! block is a slice of the buffer the block arrived in, which holds the
+//! whole block and often its neighbours; kept as it is, a key written once
+//! and never again would keep that buffer in memory for as long as the key
+//! lives, and a peer would grow by the size of its blocks.
+//!
 //! A key index (a skip list of the same encoded keys) serves range scans in
 //! key order; a key enters it before its first version and leaves it only
 //! when pruning drops the key, so every readable key is always indexed.
@@ -421,7 +427,7 @@ impl VersionedState for MemoryState {
             self.chains.entry(key.clone()).or_default().0.push(Version {
                 applied_at: height,
                 version: write.version,
-                value: write.value.clone(),
+                value: write.value.as_deref().map(Bytes::copy_from_slice),
             });
             writer.dirty.insert(key.clone());
             touched.push(key);

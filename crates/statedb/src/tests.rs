@@ -2,6 +2,7 @@
 //! beyond it.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
@@ -44,6 +45,7 @@ conformance!(
     checkpoint_then_reopen_recovers_the_state,
     checkpoint_without_updates_reports_the_height,
     corrupt_savepoint_is_an_error,
+    a_value_does_not_keep_the_buffer_it_came_in,
 );
 
 fn h(block_num: u64, tx_num: u64) -> Height {
@@ -106,6 +108,28 @@ fn dump(reader: &dyn StateReader, namespaces: &[&str]) -> Vec<(String, String, V
                 .map(|(key, value)| (namespace.to_string(), key, value))
         })
         .collect()
+}
+
+/// Goal: a value written from a block is held on its own: once the block is
+/// gone, the buffer it arrived in is freed, even while the key lives on
+/// (a peer that kept it would grow by its blocks' size).
+fn a_value_does_not_keep_the_buffer_it_came_in(open: Open) {
+    let dir = TempDir::new().unwrap();
+    let state = open(dir.path()).unwrap();
+    let block: Arc<[u8]> = Arc::from(&b"header|the value|the rest of the block"[..]);
+    let buffer = Arc::downgrade(&block);
+    let arrived = Bytes::from_owner(block);
+    let mut batch = UpdateBatch::new();
+    batch.put("cc", "k", arrived.slice(7..16), h(1, 0));
+    drop(arrived);
+    state.apply(&batch, h(1, 0)).unwrap();
+    drop(batch);
+
+    assert_eq!(buffer.strong_count(), 0, "the block's buffer is still held");
+    assert_eq!(
+        get(&*state, "cc", "k"),
+        Some(versioned("the value", h(1, 0)))
+    );
 }
 
 /// Goal: the basic contract: a read returns the value and the version of
