@@ -105,7 +105,6 @@ struct Writer {
 }
 
 /// A key's versions, oldest first.
-#[derive(Default)]
 struct Chain(Vec<Version>);
 
 struct Version {
@@ -424,11 +423,17 @@ impl VersionedState for MemoryState {
         for (namespace, key, write) in batch.iter() {
             let key = Key::from(codec::state_key(namespace, key));
             self.index.get_or_insert(key.clone());
-            self.chains.entry(key.clone()).or_default().0.push(Version {
-                applied_at: height,
-                version: write.version,
-                value: write.value.as_deref().map(Bytes::copy_from_slice),
-            });
+            // Most keys keep one version: a new chain has room for one, not
+            // the four a first push would reserve.
+            self.chains
+                .entry(key.clone())
+                .or_insert_with(|| Chain(Vec::with_capacity(1)))
+                .0
+                .push(Version {
+                    applied_at: height,
+                    version: write.version,
+                    value: write.value.as_deref().map(Bytes::copy_from_slice),
+                });
             writer.dirty.insert(key.clone());
             touched.push(key);
         }
