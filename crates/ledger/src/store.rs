@@ -502,9 +502,7 @@ impl BlockStore {
         if number >= self.height() {
             return None;
         }
-        if matches!(shared.durability, Durability::GroupCommit { .. })
-            && shared.durable_height.load(Ordering::Acquire) <= number
-        {
+        if self.read_syncs(number) {
             return None;
         }
         let recent = shared.recent.lock();
@@ -545,11 +543,28 @@ impl BlockStore {
     ///
     /// Under group commit, syncs first if the block is not yet durable.
     pub fn tx_location(&self, tx_id: &str) -> Result<Option<TxLocation>> {
-        let location = self.shared.index_lookup(tx_id)?;
+        let location = self.tx_location_unsynced(tx_id)?;
         if let Some(location) = location {
             self.shared.ensure_durable(location.block_number + 1)?;
         }
         Ok(location)
+    }
+
+    /// [`BlockStore::tx_location`] without the sync: under group commit
+    /// the block found may not be durable yet ([`BlockStore::read_syncs`]
+    /// says). It never waits for the disk to sync, so an async task may
+    /// call it, as the endorser's duplicate check does.
+    pub fn tx_location_unsynced(&self, tx_id: &str) -> Result<Option<TxLocation>> {
+        self.shared.index_lookup(tx_id)
+    }
+
+    /// Whether reading block `number` ([`BlockStore::block_bytes`],
+    /// [`BlockStore::tx_location`]) syncs the disk first: under group
+    /// commit, when the block is stored but not yet durable.
+    pub fn read_syncs(&self, number: u64) -> bool {
+        matches!(self.shared.durability, Durability::GroupCommit { .. })
+            && number < self.height()
+            && self.durable_height() <= number
     }
 
     /// The block holding the (first) transaction `tx_id`.

@@ -14,12 +14,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use prost::Message;
 use tokio::sync::{oneshot, watch};
 use weft_ledger::BlockStore;
 use weft_protos::block::metadata_slot;
 use weft_protos::common::BlockMetadataIndex;
 use weft_protos::gateway::CommitStatusResponse;
-use weft_protos::view::Limits;
 
 /// Waiting calls are swept of abandoned ones (clients gone) once there are
 /// this many transactions waited for, and then each time their number has
@@ -157,12 +157,45 @@ impl CommitWaiters {
     }
 }
 
-/// The TxID in an envelope's channel header; `None` for an envelope that
-/// does not decode (its block was committed with a code saying so).
+/// The TxID in an envelope's channel header, as the ledger indexes it;
+/// `None` for an envelope whose headers do not decode (its block was
+/// committed with a code saying so).
 fn tx_id_of(raw: &bytes::Bytes) -> Option<String> {
-    weft_protos::view::TxEnvelope::decode(raw.clone(), Limits::default())
-        .ok()
-        .map(|envelope| envelope.channel_header.tx_id)
+    weft_protos::block::channel_header_of(raw.clone()).map(|header| header.tx_id)
+}
+
+/// Block `number`, just committed: from the store's memory when it is
+/// there, as it is when this task keeps up; otherwise read on a blocking
+/// thread (under group commit the read syncs the disk first, so that no
+/// answer reports a block that could still be lost).
+async fn committed_block(
+    store: &Arc<BlockStore>,
+    number: u64,
+) -> weft_ledger::Result<Option<weft_protos::common::Block>> {
+    let bytes = match store.recent_block_bytes(number) {
+        Some(bytes) => bytes,
+        None => {
+            let store = store.clone();
+            let read = tokio::task::spawn_blocking(move || store.block_bytes(number)).await;
+            match read {
+                Ok(bytes) => match bytes? {
+                    Some(bytes) => bytes,
+                    None => return Ok(None),
+                },
+                Err(error) => {
+                    tracing::warn!(block = number, %error, "commit status: the read task failed");
+                    return Ok(None);
+                }
+            }
+        }
+    };
+    match weft_protos::common::Block::decode(bytes) {
+        Ok(block) => Ok(Some(block)),
+        Err(error) => {
+            tracing::error!(block = number, %error, "commit status: a stored block does not decode");
+            Ok(None)
+        }
+    }
 }
 
 /// Reads each block as it commits and answers its waiting calls; when the
@@ -179,7 +212,7 @@ async fn follow(
         next = next.min(committed);
         while next < committed {
             if !waiters.waiting.lock().answers.is_empty() {
-                match store.block(next) {
+                match committed_block(&store, next).await {
                     Ok(Some(block)) => waiters.answer(next, &block),
                     Ok(None) => break,
                     Err(error) => {

@@ -479,12 +479,24 @@ impl Gateway for GatewayService {
             .wait(&request.transaction_id)
             .map_err(|e| Status::resource_exhausted(e.to_string()))?;
         let committed = *channel.committed_height().borrow();
-        let store = channel.blocks().clone();
-        let tx_id = request.transaction_id.clone();
-        let location = tokio::task::spawn_blocking(move || store.tx_location(&tx_id))
-            .await
-            .map_err(|e| Status::internal(e.to_string()))?
-            .map_err(|e| Status::internal(format!("reading the ledger failed: {e}")))?;
+        // The lookup stays on this task unless the block it finds must be
+        // synced before it is reported (group commit).
+        let blocks = channel.blocks();
+        let read_failed = |e| Status::internal(format!("reading the ledger failed: {e}"));
+        let location = match blocks
+            .tx_location_unsynced(&request.transaction_id)
+            .map_err(read_failed)?
+        {
+            Some(found) if blocks.read_syncs(found.block_number) => {
+                let store = blocks.clone();
+                let tx_id = request.transaction_id.clone();
+                tokio::task::spawn_blocking(move || store.tx_location(&tx_id))
+                    .await
+                    .map_err(|e| Status::internal(e.to_string()))?
+                    .map_err(read_failed)?
+            }
+            found => found,
+        };
         if let Some(location) = location.filter(|l| l.block_number < committed) {
             drop(answer);
             waiters.forget_gone(&request.transaction_id);

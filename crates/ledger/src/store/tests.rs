@@ -459,8 +459,13 @@ fn group_commit_syncs_before_serving_a_block() {
     assert_eq!(store.durable_height(), 2);
 
     store.append(&chain[2]).unwrap();
+    assert!(store.read_syncs(2));
+    assert!(!store.read_syncs(1), "block 1 is durable");
+    assert!(!store.read_syncs(3), "block 3 is not stored");
     store.block_bytes(0).unwrap().unwrap();
     assert!(store.contains_tx_id("read-2-0").unwrap());
+    let unsynced = store.tx_location_unsynced("read-2-0").unwrap().unwrap();
+    assert_eq!(unsynced.block_number, 2);
     assert_eq!(
         store.durable_height(),
         2,
@@ -468,6 +473,7 @@ fn group_commit_syncs_before_serving_a_block() {
     );
     assert_eq!(store.tx_validation_code("read-2-0").unwrap(), None);
     assert_eq!(store.durable_height(), 3);
+    assert!(!store.read_syncs(2));
 
     store.append(&chain[3]).unwrap();
     store.block_by_tx_id("read-3-0").unwrap().unwrap();
