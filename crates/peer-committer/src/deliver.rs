@@ -24,16 +24,18 @@ use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 use weft_ledger::deliver::{SeekRequest, StreamEnd, TlsBinding, stream_range};
 use weft_ledger::{BlockStore, resolve_seek};
 use weft_policy::SignedData;
-use weft_protos::common::{Block, BlockMetadataIndex, Envelope, Status};
+use weft_protos::common::{
+    Block, BlockMetadataIndex, ChannelHeader, Envelope, HeaderType, Payload, Status,
+};
 use weft_protos::protos::deliver_response::Type as ResponseType;
 use weft_protos::protos::deliver_server::Deliver;
 use weft_protos::protos::filtered_transaction::Data as FilteredData;
 use weft_protos::protos::{
-    BlockAndPrivateData, ChaincodeEvent, DeliverResponse, FilteredBlock, FilteredChaincodeAction,
-    FilteredTransaction, FilteredTransactionActions,
+    BlockAndPrivateData, ChaincodeAction, ChaincodeActionPayload, ChaincodeEvent, DeliverResponse,
+    FilteredBlock, FilteredChaincodeAction, FilteredTransaction, FilteredTransactionActions,
+    ProposalResponsePayload, Transaction,
 };
 use weft_protos::rwset::TxPvtReadWriteSet;
-use weft_protos::view::{Limits, TxBody, TxEnvelope};
 
 use crate::ChannelContext;
 
@@ -333,33 +335,8 @@ pub(crate) fn filtered(channel_id: &str, block: Block) -> FilteredBlock {
         .into_iter()
         .enumerate()
         .filter_map(|(index, raw)| {
-            let transaction = TxEnvelope::decode(raw, Limits::default()).ok()?;
-            let data = match &transaction.body {
-                TxBody::Endorser(endorser) => {
-                    let chaincode_actions = endorser
-                        .actions
-                        .iter()
-                        .filter_map(|action| action.event.as_ref())
-                        .filter(|event| !event.chaincode_id.is_empty())
-                        .map(|event| FilteredChaincodeAction {
-                            chaincode_event: Some(ChaincodeEvent {
-                                payload: Bytes::new(),
-                                ..event.clone()
-                            }),
-                        })
-                        .collect();
-                    Some(FilteredData::TransactionActions(
-                        FilteredTransactionActions { chaincode_actions },
-                    ))
-                }
-                _ => None,
-            };
-            Some(FilteredTransaction {
-                txid: transaction.tx_id().to_owned(),
-                r#type: transaction.channel_header.r#type,
-                tx_validation_code: codes.get(index).map_or(0, |code| i32::from(*code)),
-                data,
-            })
+            let code = codes.get(index).map_or(0, |code| i32::from(*code));
+            filtered_transaction(raw, code)
         })
         .collect();
     FilteredBlock {
@@ -367,6 +344,61 @@ pub(crate) fn filtered(channel_id: &str, block: Block) -> FilteredBlock {
         number,
         filtered_transactions,
     }
+}
+
+/// One transaction of a filtered block. Only the layers it shows are
+/// decoded, as Fabric's peer decodes them: the channel header and, for an
+/// endorser transaction, each action's chaincode event; never the
+/// read/write sets, which are most of a transaction's bytes. An envelope
+/// whose layers do not decode is left out.
+fn filtered_transaction(raw: Bytes, tx_validation_code: i32) -> Option<FilteredTransaction> {
+    let payload = Payload::decode(Envelope::decode(raw).ok()?.payload).ok()?;
+    let channel_header = ChannelHeader::decode(payload.header?.channel_header).ok()?;
+    let data = if channel_header.r#type == HeaderType::EndorserTransaction as i32 {
+        let events = Transaction::decode(payload.data)
+            .ok()?
+            .actions
+            .into_iter()
+            .map(|action| chaincode_event(action.payload))
+            .collect::<Option<Vec<_>>>()?;
+        let chaincode_actions = events
+            .into_iter()
+            .flatten()
+            .filter(|event| !event.chaincode_id.is_empty())
+            .map(|event| FilteredChaincodeAction {
+                chaincode_event: Some(ChaincodeEvent {
+                    payload: Bytes::new(),
+                    ..event
+                }),
+            })
+            .collect();
+        Some(FilteredData::TransactionActions(
+            FilteredTransactionActions { chaincode_actions },
+        ))
+    } else {
+        None
+    };
+    Some(FilteredTransaction {
+        txid: channel_header.tx_id,
+        r#type: channel_header.r#type,
+        tx_validation_code,
+        data,
+    })
+}
+
+/// The chaincode event of one transaction action (`TransactionAction.
+/// payload`): `Some(None)` if its chaincode set none, `None` if a layer
+/// does not decode.
+fn chaincode_event(action_payload: Bytes) -> Option<Option<ChaincodeEvent>> {
+    let endorsed = ChaincodeActionPayload::decode(action_payload)
+        .ok()?
+        .action?;
+    let response = ProposalResponsePayload::decode(endorsed.proposal_response_payload).ok()?;
+    let action = ChaincodeAction::decode(response.extension).ok()?;
+    if action.events.is_empty() {
+        return Some(None);
+    }
+    ChaincodeEvent::decode(action.events).ok().map(Some)
 }
 
 type ResponseStream = Pin<Box<dyn Stream<Item = Result<DeliverResponse, GrpcStatus>> + Send>>;

@@ -1729,7 +1729,10 @@ mod commit {
             // an endorser transaction carries one chaincode action per
             // event its chaincode set, without the payload, and none for
             // an action without an event or with an event naming no
-            // chaincode; validation codes come from the block's filter.
+            // chaincode; validation codes come from the block's filter. A
+            // transaction whose read/write set does not decode (committed
+            // as BAD_RWSET) is listed too: only headers and events are
+            // read, as Fabric reads them.
             let event = |chaincode_id: &str| ChaincodeEvent {
                 chaincode_id: chaincode_id.to_owned(),
                 tx_id: "tx".to_owned(),
@@ -1743,10 +1746,15 @@ mod commit {
                 kv_transaction(None),
                 kv_transaction(Some(event("kv"))),
                 kv_transaction(Some(event(""))),
+                kv_transaction_by(
+                    Bytes::from_static(b"\xff not a read/write set"),
+                    Bytes::new(),
+                    &[&user1()],
+                ),
             ];
             block.metadata.as_mut().unwrap().metadata
                 [BlockMetadataIndex::TransactionsFilter as usize] =
-                Bytes::from_static(&[0, 0, 11, 0]);
+                Bytes::from_static(&[0, 0, 11, 0, 22]);
 
             let filtered = crate::deliver::filtered("ch10", block);
             let shapes: Vec<_> = filtered
@@ -1776,6 +1784,7 @@ mod commit {
                     (endorser, 0, Some(vec![])),
                     (endorser, 11, Some(vec![without_payload])),
                     (endorser, 0, Some(vec![])),
+                    (endorser, 22, Some(vec![])),
                 ]
             );
             assert_eq!(filtered.channel_id, "ch10");
