@@ -169,21 +169,10 @@ where
         let height = *heights.borrow_and_update();
         match range.step(next, height) {
             SeekStep::Deliver => {
-                // A block just appended is sent from memory; any other is
-                // read on a blocking thread (under group commit a read of
-                // the tail may sync the disk).
-                let bytes = match store.recent_block_bytes(next) {
-                    Some(bytes) => bytes,
-                    None => {
-                        let reader = store.clone();
-                        tokio::task::spawn_blocking(move || reader.block_bytes(next))
-                            .await
-                            .map_err(|e| Error::ReadTask {
-                                reason: e.to_string(),
-                            })??
-                            .ok_or(Error::MissingBlock { block_number: next })?
-                    }
-                };
+                let bytes = store
+                    .block_bytes_from_task(next)
+                    .await?
+                    .ok_or(Error::MissingBlock { block_number: next })?;
                 if !send(next, bytes).await {
                     return Ok(StreamEnd::Disconnected);
                 }

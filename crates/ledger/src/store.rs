@@ -511,6 +511,30 @@ impl BlockStore {
         (*found == number).then(|| bytes.clone())
     }
 
+    /// [`BlockStore::block_bytes`] for an async task: a recent block
+    /// straight from memory ([`BlockStore::recent_block_bytes`]), any other
+    /// read on a blocking thread, since it may read the disk or, under
+    /// group commit, sync it first.
+    pub async fn block_bytes_from_task(self: &Arc<Self>, number: u64) -> Result<Option<Bytes>> {
+        if let Some(bytes) = self.recent_block_bytes(number) {
+            return Ok(Some(bytes));
+        }
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.block_bytes(number))
+            .await
+            .map_err(|e| Error::ReadTask {
+                reason: e.to_string(),
+            })?
+    }
+
+    /// [`BlockStore::block_bytes_from_task`], decoded.
+    pub async fn block_from_task(self: &Arc<Self>, number: u64) -> Result<Option<Block>> {
+        match self.block_bytes_from_task(number).await? {
+            Some(bytes) => self.shared.decode_block(number, bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// Block `number`, decoded; `None` at or beyond the height. Under group
     /// commit, syncs first if the block is not yet durable.
     pub fn block(&self, number: u64) -> Result<Option<Block>> {

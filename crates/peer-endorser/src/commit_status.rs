@@ -14,7 +14,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use prost::Message;
 use tokio::sync::{oneshot, watch};
 use weft_ledger::BlockStore;
 use weft_protos::block::metadata_slot;
@@ -164,40 +163,6 @@ fn tx_id_of(raw: &bytes::Bytes) -> Option<String> {
     weft_protos::block::channel_header_of(raw.clone()).map(|header| header.tx_id)
 }
 
-/// Block `number`, just committed: from the store's memory when it is
-/// there, as it is when this task keeps up; otherwise read on a blocking
-/// thread (under group commit the read syncs the disk first, so that no
-/// answer reports a block that could still be lost).
-async fn committed_block(
-    store: &Arc<BlockStore>,
-    number: u64,
-) -> weft_ledger::Result<Option<weft_protos::common::Block>> {
-    let bytes = match store.recent_block_bytes(number) {
-        Some(bytes) => bytes,
-        None => {
-            let store = store.clone();
-            let read = tokio::task::spawn_blocking(move || store.block_bytes(number)).await;
-            match read {
-                Ok(bytes) => match bytes? {
-                    Some(bytes) => bytes,
-                    None => return Ok(None),
-                },
-                Err(error) => {
-                    tracing::warn!(block = number, %error, "commit status: the read task failed");
-                    return Ok(None);
-                }
-            }
-        }
-    };
-    match weft_protos::common::Block::decode(bytes) {
-        Ok(block) => Ok(Some(block)),
-        Err(error) => {
-            tracing::error!(block = number, %error, "commit status: a stored block does not decode");
-            Ok(None)
-        }
-    }
-}
-
 /// Reads each block as it commits and answers its waiting calls; when the
 /// ledger closes, the waiting calls get an error (their senders drop).
 async fn follow(
@@ -212,7 +177,10 @@ async fn follow(
         next = next.min(committed);
         while next < committed {
             if !waiters.waiting.lock().answers.is_empty() {
-                match committed_block(&store, next).await {
+                // From the store's memory when this task keeps up; under
+                // group commit a read from the disk syncs it first, so no
+                // answer reports a block that could still be lost.
+                match store.block_from_task(next).await {
                     Ok(Some(block)) => waiters.answer(next, &block),
                     Ok(None) => break,
                     Err(error) => {

@@ -598,12 +598,10 @@ async fn stream_events(
             }
             continue;
         }
-        let store = blocks.clone();
-        let read = tokio::task::spawn_blocking(move || store.block(number)).await;
-        let block = match read {
-            Ok(Ok(Some(block))) => block,
-            Ok(Ok(None)) => return,
-            Ok(Err(error)) => {
+        let block = match blocks.block_from_task(number).await {
+            Ok(Some(block)) => block,
+            Ok(None) => return,
+            Err(error) => {
                 let _ = sender
                     .send(Err(Status::internal(format!(
                         "reading block {number}: {error}"
@@ -611,7 +609,6 @@ async fn stream_events(
                     .await;
                 return;
             }
-            Err(_) => return,
         };
         let mut events = Vec::new();
         for (tx_id, event) in chaincode_events(block, &chaincode) {

@@ -485,6 +485,24 @@ fn group_commit_syncs_before_serving_a_block() {
     assert_eq!(store.durable_height(), 5);
 }
 
+#[tokio::test]
+async fn a_task_reads_recent_blocks_from_memory_and_syncs_the_rest() {
+    // Goal: an async reader (commit status, chaincode events) gets every
+    // block it asks for, and under group commit never one that a machine
+    // crash could still take back.
+    let dir = TempDir::new().unwrap();
+    let store = Arc::new(open(&dir, NO_TIMER));
+    let chain = synthetic_chain("task", 2, 1);
+    append_all(&store, &chain);
+    assert_eq!(store.durable_height(), 0);
+    let read = store.block_from_task(1).await.unwrap().unwrap();
+    assert_eq!(read, chain[1]);
+    assert_eq!(store.durable_height(), 2, "the read synced first");
+    let bytes = store.block_bytes_from_task(0).await.unwrap().unwrap();
+    assert_eq!(bytes, Bytes::from(chain[0].encode_to_vec()));
+    assert_eq!(store.block_from_task(2).await.unwrap(), None);
+}
+
 #[test]
 fn no_durability_syncs_only_when_asked() {
     let dir = TempDir::new().unwrap();
