@@ -387,12 +387,13 @@ fn filtered_transaction(raw: Bytes, tx_validation_code: i32) -> Option<FilteredT
 }
 
 /// The chaincode event of one transaction action (`TransactionAction.
-/// payload`): `Some(None)` if its chaincode set none, `None` if a layer
-/// does not decode.
+/// payload`): `Some(None)` if its chaincode set none or it carries no
+/// endorsed action (Fabric skips such an action), `None` if a layer does
+/// not decode.
 fn chaincode_event(action_payload: Bytes) -> Option<Option<ChaincodeEvent>> {
-    let endorsed = ChaincodeActionPayload::decode(action_payload)
-        .ok()?
-        .action?;
+    let Some(endorsed) = ChaincodeActionPayload::decode(action_payload).ok()?.action else {
+        return Some(None);
+    };
     let response = ProposalResponsePayload::decode(endorsed.proposal_response_payload).ok()?;
     let action = ChaincodeAction::decode(response.extension).ok()?;
     if action.events.is_empty() {

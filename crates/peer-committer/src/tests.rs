@@ -1732,7 +1732,8 @@ mod commit {
             // chaincode; validation codes come from the block's filter. A
             // transaction whose read/write set does not decode (committed
             // as BAD_RWSET) is listed too: only headers and events are
-            // read, as Fabric reads them.
+            // read, as Fabric reads them; and an action that carries no
+            // endorsed action is skipped, as Fabric skips it.
             let event = |chaincode_id: &str| ChaincodeEvent {
                 chaincode_id: chaincode_id.to_owned(),
                 tx_id: "tx".to_owned(),
@@ -1751,10 +1752,11 @@ mod commit {
                     Bytes::new(),
                     &[&user1()],
                 ),
+                with_an_empty_action(kv_transaction(Some(event("kv")))),
             ];
             block.metadata.as_mut().unwrap().metadata
                 [BlockMetadataIndex::TransactionsFilter as usize] =
-                Bytes::from_static(&[0, 0, 11, 0, 22]);
+                Bytes::from_static(&[0, 0, 11, 0, 22, 0]);
 
             let filtered = crate::deliver::filtered("ch10", block);
             let shapes: Vec<_> = filtered
@@ -1782,12 +1784,34 @@ mod commit {
                 [
                     (HeaderType::Config as i32, 0, None),
                     (endorser, 0, Some(vec![])),
-                    (endorser, 11, Some(vec![without_payload])),
+                    (endorser, 11, Some(vec![without_payload.clone()])),
                     (endorser, 0, Some(vec![])),
                     (endorser, 22, Some(vec![])),
+                    (endorser, 0, Some(vec![without_payload])),
                 ]
             );
             assert_eq!(filtered.channel_id, "ch10");
+        }
+
+        /// `envelope` with a second action appended whose payload holds no
+        /// endorsed action (the envelope's signature no longer matches,
+        /// which filtering does not look at).
+        fn with_an_empty_action(envelope: Bytes) -> Bytes {
+            use weft_protos::protos::{ChaincodeActionPayload, Transaction, TransactionAction};
+            let mut envelope = Envelope::decode(envelope).unwrap();
+            let mut payload = Payload::decode(envelope.payload).unwrap();
+            let mut transaction = Transaction::decode(payload.data).unwrap();
+            let empty = ChaincodeActionPayload {
+                chaincode_proposal_payload: Bytes::new(),
+                action: None,
+            };
+            transaction.actions.push(TransactionAction {
+                header: transaction.actions[0].header.clone(),
+                payload: empty.encode_to_vec().into(),
+            });
+            payload.data = transaction.encode_to_vec().into();
+            envelope.payload = payload.encode_to_vec().into();
+            envelope.encode_to_vec().into()
         }
     }
 }
