@@ -29,6 +29,12 @@ const ENTRY_PREFIX: u8 = b'e';
 /// The raft log's memtable: entries are read back soon after they are
 /// written (to send them to followers) and dropped at the next snapshot.
 const RAFT_LOG_MEMTABLE_BYTES: usize = 4 << 20;
+/// The last entries written are also kept in memory, at most this many
+/// and this many bytes of data (an entry holds a whole batch of
+/// envelopes): raft-rs reads each entry back soon after it is written, to
+/// apply it, and a read from RocksDB copies and decodes the batch again.
+const RECENT_ENTRIES_MAX: usize = 256;
+const RECENT_BYTES_MAX: usize = 16 << 20;
 
 /// A failure of the log store, as text for the orderer's errors.
 pub(crate) type StoreResult<T> = std::result::Result<T, String>;
@@ -53,6 +59,11 @@ struct State {
     /// The term of each entry held, from `first_index` on: raft-rs asks
     /// for terms often, and an entry holds a whole block.
     terms: VecDeque<u64>,
+    /// The last entries written, consecutive and ending at `last_index`
+    /// (within [`RECENT_ENTRIES_MAX`] and [`RECENT_BYTES_MAX`]).
+    recent: VecDeque<Entry>,
+    /// The data bytes of `recent`.
+    recent_bytes: usize,
 }
 
 impl State {
@@ -60,6 +71,67 @@ impl State {
     fn term_of(&self, index: u64) -> Option<u64> {
         let offset = usize::try_from(index.checked_sub(self.first_index)?).ok()?;
         self.terms.get(offset).copied()
+    }
+
+    /// Keeps `entries`, just written, as the most recent: those they
+    /// replace are dropped first, and all are dropped if the new ones do
+    /// not follow on (the log was replaced).
+    fn remember(&mut self, entries: &[Entry]) {
+        let Some(first) = entries.first() else { return };
+        while self
+            .recent
+            .back()
+            .is_some_and(|kept| kept.index >= first.index)
+        {
+            self.drop_recent_back();
+        }
+        if self
+            .recent
+            .back()
+            .is_some_and(|kept| kept.index + 1 != first.index)
+        {
+            self.forget_recent();
+        }
+        for entry in entries {
+            self.recent_bytes += entry.data.len();
+            self.recent.push_back(entry.clone());
+        }
+        while self.recent.len() > RECENT_ENTRIES_MAX
+            || (self.recent_bytes > RECENT_BYTES_MAX && !self.recent.is_empty())
+        {
+            self.drop_recent_front();
+        }
+    }
+
+    /// Entry `index` if it is among the recent ones.
+    fn recent_entry(&self, index: u64) -> Option<&Entry> {
+        let oldest = self.recent.front()?.index;
+        self.recent
+            .get(usize::try_from(index.checked_sub(oldest)?).ok()?)
+    }
+
+    /// Drops the recent entries up to `index` (compacted).
+    fn forget_recent_through(&mut self, index: u64) {
+        while self.recent.front().is_some_and(|kept| kept.index <= index) {
+            self.drop_recent_front();
+        }
+    }
+
+    fn forget_recent(&mut self) {
+        self.recent.clear();
+        self.recent_bytes = 0;
+    }
+
+    fn drop_recent_front(&mut self) {
+        if let Some(entry) = self.recent.pop_front() {
+            self.recent_bytes -= entry.data.len();
+        }
+    }
+
+    fn drop_recent_back(&mut self) {
+        if let Some(entry) = self.recent.pop_back() {
+            self.recent_bytes -= entry.data.len();
+        }
     }
 }
 
@@ -239,6 +311,7 @@ impl LogStore {
         if let Some(last) = entries.last() {
             state.last_index = last.index;
         }
+        state.remember(entries);
         debug_assert_eq!(
             state.terms.len() as u64,
             state.last_index + 1 - state.first_index
@@ -312,6 +385,7 @@ impl LogStore {
         state.first_index = metadata.index + 1;
         state.last_index = metadata.index;
         state.terms.clear();
+        state.forget_recent();
         Ok(())
     }
 
@@ -346,6 +420,7 @@ impl LogStore {
                 .unwrap_or(usize::MAX)
                 .min(state.terms.len());
             state.terms.drain(..dropped);
+            state.forget_recent_through(applied);
             state.first_index = applied + 1;
             snapshot
         };
@@ -393,9 +468,17 @@ impl Storage for LogStore {
         max_size: impl Into<Option<u64>>,
         _context: GetEntriesContext,
     ) -> raft::Result<Vec<Entry>> {
-        let (first, last) = {
+        // The recent entries are the log's last ones: those of the range
+        // among them are taken from memory, the ones before from the disk.
+        let (first, last, recent) = {
             let state = self.inner.state.read();
-            (state.first_index, state.last_index)
+            let recent: Vec<Entry> = match state.recent.front() {
+                Some(oldest) => (low.max(oldest.index)..high)
+                    .map_while(|index| state.recent_entry(index).cloned())
+                    .collect(),
+                None => Vec::new(),
+            };
+            (state.first_index, state.last_index, recent)
         };
         if low < first {
             return Err(raft::Error::Store(StorageError::Compacted));
@@ -403,11 +486,20 @@ impl Storage for LogStore {
         if high > last + 1 {
             return Err(raft::Error::Store(StorageError::Unavailable));
         }
+        let from_memory = recent.first().map_or(high, |entry| entry.index);
         let max_size = max_size.into().unwrap_or(u64::MAX);
         let mut entries = Vec::new();
         let mut size = 0u64;
+        let mut recent = recent.into_iter();
         for index in low..high {
-            let entry = self.read_entry(index)?;
+            let entry = if index < from_memory {
+                self.read_entry(index)?
+            } else {
+                match recent.next() {
+                    Some(entry) => entry,
+                    None => self.read_entry(index)?,
+                }
+            };
             size += u64::from(entry.compute_size());
             if !entries.is_empty() && size > max_size {
                 break;
@@ -554,6 +646,49 @@ mod tests {
         assert_eq!(store.last_index().unwrap(), 10);
         assert_eq!(store.term(10).unwrap(), 3);
         assert_eq!(store.initial_state().unwrap().hard_state.commit, 10);
+    }
+
+    #[test]
+    fn entries_read_from_memory_are_those_the_disk_holds() {
+        // Goal: the recent entries served from memory are exactly what a
+        // reopened log reads from the disk, after a new leader replaced a
+        // tail, past the memory's bound, and after a compaction.
+        let dir = tempfile::tempdir().unwrap();
+        let store = LogStore::open(dir.path(), &[1]).unwrap();
+        let all = |store: &LogStore| {
+            let (first, last) = (store.first_index().unwrap(), store.last_index().unwrap());
+            store
+                .entries(first, last + 1, None, GetEntriesContext::empty(false))
+                .unwrap()
+        };
+        let written: Vec<Entry> = (1..=5)
+            .map(|i| entry(i, 1, format!("first {i}").as_bytes()))
+            .collect();
+        store.persist(&written, None, true).unwrap();
+        store
+            .persist(&[entry(4, 2, b"replaced")], None, true)
+            .unwrap();
+        let from_memory = all(&store);
+        assert_eq!(from_memory.len(), 4);
+        assert_eq!(from_memory[3].get_data(), b"replaced");
+        drop(store);
+        let store = LogStore::open(dir.path(), &[]).unwrap();
+        assert_eq!(all(&store), from_memory, "as the disk holds them");
+
+        // More entries than memory keeps: the oldest come from the disk.
+        let more = RECENT_ENTRIES_MAX as u64 + 40;
+        let written: Vec<Entry> = (5..5 + more)
+            .map(|i| entry(i, 2, format!("more {i}").as_bytes()))
+            .collect();
+        store.persist(&written, None, true).unwrap();
+        assert_eq!(store.inner.state.read().recent.len(), RECENT_ENTRIES_MAX);
+        let from_memory = all(&store);
+        store.compact(100, b"height".to_vec()).unwrap();
+        let compacted = all(&store);
+        assert_eq!(compacted[..], from_memory[100..], "entries 101 on");
+        drop(store);
+        let store = LogStore::open(dir.path(), &[]).unwrap();
+        assert_eq!(all(&store), compacted);
     }
 
     #[test]
