@@ -33,8 +33,9 @@ const RAFT_LOG_MEMTABLE_BYTES: usize = 4 << 20;
 /// and this many bytes of data (an entry holds a whole batch of
 /// envelopes): raft-rs reads each entry back soon after it is written, to
 /// apply it, and a read from RocksDB copies and decodes the batch again.
-const RECENT_ENTRIES_MAX: usize = 256;
-const RECENT_BYTES_MAX: usize = 16 << 20;
+/// Kept small: every Raft channel of a node holds its own, idle or not.
+const RECENT_ENTRIES_MAX: usize = 64;
+const RECENT_BYTES_MAX: usize = 4 << 20;
 
 /// A failure of the log store, as text for the orderer's errors.
 pub(crate) type StoreResult<T> = std::result::Result<T, String>;
