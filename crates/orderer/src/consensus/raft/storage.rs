@@ -104,13 +104,6 @@ impl State {
         }
     }
 
-    /// Entry `index` if it is among the recent ones.
-    fn recent_entry(&self, index: u64) -> Option<&Entry> {
-        let oldest = self.recent.front()?.index;
-        self.recent
-            .get(usize::try_from(index.checked_sub(oldest)?).ok()?)
-    }
-
     /// Drops the recent entries up to `index` (compacted).
     fn forget_recent_through(&mut self, index: u64) {
         while self.recent.front().is_some_and(|kept| kept.index <= index) {
@@ -469,16 +462,18 @@ impl Storage for LogStore {
         max_size: impl Into<Option<u64>>,
         _context: GetEntriesContext,
     ) -> raft::Result<Vec<Entry>> {
-        // The recent entries are the log's last ones: those of the range
-        // among them are taken from memory, the ones before from the disk.
+        // The recent entries are the log's last ones, consecutive: those of
+        // the range among them are taken from memory, the ones before them
+        // from the disk.
         let (first, last, recent) = {
             let state = self.inner.state.read();
-            let recent: Vec<Entry> = match state.recent.front() {
-                Some(oldest) => (low.max(oldest.index)..high)
-                    .map_while(|index| state.recent_entry(index).cloned())
-                    .collect(),
-                None => Vec::new(),
-            };
+            let recent: Vec<Entry> = state
+                .recent
+                .iter()
+                .skip_while(|entry| entry.index < low)
+                .take_while(|entry| entry.index < high)
+                .cloned()
+                .collect();
             (state.first_index, state.last_index, recent)
         };
         if low < first {
@@ -488,19 +483,12 @@ impl Storage for LogStore {
             return Err(raft::Error::Store(StorageError::Unavailable));
         }
         let from_memory = recent.first().map_or(high, |entry| entry.index);
+        let from_disk = (low..from_memory).map(|index| self.read_entry(index));
         let max_size = max_size.into().unwrap_or(u64::MAX);
         let mut entries = Vec::new();
         let mut size = 0u64;
-        let mut recent = recent.into_iter();
-        for index in low..high {
-            let entry = if index < from_memory {
-                self.read_entry(index)?
-            } else {
-                match recent.next() {
-                    Some(entry) => entry,
-                    None => self.read_entry(index)?,
-                }
-            };
+        for entry in from_disk.chain(recent.into_iter().map(Ok)) {
+            let entry = entry?;
             size += u64::from(entry.compute_size());
             if !entries.is_empty() && size > max_size {
                 break;
