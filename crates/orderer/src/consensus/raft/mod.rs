@@ -61,6 +61,7 @@
 //! (persist, send, apply), then `advance`d. Its messages to the other
 //! consenters leave from that thread too, on its own runtime.
 
+mod acks;
 mod join;
 mod storage;
 
@@ -92,6 +93,7 @@ use crate::writer::{BlockContent, BlockWriter};
 use weft_protos::block::config_of_block;
 
 use super::cluster::Transport;
+use acks::Acknowledgements;
 pub(crate) use join::pull_chain_to;
 pub(crate) use storage::LogStore;
 
@@ -541,6 +543,7 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         leader_known: 0,
         route,
         compaction: None,
+        acks: Acknowledgements::default(),
     };
     let (halt, halted) = oneshot::channel();
     // The loop runs on a thread of its own, with a runtime of its own for
@@ -752,6 +755,8 @@ struct Core {
     route: Arc<Route>,
     /// The log compaction under way, if any.
     compaction: Option<std::thread::JoinHandle<Result<()>>>,
+    /// Follower: which acknowledgements the leader already has.
+    acks: Acknowledgements,
 }
 
 fn answer(waiter: Option<oneshot::Sender<Result<(), Refusal>>>, result: Result<(), Refusal>) {
@@ -889,7 +894,7 @@ impl Core {
                 ),
             });
         }
-        if let Err(error) = self.node.step(message) {
+        if let Err(error) = acks::step(&mut self.node, &mut self.acks, message) {
             tracing::debug!(channel = %self.channel.id, %error, "raft message not stepped");
         }
         Ok(())
@@ -1226,9 +1231,10 @@ impl Core {
 
     /// Queues `messages` on their peers' `Step` streams; whether there
     /// were any.
-    fn send(&self, messages: Vec<raft::eraftpb::Message>) -> bool {
+    fn send(&mut self, messages: Vec<raft::eraftpb::Message>) -> bool {
         let any = !messages.is_empty();
         for message in messages {
+            self.acks.note_sent(&message);
             match self.members.endpoints.get(&message.to) {
                 Some(endpoint) => self.steps.send(endpoint, &self.channel.id, &message),
                 None => {
