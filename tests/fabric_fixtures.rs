@@ -820,6 +820,41 @@ fn a_flipped_byte_in_an_envelope_signature_or_payload_fails_verification() {
 }
 
 #[test]
+fn an_orderer_reads_a_transactions_headers_and_leaves_its_data() {
+    // Goal: the orderer's decode gives the same headers as the whole decode
+    // of a Fabric transaction and keeps the transaction itself as bytes; a
+    // transaction whose data does not decode still reaches ordering, as on
+    // Fabric's orderer (the peers mark it invalid).
+    let (_, block) = load_file("ch10-block-3.block");
+    let raw = envelopes(&block)[0].clone();
+    let whole = TxEnvelope::decode(raw.clone(), Limits::default()).unwrap();
+    let headers = TxEnvelope::decode_for_ordering(raw.clone(), Limits::default()).unwrap();
+    assert_eq!(headers.channel_header, whole.channel_header);
+    assert_eq!(headers.signature_header, whole.signature_header);
+    assert_eq!(headers.payload_bytes, whole.payload_bytes);
+    assert_eq!(headers.signature, whole.signature);
+    let payload = Payload::decode(whole.payload_bytes.clone()).unwrap();
+    let TxBody::EndorserUnread(data) = &headers.body else {
+        panic!("ch10-block-3 tx 0: the orderer's decode read the transaction");
+    };
+    assert_eq!(data, &payload.data);
+
+    let garbled = Envelope {
+        payload: Payload {
+            data: Bytes::from_static(&[0xff, 0xff, 0xff]),
+            ..payload
+        }
+        .encode_to_vec()
+        .into(),
+        signature: whole.signature.clone(),
+    };
+    let garbled = Bytes::from(garbled.encode_to_vec());
+    assert!(TxEnvelope::decode(garbled.clone(), Limits::default()).is_err());
+    let headers = TxEnvelope::decode_for_ordering(garbled, Limits::default()).unwrap();
+    assert_eq!(headers.tx_id(), whole.tx_id());
+}
+
+#[test]
 fn a_modified_data_entry_no_longer_matches_the_data_hash() {
     // Goal: changing one byte of one envelope in a block makes its data hash
     // differ from the header's, and so does dropping or reordering entries.

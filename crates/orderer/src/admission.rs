@@ -112,7 +112,7 @@ pub(crate) fn readmit(
     let Some(raw) = stale else {
         return Ok(admitted);
     };
-    let view = TxEnvelope::decode(raw.clone(), Limits::default())
+    let view = TxEnvelope::decode_for_ordering(raw.clone(), Limits::default())
         .map_err(|e| Refusal::new(Status::BadRequest, format!("malformed envelope: {e}")))?;
     admit(&view, current, signer, weft_msp::now())
 }
@@ -124,7 +124,7 @@ fn check_in_channel(
     now: UnixTime,
 ) -> Result<Admitted, Refusal> {
     match &view.body {
-        TxBody::Endorser(_) => {}
+        TxBody::Endorser(_) | TxBody::EndorserUnread(_) => {}
         TxBody::Config(_) | TxBody::ConfigUpdate(_) => {
             return Err(Refusal::new(
                 Status::BadRequest,

@@ -79,7 +79,7 @@ pub(crate) struct Accepted {
 /// Checks one envelope as received.
 pub(crate) fn check(envelope: &Envelope, context: &RequestContext) -> Result<Accepted, Refusal> {
     let raw: Bytes = envelope.encode_to_vec().into();
-    let view = TxEnvelope::decode(raw, context.limits)
+    let view = TxEnvelope::decode_for_ordering(raw, context.limits)
         .map_err(|e| Refusal::new(Status::BadRequest, format!("malformed envelope: {e}")))?;
     let channel_id = &view.channel_header.channel_id;
     let channel = context.channels.get(channel_id).ok_or_else(|| {

@@ -30,7 +30,7 @@ impl FuzzedChannel {
     /// (normal transactions and config updates alike); the refusal's words
     /// on failure.
     pub fn admit(&self, envelope: Bytes, signer: &dyn Sign, now: UnixTime) -> Result<(), String> {
-        let view = TxEnvelope::decode(envelope, Limits::default())
+        let view = TxEnvelope::decode_for_ordering(envelope, Limits::default())
             .map_err(|e| format!("malformed envelope: {e}"))?;
         admit(&view, &self.config, signer, now)
             .map(drop)

@@ -88,7 +88,9 @@ pub fn check_transaction(
     let endorser = match &tx.body {
         TxBody::Endorser(endorser) => Some(endorser),
         TxBody::Config(_) => None,
-        TxBody::ConfigUpdate(_) | TxBody::Other(_) => return TxValidationCode::UnknownTxType,
+        TxBody::ConfigUpdate(_) | TxBody::EndorserUnread(_) | TxBody::Other(_) => {
+            return TxValidationCode::UnknownTxType;
+        }
     };
     if tx.signature_header.nonce.is_empty() {
         return TxValidationCode::BadCommonHeader;

@@ -107,6 +107,11 @@ pub struct TxEnvelope {
 pub enum TxBody {
     /// `ENDORSER_TRANSACTION`: a chaincode invocation with its endorsements.
     Endorser(EndorserTransaction),
+    /// `ENDORSER_TRANSACTION` as an orderer reads it
+    /// ([`TxEnvelope::decode_for_ordering`]): the payload data left
+    /// undecoded, since ordering checks only the headers and the creator's
+    /// signature, as Fabric's orderer does.
+    EndorserUnread(Bytes),
     /// `CONFIG`: a new channel configuration.
     Config(ConfigEnvelope),
     /// `CONFIG_UPDATE`: a request to change the channel configuration.
@@ -166,9 +171,27 @@ pub struct CollectionHashes {
     pub pvt_rwset_hash: Bytes,
 }
 
+/// How far [`TxEnvelope`] decodes an endorser transaction.
+#[derive(Clone, Copy)]
+enum Depth {
+    Whole,
+    Headers,
+}
+
 impl TxEnvelope {
     /// Decodes every layer of an envelope once.
     pub fn decode(raw: Bytes, limits: Limits) -> Result<Self, DecodeError> {
+        Self::decode_to(raw, limits, Depth::Whole)
+    }
+
+    /// Decodes the layers an orderer checks: the headers, and the body of
+    /// a config or config update envelope; an endorser transaction's data
+    /// stays bytes ([`TxBody::EndorserUnread`]).
+    pub fn decode_for_ordering(raw: Bytes, limits: Limits) -> Result<Self, DecodeError> {
+        Self::decode_to(raw, limits, Depth::Headers)
+    }
+
+    fn decode_to(raw: Bytes, limits: Limits, depth: Depth) -> Result<Self, DecodeError> {
         if raw.len() > limits.envelope_bytes_max {
             return Err(DecodeError::TooLarge {
                 layer: Layer::Envelope,
@@ -191,9 +214,12 @@ impl TxEnvelope {
         )?;
 
         let body = match HeaderType::try_from(channel_header.r#type) {
-            Ok(HeaderType::EndorserTransaction) => {
-                TxBody::Endorser(decode_endorser_transaction(&channel_header, payload.data)?)
-            }
+            Ok(HeaderType::EndorserTransaction) => match depth {
+                Depth::Whole => {
+                    TxBody::Endorser(decode_endorser_transaction(&channel_header, payload.data)?)
+                }
+                Depth::Headers => TxBody::EndorserUnread(payload.data),
+            },
             Ok(HeaderType::Config) => {
                 TxBody::Config(decode_required(Layer::ConfigEnvelope, payload.data)?)
             }
