@@ -142,25 +142,26 @@ mod tests {
     const LEADER: u64 = 1;
     const TERM: u64 = 4;
 
-    fn append(index: u64, commit: u64, entries: usize) -> Message {
+    fn message(kind: MessageType, index: u64, commit: u64) -> Message {
         let mut message = Message::default();
-        message.set_msg_type(MessageType::MsgAppend);
-        message.from = LEADER;
+        message.set_msg_type(kind);
         message.term = TERM;
         message.index = index;
         message.commit = commit;
-        message.entries = vec![Entry::default(); entries].into();
         message
     }
 
+    fn append(index: u64, commit: u64, entries: usize) -> Message {
+        let mut append = message(MessageType::MsgAppend, index, commit);
+        append.from = LEADER;
+        append.entries = vec![Entry::default(); entries].into();
+        append
+    }
+
     fn acknowledgement(index: u64, commit: u64) -> Message {
-        let mut message = Message::default();
-        message.set_msg_type(MessageType::MsgAppendResponse);
-        message.to = LEADER;
-        message.term = TERM;
-        message.index = index;
-        message.commit = commit;
-        message
+        let mut acknowledgement = message(MessageType::MsgAppendResponse, index, commit);
+        acknowledgement.to = LEADER;
+        acknowledgement
     }
 
     #[test]
