@@ -2,7 +2,8 @@
 //! Montgomery form with R = 2²⁵⁶.
 //!
 //! Products modulo p, most of a verification's work, reduce by p's
-//! special shape (one multiplication per step instead of four); products
+//! special shape (shifts and subtractions where a generic step takes four
+//! multiplications); products
 //! modulo n, a few per verification, use the generic reduction.
 //!
 //! Numbers are four 64-bit limbs, least significant first. Every function
@@ -79,17 +80,41 @@ fn multiply_add(a: u64, b: u64, addend: u64, carry: u64) -> (u64, u64) {
     (wide as u64, (wide >> 64) as u64)
 }
 
+/// a + b + carry (a carry of 0 or 1), with the carry out.
 #[inline(always)]
 fn add_carry(a: u64, b: u64, carry: u64) -> (u64, u64) {
-    let wide = u128::from(a) + u128::from(b) + u128::from(carry);
-    (wide as u64, (wide >> 64) as u64)
+    // Through the intrinsic the carry stays in the flag that x86-64's
+    // add-with-carry reads; through u128 additions the compiler moved each
+    // carry into a register of its own (7% more instructions per
+    // verification, docs/benchmarks.md).
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut sum = 0;
+        let carry = std::arch::x86_64::_addcarry_u64(carry as u8, a, b, &mut sum);
+        (sum, u64::from(carry))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let wide = u128::from(a) + u128::from(b) + u128::from(carry);
+        (wide as u64, (wide >> 64) as u64)
+    }
 }
 
+/// a − b − borrow (a borrow of 0 or 1), with the borrow out.
 #[inline(always)]
 fn sub_borrow(a: u64, b: u64, borrow: u64) -> (u64, u64) {
-    let (difference, under1) = a.overflowing_sub(b);
-    let (difference, under2) = difference.overflowing_sub(borrow);
-    (difference, u64::from(under1 | under2))
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut difference = 0;
+        let borrow = std::arch::x86_64::_subborrow_u64(borrow as u8, a, b, &mut difference);
+        (difference, u64::from(borrow))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let (difference, under1) = a.overflowing_sub(b);
+        let (difference, under2) = difference.overflowing_sub(borrow);
+        (difference, u64::from(under1 | under2))
+    }
 }
 
 /// a − b over four limbs, with the final borrow (1 when a < b).
@@ -149,14 +174,16 @@ fn below_modulus(t: &[u64; 5], m: &Limbs) -> Limbs {
 /// One step of the Montgomery reduction modulo p, the field prime: adds
 /// q·p for q the low limb of t (−p⁻¹ ≡ 1 mod 2⁶⁴) and drops that limb,
 /// now zero. p is P₃·2¹⁹² + 2⁹⁶ − 1 with P₃ = 2⁶⁴ − 2³² + 1, so
-/// (t + q·p)/2⁶⁴ is the upper limbs of t plus q·2³² plus q·P₃·2¹²⁸: one
-/// multiplication where a generic step takes four. t is five limbs and a
-/// carry bit; so is the result.
+/// (t + q·p)/2⁶⁴ is the upper limbs of t plus q·2³² plus q·P₃·2¹²⁸, and
+/// q·P₃ itself is shifts and subtractions: no multiplication where a
+/// generic step takes four. t is five limbs and a carry bit; so is the
+/// result.
 #[inline(always)]
 fn field_prime_step(t: &[u64; 5], overflow: u64) -> [u64; 5] {
-    const P3: u64 = 0xffff_ffff_0000_0001;
     let q = t[0];
-    let (q_p3_low, q_p3_high) = multiply_add(q, P3, 0, 0);
+    // q·P₃ = q·2⁶⁴ + q − q·2³²: two subtractions instead of a product.
+    let (q_p3_low, borrow) = sub_borrow(q, q << 32, 0);
+    let (q_p3_high, _) = sub_borrow(q, q >> 32, borrow);
     let (limb0, carry) = add_carry(t[1], q << 32, 0);
     let (limb1, carry) = add_carry(t[2], q >> 32, carry);
     let (limb2, carry) = add_carry(t[3], q_p3_low, carry);
