@@ -173,22 +173,75 @@ fn below_modulus(t: &[u64; 5], m: &Limbs) -> Limbs {
 
 /// One step of the Montgomery reduction modulo p, the field prime: adds
 /// q·p for q the low limb of t (−p⁻¹ ≡ 1 mod 2⁶⁴) and drops that limb,
-/// now zero. p is P₃·2¹⁹² + 2⁹⁶ − 1 with P₃ = 2⁶⁴ − 2³² + 1, so
-/// (t + q·p)/2⁶⁴ is the upper limbs of t plus q·2³² plus q·P₃·2¹²⁸, and
-/// q·P₃ itself is shifts and subtractions: no multiplication where a
-/// generic step takes four. t is five limbs and a carry bit; so is the
-/// result.
+/// now zero. t is five limbs and a carry bit; so is the result.
 #[inline(always)]
 fn field_prime_step(t: &[u64; 5], overflow: u64) -> [u64; 5] {
-    let q = t[0];
-    // q·P₃ = q·2⁶⁴ + q − q·2³²: two subtractions instead of a product.
+    let ([limb0, limb1, limb2, limb3], carry) =
+        add_field_prime_multiple(t[0], [t[1], t[2], t[3], t[4]], 0);
+    [limb0, limb1, limb2, limb3, overflow + carry]
+}
+
+/// (q + upper·2⁶⁴ + q·p)/2⁶⁴ for q + upper·2⁶⁴ a number whose low limb is
+/// q, plus `top_carry` (0 or 1) in the top limb: the result's four limbs
+/// and its carry out. p is P₃·2¹⁹² + 2⁹⁶ − 1 with P₃ = 2⁶⁴ − 2³² + 1, so
+/// this is upper plus q·2³² plus q·P₃·2¹²⁸, and q·P₃ itself is shifts and
+/// subtractions: no multiplication, where a generic step takes four.
+#[inline(always)]
+fn add_field_prime_multiple(q: u64, upper: Limbs, top_carry: u64) -> (Limbs, u64) {
+    // q·P₃ = q·2⁶⁴ + q − q·2³².
     let (q_p3_low, borrow) = sub_borrow(q, q << 32, 0);
     let (q_p3_high, _) = sub_borrow(q, q >> 32, borrow);
-    let (limb0, carry) = add_carry(t[1], q << 32, 0);
-    let (limb1, carry) = add_carry(t[2], q >> 32, carry);
-    let (limb2, carry) = add_carry(t[3], q_p3_low, carry);
-    let (limb3, carry) = add_carry(t[4], q_p3_high, carry);
-    [limb0, limb1, limb2, limb3, overflow + carry]
+    let (limb0, carry) = add_carry(upper[0], q << 32, 0);
+    let (limb1, carry) = add_carry(upper[1], q >> 32, carry);
+    let (limb2, carry) = add_carry(upper[2], q_p3_low, carry);
+    // q·P₃'s high limb is at most 2⁶⁴ − 2³²: the carry bit fits beside it.
+    let (limb3, carry) = add_carry(upper[3], q_p3_high + top_carry, carry);
+    ([limb0, limb1, limb2, limb3], carry)
+}
+
+/// a² as eight limbs: the six cross products once, doubled, then the
+/// four squares of the limbs.
+#[inline(always)]
+fn wide_square(a: &Limbs) -> [u64; 8] {
+    let mut t = [0u64; 8];
+    // Cross products a_i·a_j for i < j, row by row.
+    for i in 0..3 {
+        let mut carry = 0;
+        for j in i + 1..4 {
+            (t[i + j], carry) = multiply_add(a[i], a[j], t[i + j], carry);
+        }
+        t[i + 4] = carry;
+    }
+    // Doubled: shifted left by one bit.
+    let mut top = 0;
+    for limb in t.iter_mut() {
+        let next = *limb >> 63;
+        *limb = (*limb << 1) | top;
+        top = next;
+    }
+    // Plus the squares on the diagonal.
+    let mut carry = 0;
+    for i in 0..4 {
+        let (low, high) = multiply_add(a[i], a[i], 0, 0);
+        (t[2 * i], carry) = add_carry(t[2 * i], low, carry);
+        (t[2 * i + 1], carry) = add_carry(t[2 * i + 1], high, carry);
+    }
+    t
+}
+
+/// t·R⁻¹ mod p for t < p·2²⁵⁶ (eight limbs): four reduction steps over
+/// the whole number, each step's carry out of its top limb taken up by
+/// the next step.
+#[inline(always)]
+fn reduce_by_field_prime(mut t: [u64; 8]) -> Limbs {
+    let mut pending = 0u64;
+    for i in 0..4 {
+        let upper = [t[i + 1], t[i + 2], t[i + 3], t[i + 4]];
+        let (sum, carry) = add_field_prime_multiple(t[i], upper, pending);
+        t[i + 1..i + 5].copy_from_slice(&sum);
+        pending = carry;
+    }
+    below_modulus(&[t[4], t[5], t[6], t[7], pending], &FIELD.value)
 }
 
 impl Modulus {
@@ -231,11 +284,14 @@ impl Modulus {
         out
     }
 
-    /// a²·R⁻¹ mod the modulus. (A square that computes each cross
-    /// product once measured slower here than the product.)
+    /// a²·R⁻¹ mod the modulus. Modulo p, each cross product is computed
+    /// once (a quarter of the verification's products are squares).
     #[inline(always)]
     pub(super) fn square(&self, a: &Limbs) -> Limbs {
-        self.mul(a, a)
+        match self.reduction {
+            Reduction::FieldPrime => reduce_by_field_prime(wide_square(a)),
+            Reduction::Generic => self.mul(a, a),
+        }
     }
 
     /// a + b mod the modulus.
@@ -390,6 +446,7 @@ mod tests {
             ..FIELD
         };
         for (i, a) in values.iter().enumerate() {
+            assert_eq!(FIELD.square(a), generic.mul(a, a), "{a:x?}²");
             for b in values.iter().skip(i).take(40) {
                 assert_eq!(FIELD.mul(a, b), generic.mul(a, b), "{a:x?} · {b:x?}");
             }
