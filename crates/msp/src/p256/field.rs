@@ -3,8 +3,8 @@
 //!
 //! Products modulo p, most of a verification's work, reduce by p's
 //! special shape (shifts and subtractions where a generic step takes four
-//! multiplications); products
-//! modulo n, a few per verification, use the generic reduction.
+//! multiplications), and squares modulo p compute each cross product once;
+//! products modulo n, a few per verification, use the generic reduction.
 //!
 //! Numbers are four 64-bit limbs, least significant first. Every function
 //! takes and returns values reduced below its modulus. Nothing here is
