@@ -26,8 +26,9 @@ pub(super) struct Modulus {
     reduction: Reduction,
 }
 
-/// How [`Modulus::mul`] reduces: the field prime's shape saves three of
-/// the four multiplications of each reduction step.
+/// How [`Modulus::mul`] and [`Modulus::square`] reduce: the field prime's
+/// shape turns each reduction step's four multiplications into shifts and
+/// subtractions.
 #[derive(Clone, Copy)]
 enum Reduction {
     /// Any odd modulus.
@@ -411,8 +412,9 @@ mod tests {
         assert_eq!(product(&ORDER, &A, &B), AB_MOD_N);
     }
 
-    /// The field prime's own reduction agrees with the generic one,
-    /// edges included (values near p and near 2²⁵⁶'s carries).
+    /// Products and squares by the field prime's own reduction agree with
+    /// the generic one, edges included (values near p and near 2²⁵⁶'s
+    /// carries).
     #[test]
     fn the_field_primes_reduction_matches_the_generic_one() {
         let p_minus_one = subtract(&FIELD.value, &[1, 0, 0, 0]).0;
