@@ -317,7 +317,7 @@ metric() { # port name: the first value of the series
 
 # A follower that knows no leader refuses broadcasts: wait until every
 # orderer names the same leader. (A Kafka orderer is healthy only once
-# its channel's topic serves.)
+# its channel's partition takes its records.)
 for attempt in $(seq 120); do
   $kafka && break
   leaders=()

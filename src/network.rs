@@ -733,7 +733,7 @@ impl Network {
         for node in &mut self.nodes {
             node.wait_ready()?;
         }
-        // Kafka orderers are ready once healthy (their topic serves).
+        // Kafka orderers are ready once healthy (their partition takes records).
         if self.plan.orderers > 1 && self.plan.kafka.is_none() {
             self.wait_for_raft_leader()?;
         }

@@ -656,17 +656,17 @@ impl Client {
             gateway
                 .submit(request)
                 .await
-                .map(|_| Status::Success as i32)
+                .map(|_| (Status::Success as i32, String::new()))
                 .map_err(|e| format!("Submit: {}", e.message()))
         } else {
             self.broadcasters[slot % self.broadcasters.len()]
                 .broadcast(envelope)
                 .await
-                .map(|answer| answer.status)
+                .map(|answer| (answer.status, answer.info))
                 .map_err(|ended| format!("Broadcast: {}", ended.message()))
         };
-        let status = match status {
-            Ok(status) => status,
+        let (status, info) = match status {
+            Ok(answer) => answer,
             Err(error) => {
                 self.router.forget(&proposal.tx_id);
                 return Err(error);
@@ -675,7 +675,7 @@ impl Client {
         if status != Status::Success as i32 {
             self.router.forget(&proposal.tx_id);
             let name = Status::try_from(status).map_or("an unknown status", |s| s.as_str_name());
-            return Err(format!("the orderer answered {name}"));
+            return Err(format!("the orderer answered {name}: {info}"));
         }
         let acknowledged_at = Instant::now();
         let status_answer = if self.ask_commit_status {

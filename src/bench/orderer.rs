@@ -631,7 +631,7 @@ fn delete_topic(brokers: &[String], topic: &str) {
 const KAFKA_READY_MAX: Duration = Duration::from_secs(60);
 
 /// Waits until `orderer` reports every channel healthy: a Kafka channel is
-/// not while its topic is not ready.
+/// not until its partition has taken a record from the orderer.
 fn wait_until_healthy(orderer: &NodeProcess) -> Result<()> {
     let deadline = Instant::now() + KAFKA_READY_MAX;
     loop {

@@ -14,9 +14,12 @@
 //!   once one of them has taken it, so that a SUCCESS means two disks hold
 //!   the envelope (one, when the channel has a single orderer). An
 //!   envelope no other orderer takes within [`SHARE_WAIT_MAX`] is refused
-//!   with SERVICE_UNAVAILABLE and never published. While the brokers
-//!   cannot be reached, it refuses envelopes with SERVICE_UNAVAILABLE and
-//!   probes the partition every second;
+//!   with SERVICE_UNAVAILABLE and never published. Until the partition
+//!   has taken one of its `Connect` probe records (at start, where the
+//!   idempotent producer first waits for a producer ID, and whenever the
+//!   brokers could not be reached), it refuses envelopes with
+//!   SERVICE_UNAVAILABLE, the channel fails `/healthz`, and it probes the
+//!   partition every second;
 //! - the **sequencer** reads the partition from the offset after its last
 //!   block and applies Fabric 1.x's rules: regular records go through the
 //!   [`BlockCutter`]; a config record cuts what is pending and forms a
@@ -173,6 +176,7 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
         .cloned()
         .collect();
     let available = Arc::new(AtomicBool::new(false));
+    let partition_ready = Arc::new(AtomicBool::new(false));
     let producer: Producer = client_config(&settings.brokers)
         .set("acks", "all")
         .set("enable.idempotence", "true")
@@ -206,6 +210,7 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
             transport: transport.clone(),
             others: others.clone(),
             available: available.clone(),
+            partition_ready: partition_ready.clone(),
             key: key.clone(),
             backlog: backlog.clone(),
         })
@@ -245,9 +250,17 @@ async fn run(setup: Setup, mut halted: oneshot::Receiver<()>) -> Result<()> {
     consumer
         .assign(&assignment)
         .map_err(|e| kafka_error("assignment", e))?;
-    available.store(true, Ordering::Release);
-    channel.set_unavailable(None);
-    tracing::info!(channel = %channel.id, ?resume, payloads = ?settings.payloads, others = ?others, "ordering through Kafka");
+    // Envelopes are taken once the publisher's first probe record is:
+    // until the idempotent producer holds a producer ID from the brokers
+    // (which can take seconds while they load their coordinator state),
+    // every record would wait, and time out, in its queue.
+    channel.set_unavailable(Some(format!(
+        "the channel's Kafka partition has not yet taken a record from this orderer \
+         (brokers {})",
+        settings.brokers.join(",")
+    )));
+    partition_ready.store(true, Ordering::Release);
+    tracing::info!(channel = %channel.id, ?resume, payloads = ?settings.payloads, others = ?others, "ordering through Kafka once the partition takes a probe record");
 
     let config = channel.config();
     let sequencer = Sequencer {
@@ -504,6 +517,9 @@ struct Publisher {
     /// Whether the brokers took the last record: while not, envelopes are
     /// refused at once.
     available: Arc<AtomicBool>,
+    /// Whether the channel's topic exists and the sequencer reads it:
+    /// probing starts then.
+    partition_ready: Arc<AtomicBool>,
     /// The key of every record: the channel's genesis block header hash.
     key: Bytes,
     backlog: Arc<Backlog>,
@@ -558,7 +574,13 @@ impl Publisher {
                         return;
                     }
                 }
-                _ = probe.tick(), if !self.available.load(Ordering::Acquire) => self.probe().await,
+                _ = probe.tick() => {
+                    if !self.available.load(Ordering::Acquire)
+                        && self.partition_ready.load(Ordering::Acquire)
+                    {
+                        self.probe().await;
+                    }
+                }
             }
         }
     }
@@ -754,16 +776,26 @@ impl Publisher {
     }
 
     /// Tries the partition with a `Connect` record; the brokers are
-    /// available again once it is taken.
+    /// available (at start, or again) once it is taken.
     async fn probe(&self) {
         let record = records::connect();
         let sent = send(&self.producer, &self.channel.id, &self.key, &record);
-        if let Ok(delivery) = sent
-            && let Ok(Ok(_)) = delivery.await
-            && !self.available.swap(true, Ordering::AcqRel)
-        {
-            self.channel.set_unavailable(None);
-            tracing::info!(channel = %self.channel.id, "the Kafka brokers answer again");
+        match sent {
+            Ok(delivery) => match delivery.await {
+                Ok(Ok(_)) => {
+                    if !self.available.swap(true, Ordering::AcqRel) {
+                        self.channel.set_unavailable(None);
+                        tracing::info!(channel = %self.channel.id, "the Kafka partition takes this orderer's records; taking envelopes");
+                    }
+                }
+                Ok(Err((error, _))) => {
+                    tracing::debug!(channel = %self.channel.id, %error, "the Kafka partition did not take a probe record")
+                }
+                Err(_) => tracing::debug!(channel = %self.channel.id, "the producer stopped"),
+            },
+            Err(error) => {
+                tracing::debug!(channel = %self.channel.id, %error, "cannot hand a probe record to the producer")
+            }
         }
     }
 }
