@@ -1026,6 +1026,23 @@ async fn http_get(address: &str, path: &str) -> (u16, String) {
     (status, body.to_owned())
 }
 
+/// The body of `/healthz` at `operations` once it answers `expected`;
+/// fails saying `otherwise`, with the last answer, after `within`.
+async fn health_once(operations: &str, expected: u16, within: Duration, otherwise: &str) -> String {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let (status, health) = http_get(operations, "/healthz").await;
+        if status == expected {
+            return health;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{otherwise}: {status} {health}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The value of the series `series` (name and labels, exactly) in
 /// Prometheus text.
 fn metric_value(text: &str, series: &str) -> Option<f64> {
@@ -1570,18 +1587,13 @@ async fn a_raft_node_whose_disk_turns_read_only_stops_while_the_others_order_on(
     disk.fail();
 
     let operations = nodes[FAULTED].operations().await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let health = loop {
-        let (status, health) = http_get(&operations, "/healthz").await;
-        if status == 503 {
-            break health;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the node stayed healthy on a read-only disk: {health}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let health = health_once(
+        &operations,
+        503,
+        Duration::from_secs(30),
+        "the node stayed healthy on a read-only disk",
+    )
+    .await;
     // The first write to fail meets a read-only filesystem, or a sync
     // an I/O error.
     assert!(

@@ -253,24 +253,6 @@ async fn ordered_by(node: &OrdererNode, envelope: Envelope) {
     }
 }
 
-/// Returns once `node`'s `/healthz` answers 200: its channel's partition
-/// has taken a record from it.
-async fn healthy(node: &OrdererNode) {
-    let operations = node.operations().await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let (status, body) = http_get(&operations, "/healthz").await;
-        if status == 200 {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never healthy: {status} {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// Four transactions and their TxIDs.
 fn four_transactions(transactor: &Transactor, name: &str) -> (Vec<String>, Vec<Envelope>) {
     (0..4)
@@ -315,9 +297,11 @@ async fn orders_through_kafka(
     let mut nodes = kafka_orderers(&mut network, broker, dir.path(), 2, payloads);
     let genesis = network.genesis.clone();
 
-    // An orderer that says it is healthy takes an envelope at once.
+    // An orderer that says it is healthy (its channel's partition took a
+    // record from it) takes an envelope at once.
     for (index, node) in nodes.iter().enumerate() {
-        healthy(node).await;
+        let operations = node.operations().await;
+        health_once(&operations, 200, Duration::from_secs(60), "never healthy").await;
         let (_, envelope) = transactor.transaction(&format!("{payloads:?}-healthy-{index}"));
         let answer = node.broadcast_one(envelope).await;
         assert_eq!(answer.status, Status::Success as i32, "{}", answer.info);
@@ -437,19 +421,14 @@ async fn broker_away_and_back(
     // Its health says so too (once librdkafka finds the broker down; a
     // record that merely timed out refuses only itself).
     let operations = nodes[0].operations().await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, body) = http_get(&operations, "/healthz").await;
-        if status == 503 {
-            assert!(body.contains("Kafka"), "{body}");
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "still healthy with its broker stopped: {status} {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let health = health_once(
+        &operations,
+        503,
+        Duration::from_secs(30),
+        "still healthy with its broker stopped",
+    )
+    .await;
+    assert!(health.contains("Kafka"), "{health}");
 
     broker.run("start");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);

@@ -779,22 +779,22 @@ impl Publisher {
     /// available (at start, or again) once it is taken.
     async fn probe(&self) {
         let record = records::connect();
-        let sent = send(&self.producer, &self.channel.id, &self.key, &record);
-        match sent {
+        let taken = match send(&self.producer, &self.channel.id, &self.key, &record) {
             Ok(delivery) => match delivery.await {
-                Ok(Ok(_)) => {
-                    if !self.available.swap(true, Ordering::AcqRel) {
-                        self.channel.set_unavailable(None);
-                        tracing::info!(channel = %self.channel.id, "the Kafka partition takes this orderer's records; taking envelopes");
-                    }
-                }
-                Ok(Err((error, _))) => {
-                    tracing::debug!(channel = %self.channel.id, %error, "the Kafka partition did not take a probe record")
-                }
-                Err(_) => tracing::debug!(channel = %self.channel.id, "the producer stopped"),
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err((error, _))) => Err(error.to_string()),
+                Err(_) => Err("the producer stopped".to_owned()),
             },
-            Err(error) => {
-                tracing::debug!(channel = %self.channel.id, %error, "cannot hand a probe record to the producer")
+            Err(error) => Err(error.to_string()),
+        };
+        match taken {
+            Ok(()) if !self.available.swap(true, Ordering::AcqRel) => {
+                self.channel.set_unavailable(None);
+                tracing::info!(channel = %self.channel.id, "the Kafka partition takes this orderer's records; taking envelopes");
+            }
+            Ok(()) => {}
+            Err(reason) => {
+                tracing::debug!(channel = %self.channel.id, %reason, "the Kafka partition did not take a probe record")
             }
         }
     }
