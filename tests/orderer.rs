@@ -1470,7 +1470,10 @@ fn raft_cluster(network: &Network, dir: &std::path::Path) -> (Vec<OrdererNode>, 
 /// Orderer processes of the channel starting from `genesis` (configs
 /// written in `dir`, not started yet), serving on each pair of `ports`
 /// (Broadcast and Deliver, cluster), each with a data directory of its
-/// own.
+/// own. Every other node has one async worker, as `weft network up` gives
+/// nodes sharing a small machine, so that a cluster runs its Raft loops
+/// both ways: as a task of the node's only worker, and on a thread of its
+/// own beside two workers.
 fn orderer_processes(
     network: &Network,
     dir: &std::path::Path,
@@ -1491,7 +1494,9 @@ fn orderer_processes(
         .enumerate()
         .map(|(index, ports)| {
             let name = format!("orderer{index}");
-            orderer_node(dir, &name, &format!("data{index}"), "orders.block", *ports)
+            let workers = if index % 2 == 0 { 1 } else { 2 };
+            let data = format!("data{index}");
+            orderer_node(dir, &name, &data, "orders.block", *ports, workers)
         })
         .collect()
 }
@@ -1499,20 +1504,23 @@ fn orderer_processes(
 /// An orderer process (not started) named `name`, its config written in
 /// `dir` (`<name>.yaml`, beside the `msp` folder), keeping its data in
 /// `dir/<data>`, bootstrapping the channel from `dir/<block>`, serving on
-/// `grpc` (Broadcast and Deliver) and `cluster`.
+/// `grpc` (Broadcast and Deliver) and `cluster` with `workers` async
+/// worker threads.
 fn orderer_node(
     dir: &std::path::Path,
     name: &str,
     data: &str,
     block: &str,
     (grpc, cluster): (u16, u16),
+    workers: usize,
 ) -> OrdererNode {
     let config = dir.join(format!("{name}.yaml"));
     std::fs::write(
         &config,
         format!(
             "orderer:\n  id: {name}\n  listenAddress: 127.0.0.1:{grpc}\n  \
-             localMspId: OrdererMSP\n  mspConfigPath: msp\n  fileSystemPath: {data}\n\
+             localMspId: OrdererMSP\n  mspConfigPath: msp\n  fileSystemPath: {data}\n  \
+             workerThreads: {workers}\n\
              channels:\n  - genesisBlock: {block}\n\
              consensus:\n  type: channel\n\
              cluster:\n  listenAddress: 127.0.0.1:{cluster}\n"

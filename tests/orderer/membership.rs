@@ -284,7 +284,7 @@ fn joining_node(
 ) -> OrdererNode {
     let block = format!("{name}.block");
     std::fs::write(dir.join(&block), join_block.encode_to_vec()).unwrap();
-    orderer_node(dir, name, name, &block, ports)
+    orderer_node(dir, name, name, &block, ports, 1)
 }
 
 /// Waits until the nodes `which` have the same chain, holding each of

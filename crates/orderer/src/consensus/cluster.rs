@@ -144,9 +144,10 @@ impl Transport {
 
     /// A transport with the same limits and TLS whose connections and
     /// sender tasks run on `runtime`. Each Raft loop sends its messages
-    /// through one on its own thread's runtime, so that a message leaves
+    /// through one on the runtime it runs on, so that a message leaves
     /// from the thread that made it instead of waking the node's workers
-    /// (its forwards and pulls still go through the node's transport).
+    /// when the loop has a thread of its own (its forwards and pulls still
+    /// go through the node's transport).
     pub fn on_runtime(&self, runtime: tokio::runtime::Handle) -> Self {
         Self {
             peers: Mutex::new(HashMap::new()),

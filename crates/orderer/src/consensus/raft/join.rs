@@ -13,7 +13,7 @@ use std::time::Duration;
 use weft_protos::common::Block;
 use weft_protos::hash::{block_data_hash, block_header_hash};
 
-use super::{endpoint_of, pull_blocking};
+use super::endpoint_of;
 use crate::consensus::cluster::Transport;
 use crate::error::{Error, Result};
 
@@ -142,6 +142,33 @@ fn check_chain_ends_in(channel_id: &str, blocks: &[Block], from: u64, join: &Blo
         expected_hash = header.previous_hash.to_vec();
     }
     Ok(())
+}
+
+/// [`Transport::pull`] from a thread that may not wait on the node's
+/// runtime directly: the pull runs on the node's runtime and this thread
+/// waits for its result.
+fn pull_blocking(
+    transport: &Arc<Transport>,
+    endpoint: &str,
+    channel_id: &str,
+    start: u64,
+    end: u64,
+) -> std::result::Result<Vec<weft_protos::common::Block>, String> {
+    let (done, result) = std::sync::mpsc::sync_channel(1);
+    let (transport_owned, endpoint, channel_id) = (
+        transport.clone(),
+        endpoint.to_owned(),
+        channel_id.to_owned(),
+    );
+    transport.runtime().spawn(async move {
+        let pulled = transport_owned
+            .pull(&endpoint, &channel_id, start, end)
+            .await;
+        let _ = done.send(pulled);
+    });
+    result
+        .recv()
+        .map_err(|_| "the node's runtime stopped".to_owned())?
 }
 
 #[cfg(test)]

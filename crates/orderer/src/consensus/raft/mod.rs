@@ -57,9 +57,11 @@
 //! it.
 //!
 //! The task drives raft-rs as designed: it ticks the `RawNode`, steps
-//! messages, proposes; each `Ready` is handled on the loop's own thread
-//! (persist, send, apply), then `advance`d. Its messages to the other
-//! consenters leave from that thread too, on its own runtime.
+//! messages, proposes; each `Ready` is handled where the loop runs
+//! (persist, send, apply), then `advance`d, and its messages to the other
+//! consenters leave from there too. On a node runtime of one worker the
+//! loop is one of its tasks; beside more workers, it has a thread and a
+//! runtime of its own.
 
 mod acks;
 mod join;
@@ -462,8 +464,17 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         let channel = channel.clone();
         let transport = transport.clone();
         let members = members.clone();
+        // Appending what it pulls blocks the thread for as long as that
+        // takes: not a worker's.
+        let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
-            let result = catch_up(&channel, &mut writer, &transport, &members, &snapshot);
+            let result = runtime.block_on(catch_up(
+                &channel,
+                &mut writer,
+                &transport,
+                &members,
+                &snapshot,
+            ));
             (writer, result)
         })
         .await
@@ -546,50 +557,83 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
         acks: Acknowledgements::default(),
     };
     let (halt, halted) = oneshot::channel();
-    // The loop runs on a thread of its own, with a runtime of its own for
-    // its timers, queues and outgoing Raft messages: each `Ready` (log
-    // writes, block writes) is handled right there, where a hop to a
-    // blocking thread and back per `Ready` cost more than the Raft logic,
-    // and its messages leave from there too, where handing each to the
-    // node's workers woke one of them per `Ready` that sent anything.
-    let task = tokio::task::spawn_blocking(move || {
-        let result = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Task {
-                channel: channel_id.clone(),
-                reason: format!("starting the raft loop's runtime: {e}"),
-            })
-            .and_then(|runtime| {
-                let core = core(node_transport.on_runtime(runtime.handle().clone()));
-                // raft-rs panics on a log that breaks Raft's rules; the
-                // channel stops and says why, as on any other failure.
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    runtime.block_on(run(core, mailbox.0, inbox, halted))
-                }))
-                .unwrap_or_else(|panic| {
-                    let reason = panic
-                        .downcast_ref::<String>()
-                        .map(String::as_str)
-                        .or_else(|| panic.downcast_ref::<&str>().copied())
-                        .unwrap_or("a panic");
-                    Err(Error::Raft {
-                        channel: channel_id.clone(),
-                        reason: format!("the raft node failed: {reason}"),
-                    })
+    // Where the loop runs: each `Ready` (log writes, block writes) is
+    // handled right there, since a hop to a blocking thread and back per
+    // `Ready` cost more than the Raft logic, and its messages leave from
+    // there too. On a runtime with one worker the loop is one of its
+    // tasks: a thread of its own would trade the worker a wake-up for
+    // every envelope submitted, message stepped and block delivered, and
+    // 7–10 context switches per streamed block cost an orderer more than
+    // the worker waiting out the loop's syncs (docs/benchmarks.md,
+    // eighteenth slice). With more workers the loop gets a thread and a
+    // runtime of its own, so that its syncs hold up no worker's tasks.
+    let task = if tokio::runtime::Handle::current().metrics().num_workers() == 1 {
+        tokio::spawn(async move {
+            let core = core(node_transport.on_runtime(tokio::runtime::Handle::current()));
+            // raft-rs panics on a log that breaks Raft's rules; the
+            // channel stops and says why, as on any other failure.
+            let result = tokio::spawn(run(core, mailbox.0, inbox, halted))
+                .await
+                .unwrap_or_else(|joined| {
+                    let reason = match joined.try_into_panic() {
+                        Ok(panic) => panic_reason(panic.as_ref()).to_owned(),
+                        Err(joined) => joined.to_string(),
+                    };
+                    Err(raft_failed(&channel_id, &reason))
+                });
+            stopped(&shared, result)
+        })
+    } else {
+        tokio::task::spawn_blocking(move || {
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| Error::Task {
+                    channel: channel_id.clone(),
+                    reason: format!("starting the raft loop's runtime: {e}"),
                 })
-            });
-        if let Err(error) = &result {
-            tracing::error!(channel = %channel_id, %error, "raft chain stopped");
-            shared.failed(error.to_string());
-        }
-        result
-    });
+                .and_then(|runtime| {
+                    let core = core(node_transport.on_runtime(runtime.handle().clone()));
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        runtime.block_on(run(core, mailbox.0, inbox, halted))
+                    }))
+                    .unwrap_or_else(|panic| {
+                        Err(raft_failed(&channel_id, panic_reason(panic.as_ref())))
+                    })
+                });
+            stopped(&shared, result)
+        })
+    };
     Ok(ChainTask { halt, task })
 }
 
+/// What a panic of the Raft loop said.
+fn panic_reason(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic")
+}
+
+fn raft_failed(channel_id: &str, reason: &str) -> Error {
+    Error::Raft {
+        channel: channel_id.to_owned(),
+        reason: format!("the raft node failed: {reason}"),
+    }
+}
+
+/// Marks the channel failed when its Raft loop ended in an error.
+fn stopped(channel: &Channel, result: Result<()>) -> Result<()> {
+    if let Err(error) = &result {
+        tracing::error!(channel = %channel.id, %error, "raft chain stopped");
+        channel.failed(error.to_string());
+    }
+    result
+}
+
 /// Pulls the blocks a snapshot says the chain has and the store lacks.
-fn catch_up(
+async fn catch_up(
     channel: &Channel,
     writer: &mut BlockWriter,
     transport: &Arc<Transport>,
@@ -611,7 +655,9 @@ fn catch_up(
                 continue;
             }
             let start = writer.next_number();
-            let pulled = pull_blocking(transport, endpoint, &channel.id, start, data.height);
+            let pulled = transport
+                .pull(endpoint, &channel.id, start, data.height)
+                .await;
             match pulled {
                 Ok(blocks) => {
                     for block in &blocks {
@@ -649,7 +695,7 @@ fn catch_up(
                     ),
                 });
             }
-            std::thread::sleep(PULL_RETRY);
+            tokio::time::sleep(PULL_RETRY).await;
         }
     }
     if writer.next_number() == data.height
@@ -663,33 +709,6 @@ fn catch_up(
         });
     }
     Ok(())
-}
-
-/// [`Transport::pull`] from a thread that may not wait on the node's
-/// runtime directly (the Raft loop's thread runs a runtime of its own): the
-/// pull runs on the node's runtime and this thread waits for its result.
-fn pull_blocking(
-    transport: &Arc<Transport>,
-    endpoint: &str,
-    channel_id: &str,
-    start: u64,
-    end: u64,
-) -> std::result::Result<Vec<weft_protos::common::Block>, String> {
-    let (done, result) = std::sync::mpsc::sync_channel(1);
-    let (transport_owned, endpoint, channel_id) = (
-        transport.clone(),
-        endpoint.to_owned(),
-        channel_id.to_owned(),
-    );
-    transport.runtime().spawn(async move {
-        let pulled = transport_owned
-            .pull(&endpoint, &channel_id, start, end)
-            .await;
-        let _ = done.send(pulled);
-    });
-    result
-        .recv()
-        .map_err(|_| "the node's runtime stopped".to_owned())?
 }
 
 /// Makes a pulled config block's configuration current.
@@ -1142,7 +1161,7 @@ impl Core {
         }
         if !ready.snapshot().is_empty() {
             let snapshot = ready.snapshot().clone();
-            self.install_snapshot(&snapshot)?;
+            self.install_snapshot(&snapshot).await?;
         }
         if let Some(took) = self
             .store
@@ -1434,7 +1453,7 @@ impl Core {
 
     /// Takes a snapshot from the leader: pulls the blocks it covers, then
     /// replaces the log.
-    fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<()> {
+    async fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<()> {
         let index = snapshot.get_metadata().index;
         tracing::info!(channel = %self.channel.id, index, "installing a raft snapshot");
         catch_up(
@@ -1443,7 +1462,8 @@ impl Core {
             &self.transport,
             &self.members,
             snapshot,
-        )?;
+        )
+        .await?;
         self.store
             .apply_snapshot(snapshot)
             .map_err(|reason| Error::Raft {
