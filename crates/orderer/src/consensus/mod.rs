@@ -120,6 +120,10 @@ pub(crate) fn reconfigure(
 /// every task the runtime has queued meanwhile (a Kafka orderer answers
 /// each record from a task of its own, thousands a second), and a block
 /// of 500 envelopes took 66–100 ms instead of 10–20 (docs/benchmarks.md).
+/// A runtime of one worker (a node sharing a small machine) waits the
+/// write out on that worker: handing its tasks to another thread for the
+/// write cost two context switches per block, a tenth of a solo
+/// orderer's CPU at 1,000 tx/s (docs/benchmarks.md, eighteenth slice).
 pub(crate) async fn write_block(
     channel: &Channel,
     writer: &Arc<Mutex<BlockWriter>>,
@@ -135,7 +139,11 @@ pub(crate) async fn write_block(
                 .write_with_consenter_metadata(&content, consenter_metadata, seal)
         }
     };
-    let block = match tokio::runtime::Handle::current().runtime_flavor() {
+    let runtime = tokio::runtime::Handle::current();
+    let block = match runtime.runtime_flavor() {
+        tokio::runtime::RuntimeFlavor::MultiThread if runtime.metrics().num_workers() == 1 => {
+            write()?
+        }
         tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(write)?,
         _ => tokio::task::spawn_blocking(write)
             .await
