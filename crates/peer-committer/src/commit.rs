@@ -23,7 +23,7 @@
 //! durable while nothing is staged, and a restart drops an unconfirmed
 //! (unsigned) tail before replaying.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 
 use std::time::{Duration, Instant};
@@ -70,9 +70,10 @@ pub struct CommittedBlock {
 pub struct StageTimings {
     /// Decode, block integrity (hashes, orderer signatures) and the
     /// per-transaction checks: signatures and endorsement policies (Fabric's
-    /// VSCC). Runs ahead of the commits, overlapping other blocks' stages
-    /// (on the rayon pool unless the block is small or the pool has one
-    /// thread).
+    /// VSCC). Runs ahead of the commits on the rayon pool, overlapping
+    /// other blocks' stages, unless nothing could overlap it (the pool has
+    /// one thread, or a small block arrived alone): then on the committing
+    /// thread, just before its commit.
     pub validate: Duration,
     /// Duplicate TxIDs against the ledger, MVCC and the update batch.
     pub mvcc: Duration,
@@ -389,75 +390,80 @@ impl ChannelCommitter {
         self.commit_prepared(prepared, now)
     }
 
-    /// Commits a stream of blocks with up to `depth` blocks being prepared
-    /// (decoded, integrity-checked, stage-1 checked: on the rayon pool, or
-    /// on a preparing thread of their own when the block is small or the
-    /// pool has one thread) while the oldest goes through MVCC and apply.
-    /// `sink` receives each outcome in order and returns whether to go on.
-    /// After a refused block the blocks already prepared behind it are
-    /// refused too (they do not extend the chain); a sink that goes on lets
-    /// the source offer the refused block again, from another orderer.
-    pub fn commit_stream<I>(
+    /// Commits a stream of blocks, in order, on the calling thread, with up
+    /// to `depth` blocks being prepared (decoded, integrity-checked, stage-1
+    /// checked) meanwhile on the rayon pool. A block is prepared right here
+    /// when nothing could overlap it: the pool has one thread, or the block
+    /// is small and arrived alone, as a stream channel's blocks do at low
+    /// load. A thread of its own for the preparing cost such a block two
+    /// wake-ups and about a context switch more (docs/benchmarks.md,
+    /// eighteenth slice). `sink` receives each outcome in order and returns
+    /// whether to go on. After a refused block the blocks already prepared
+    /// behind it are refused too (they do not extend the chain); a sink
+    /// that goes on lets the source offer the refused block again, from
+    /// another orderer.
+    pub fn commit_stream(
         &mut self,
-        blocks: I,
+        mut blocks: impl BlockFeed,
         depth: usize,
-        now: impl Fn() -> UnixTime + Sync,
+        now: impl Fn() -> UnixTime,
         mut sink: impl FnMut(&Result<CommittedBlock>) -> bool,
-    ) where
-        I: Iterator<Item = Block> + Send,
-    {
+    ) {
         let depth = depth.max(1);
-        let shared_context = RwLock::new(self.context.clone());
-        let limits = self.limits;
-        let first_previous = self.previous_hash();
-        std::thread::scope(|scope| {
-            let (queue, in_order) =
-                std::sync::mpsc::sync_channel::<std::sync::mpsc::Receiver<Prepared>>(depth);
-            let shared = &shared_context;
-            let now = &now;
-            scope.spawn(move || {
-                let mut previous = first_previous;
-                for block in blocks {
-                    let next_previous = block
-                        .header
-                        .as_ref()
-                        .map(weft_protos::hash::block_header_hash);
-                    let (done, result) = std::sync::mpsc::sync_channel(1);
-                    let context = shared.read().clone();
-                    let at = now();
-                    let expected_previous = previous;
-                    let transactions = block.data.as_ref().map_or(0, |data| data.data.len());
-                    let prepare_and_send = move || {
-                        // The receiver is gone only when the committer stopped.
-                        let _ = done.send(prepare(block, context, expected_previous, at, limits));
-                    };
-                    // A small block is prepared on this thread, which still
-                    // runs ahead of the commits; a large one on the pool,
-                    // beside the next ones.
-                    if worth_parallel(transactions) {
-                        rayon::spawn(prepare_and_send);
-                    } else {
-                        prepare_and_send();
-                    }
-                    if queue.send(result).is_err() {
-                        return;
-                    }
-                    previous = next_previous;
-                }
-            });
-            for result in in_order {
-                let Ok(prepared) = result.recv() else { break };
-                let outcome = self.commit_prepared(prepared, now());
-                // A config block or a chaincode definition changes the
-                // context blocks are prepared against.
-                if !Arc::ptr_eq(&shared_context.read(), &self.context) {
-                    *shared_context.write() = self.context.clone();
-                }
-                if !sink(&outcome) {
-                    break;
+        let pool = rayon::current_num_threads() > 1;
+        let mut previous = self.previous_hash();
+        let mut under_way: VecDeque<Preparing> = VecDeque::with_capacity(depth);
+        let mut arrived = Vec::with_capacity(depth);
+        loop {
+            if under_way.is_empty() {
+                match blocks.next_block() {
+                    Some(block) => arrived.push(block),
+                    None => break,
                 }
             }
-        });
+            while under_way.len() + arrived.len() < depth {
+                match blocks.arrived() {
+                    Some(block) => arrived.push(block),
+                    None => break,
+                }
+            }
+            let others = under_way.len() + arrived.len() > 1;
+            for block in arrived.drain(..) {
+                let expected_previous = previous;
+                previous = block
+                    .header
+                    .as_ref()
+                    .map(weft_protos::hash::block_header_hash);
+                let transactions = block.data.as_ref().map_or(0, |data| data.data.len());
+                let (context, at, limits) = (self.context.clone(), now(), self.limits);
+                if pool && (others || worth_parallel(transactions)) {
+                    let (done, result) = std::sync::mpsc::sync_channel(1);
+                    rayon::spawn(move || {
+                        // The receiver is gone only when the committer stopped.
+                        let _ = done.send(prepare(block, context, expected_previous, at, limits));
+                    });
+                    under_way.push_back(Preparing::OnPool(result));
+                } else {
+                    let prepared = prepare(block, context, expected_previous, at, limits);
+                    under_way.push_back(Preparing::Ready(Box::new(prepared)));
+                }
+            }
+            let prepared = match under_way.pop_front() {
+                Some(Preparing::Ready(prepared)) => *prepared,
+                Some(Preparing::OnPool(result)) => match result.recv() {
+                    Ok(prepared) => prepared,
+                    Err(_) => break,
+                },
+                None => break,
+            };
+            // A config block or a chaincode definition changes the context
+            // later blocks are checked against: those prepared before it are
+            // prepared again (`commit_prepared`).
+            let outcome = self.commit_prepared(prepared, now());
+            if !sink(&outcome) {
+                break;
+            }
+        }
     }
 
     /// The header hash the next block must name as its previous hash.
@@ -854,6 +860,32 @@ struct Prepared {
     /// The chain tip this block was checked against.
     expected_previous: Option<weft_protos::hash::Hash>,
     validate_time: Duration,
+}
+
+/// A block of [`ChannelCommitter::commit_stream`] on its way to commit.
+enum Preparing {
+    Ready(Box<Prepared>),
+    OnPool(std::sync::mpsc::Receiver<Prepared>),
+}
+
+/// Where [`ChannelCommitter::commit_stream`] takes its blocks from, in
+/// order: waiting for the next one, or taking one only if it has arrived.
+pub trait BlockFeed {
+    /// The next block, once it arrives; `None` when the feed has ended.
+    fn next_block(&mut self) -> Option<Block>;
+    /// The next block if it has arrived already.
+    fn arrived(&mut self) -> Option<Block>;
+}
+
+/// Blocks at hand: every one has arrived.
+impl<I: Iterator<Item = Block>> BlockFeed for I {
+    fn next_block(&mut self) -> Option<Block> {
+        self.next()
+    }
+
+    fn arrived(&mut self) -> Option<Block> {
+        self.next()
+    }
 }
 
 /// Prepares a block for commit; runs on any thread.

@@ -56,6 +56,7 @@ use weft_protos::serve::Keepalive;
 type BlockStream =
     std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<Block, String>> + Send>>;
 
+use crate::commit::BlockFeed;
 use crate::metrics::CommitterMetrics;
 use crate::{ChannelCommitter, Error};
 
@@ -295,14 +296,28 @@ struct Feed {
     shared: Arc<Shared>,
 }
 
-impl Iterator for Feed {
-    type Item = Block;
+impl Feed {
+    fn current(&self, queued: Queued) -> Option<Block> {
+        (queued.generation == self.shared.generation.load(Ordering::Acquire))
+            .then_some(queued.block)
+    }
+}
 
-    fn next(&mut self) -> Option<Block> {
+impl BlockFeed for Feed {
+    fn next_block(&mut self) -> Option<Block> {
         loop {
             let queued = self.queued.blocking_recv()?;
-            if queued.generation == self.shared.generation.load(Ordering::Acquire) {
-                return Some(queued.block);
+            if let Some(block) = self.current(queued) {
+                return Some(block);
+            }
+        }
+    }
+
+    fn arrived(&mut self) -> Option<Block> {
+        loop {
+            let queued = self.queued.try_recv().ok()?;
+            if let Some(block) = self.current(queued) {
+                return Some(block);
             }
         }
     }
@@ -375,7 +390,8 @@ fn run_committer(
             committer.commit_stream(feed, options.depth, weft_msp::now, sink);
         }
         BlockSource::ValidatingPeers => {
-            for block in feed {
+            let mut feed = feed;
+            while let Some(block) = feed.next_block() {
                 if !sink(&committer.apply_validated(block)) {
                     break;
                 }

@@ -47,7 +47,7 @@ pub mod reconcile;
 mod tests;
 
 pub use channel::ChannelContext;
-pub use commit::{ChannelCommitter, CommittedBlock, StageTimings};
+pub use commit::{BlockFeed, ChannelCommitter, CommittedBlock, StageTimings};
 pub use deliver::{ChannelHandle, Channels, DeliverService};
 pub use error::{Error, Result};
 pub use indexes::{DeclaredIndex, DeclaredIndexes};
