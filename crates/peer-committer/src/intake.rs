@@ -331,7 +331,7 @@ struct CommitOptions {
 
 fn run_committer(
     mut committer: ChannelCommitter,
-    feed: Feed,
+    mut feed: Feed,
     options: CommitOptions,
     shared: &Shared,
     status: &IntakeStatus,
@@ -390,7 +390,6 @@ fn run_committer(
             committer.commit_stream(feed, options.depth, weft_msp::now, sink);
         }
         BlockSource::ValidatingPeers => {
-            let mut feed = feed;
             while let Some(block) = feed.next_block() {
                 if !sink(&committer.apply_validated(block)) {
                     break;

@@ -109,6 +109,16 @@ pub(crate) fn reconfigure(
     checkpoints.reconfigure(config.orderer.stream);
 }
 
+/// Whether the current runtime has a single worker, as `weft network up`
+/// gives each node sharing a small machine. Work that blocks (a block
+/// write, a Raft loop's log syncs) then waits on that worker: handing the
+/// worker's tasks to another thread and back costs context switches that,
+/// on a shared machine, outweigh the wait (docs/benchmarks.md, eighteenth
+/// slice).
+pub(crate) fn single_worker() -> bool {
+    tokio::runtime::Handle::current().metrics().num_workers() == 1
+}
+
 /// Writes the next block of `channel` with `writer`, recording
 /// `consenter_metadata`, and updates the channel's height metric.
 ///
@@ -120,10 +130,9 @@ pub(crate) fn reconfigure(
 /// every task the runtime has queued meanwhile (a Kafka orderer answers
 /// each record from a task of its own, thousands a second), and a block
 /// of 500 envelopes took 66–100 ms instead of 10–20 (docs/benchmarks.md).
-/// A runtime of one worker (a node sharing a small machine) waits the
-/// write out on that worker: handing its tasks to another thread for the
-/// write cost two context switches per block, a tenth of a solo
-/// orderer's CPU at 1,000 tx/s (docs/benchmarks.md, eighteenth slice).
+/// On a [`single_worker`] the write waits on that worker: handing its
+/// tasks to another thread and back cost two context switches per block,
+/// a tenth of a solo orderer's CPU at 1,000 tx/s.
 pub(crate) async fn write_block(
     channel: &Channel,
     writer: &Arc<Mutex<BlockWriter>>,
@@ -139,11 +148,8 @@ pub(crate) async fn write_block(
                 .write_with_consenter_metadata(&content, consenter_metadata, seal)
         }
     };
-    let runtime = tokio::runtime::Handle::current();
-    let block = match runtime.runtime_flavor() {
-        tokio::runtime::RuntimeFlavor::MultiThread if runtime.metrics().num_workers() == 1 => {
-            write()?
-        }
+    let block = match tokio::runtime::Handle::current().runtime_flavor() {
+        tokio::runtime::RuntimeFlavor::MultiThread if single_worker() => write()?,
         tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(write)?,
         _ => tokio::task::spawn_blocking(write)
             .await

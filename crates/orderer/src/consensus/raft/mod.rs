@@ -82,7 +82,7 @@ use weft_protos::common::Status;
 use weft_protos::etcdraft;
 use weft_protos::tx::Sign;
 
-use super::{ChainTask, Mailbox, Submission, ordered_config, reconfigure};
+use super::{ChainTask, Mailbox, Submission, ordered_config, reconfigure, single_worker};
 use crate::admission::{Admitted, Refusal, readmit};
 use crate::channel::Channel;
 use crate::channel_config::ChannelConfig;
@@ -567,7 +567,7 @@ pub(crate) async fn start(setup: Setup) -> Result<ChainTask> {
     // the worker waiting out the loop's syncs (docs/benchmarks.md,
     // eighteenth slice). With more workers the loop gets a thread and a
     // runtime of its own, so that its syncs hold up no worker's tasks.
-    let task = if tokio::runtime::Handle::current().metrics().num_workers() == 1 {
+    let task = if single_worker() {
         tokio::spawn(async move {
             let core = core(node_transport.on_runtime(tokio::runtime::Handle::current()));
             // raft-rs panics on a log that breaks Raft's rules; the
