@@ -41,7 +41,13 @@ const PARALLEL_MIN_TRANSACTIONS: usize = 4;
 /// hand the work to that thread, which then spins and yields before it
 /// sleeps, for no parallelism at all.
 pub(crate) fn worth_parallel(transactions: usize) -> bool {
-    transactions >= PARALLEL_MIN_TRANSACTIONS && rayon::current_num_threads() > 1
+    !is_small(transactions) && rayon::current_num_threads() > 1
+}
+
+/// Whether a block of `transactions` is small: checked and committed in
+/// less time than handing it to another thread costs.
+pub(crate) fn is_small(transactions: usize) -> bool {
+    transactions < PARALLEL_MIN_TRANSACTIONS
 }
 
 /// Checks every transaction of a block, in parallel unless the block is

@@ -380,6 +380,14 @@ impl ChannelCommitter {
     /// number, broken chain, bad orderer signature, storage failure) and
     /// nothing was written.
     pub fn commit(&mut self, block: Block, now: UnixTime) -> Result<CommittedBlock> {
+        let applied = self.apply(block, now)?;
+        self.settle(applied)
+    }
+
+    /// The first half of [`commit`](Self::commit): `block` validated,
+    /// appended, applied and announced applied. [`settle`](Self::settle)
+    /// finishes it; nothing else may be committed in between.
+    pub(crate) fn apply(&mut self, block: Block, now: UnixTime) -> Result<Applied> {
         let prepared = prepare(
             block,
             self.context.clone(),
@@ -387,7 +395,21 @@ impl ChannelCommitter {
             now,
             self.limits,
         );
-        self.commit_prepared(prepared, now)
+        self.apply_prepared(prepared, now)
+    }
+
+    /// The second half of [`commit`](Self::commit): syncs a stream
+    /// checkpoint that was appended unsynced, then announces the block
+    /// committed (or, unsigned, counts it staged).
+    pub(crate) fn settle(&mut self, applied: Applied) -> Result<CommittedBlock> {
+        let Applied {
+            mut written,
+            codes,
+            validate,
+            mvcc,
+        } = applied;
+        self.settle_written(&mut written)?;
+        Ok(written.committed(codes, validate, mvcc))
     }
 
     /// Commits a stream of blocks, in order, on the calling thread, with up
@@ -458,8 +480,10 @@ impl ChannelCommitter {
             };
             // A config block or a chaincode definition changes the context
             // later blocks are checked against: those prepared before it are
-            // prepared again (`commit_prepared`).
-            let outcome = self.commit_prepared(prepared, now());
+            // prepared again (`apply_prepared`).
+            let outcome = self
+                .apply_prepared(prepared, now())
+                .and_then(|applied| self.settle(applied));
             if !sink(&outcome) {
                 break;
             }
@@ -472,7 +496,7 @@ impl ChannelCommitter {
     }
 
     /// The serial part of committing: duplicates, MVCC, append, apply.
-    fn commit_prepared(&mut self, prepared: Prepared, now: UnixTime) -> Result<CommittedBlock> {
+    fn apply_prepared(&mut self, prepared: Prepared, now: UnixTime) -> Result<Applied> {
         let number = prepared.decoded.header.number;
         if number != self.ledger.height() {
             return Err(Error::BadBlock {
@@ -543,7 +567,12 @@ impl ChannelCommitter {
         let mvcc = mvcc_started.elapsed();
         set_filter(&mut block, &codes);
         let written = self.write(&block, &decoded, &codes, signed)?;
-        Ok(written.committed(number, codes, validate_time, mvcc))
+        Ok(Applied {
+            written,
+            codes,
+            validate: validate_time,
+            mvcc,
+        })
     }
 
     /// The error for block `number`, refused for `reason`. With blocks
@@ -639,13 +668,15 @@ impl ChannelCommitter {
                 refuse("no validation codes (TRANSACTIONS_FILTER) for its transactions".to_owned())
             })?;
         let mvcc = started.elapsed();
-        let written = self.write(&block, &decoded, &codes, true)?;
-        Ok(written.committed(number, codes, Duration::ZERO, mvcc))
+        let mut written = self.write(&block, &decoded, &codes, true)?;
+        self.settle_written(&mut written)?;
+        Ok(written.committed(codes, Duration::ZERO, mvcc))
     }
 
     /// Appends a block whose codes are settled, applies its valid writes,
-    /// takes up its configuration, and only then shows it to readers; an
-    /// unsigned block of a stream channel is staged instead (appended
+    /// takes up its configuration, and announces it applied;
+    /// [`settle_written`](Self::settle_written) then shows it to readers.
+    /// An unsigned block of a stream channel is staged instead (appended
     /// unsynced, applied, shown to readers with the next checkpoint).
     fn write(
         &mut self,
@@ -741,7 +772,7 @@ impl ChannelCommitter {
         };
         self.ledger
             .append_with_history(block, history, &private, !signed || settle_after_apply)?;
-        let mut block_store = append_started.elapsed();
+        let block_store = append_started.elapsed();
         let apply_started = Instant::now();
         self.state.apply(&batch, last_height(number, codes.len()))?;
         let state = apply_started.elapsed();
@@ -773,51 +804,80 @@ impl ChannelCommitter {
         if reconfigured || redefined {
             *self.published.write() = self.context.clone();
         }
-        // Only now is the block visible to readers: its transactions' writes
-        // are in the state and its configuration is current. A staged block
-        // waits for the checkpoint that covers it.
         self.applied.send_replace(number + 1);
-        if settle_after_apply {
-            let settle_started = Instant::now();
-            self.ledger.settle_unsynced()?;
-            block_store += settle_started.elapsed();
-        }
-        if signed {
-            self.staged_from = None;
-            self.staged_transactions = 0;
-            self.committed.send_replace(number + 1);
-        } else {
-            self.staged_from.get_or_insert(number);
-            self.staged_transactions += codes.len() as u64;
-        }
         Ok(Written {
+            number,
+            transactions: codes.len() as u64,
             staged: !signed,
+            syncs: settle_after_apply,
             reconfigured,
             block_store,
             state,
         })
     }
+
+    /// Finishes [`write`](Self::write): syncs a stream checkpoint appended
+    /// unsynced, and only then shows the block to readers (its writes are
+    /// in the state and its configuration is current). A staged block
+    /// waits for the checkpoint that covers it.
+    fn settle_written(&mut self, written: &mut Written) -> Result<()> {
+        if written.syncs {
+            let settle_started = Instant::now();
+            self.ledger.settle_unsynced()?;
+            written.block_store += settle_started.elapsed();
+        }
+        if written.staged {
+            self.staged_from.get_or_insert(written.number);
+            self.staged_transactions += written.transactions;
+        } else {
+            self.staged_from = None;
+            self.staged_transactions = 0;
+            self.committed.send_replace(written.number + 1);
+        }
+        Ok(())
+    }
+}
+
+/// A block validated, appended, applied and announced applied, on its way
+/// to [`ChannelCommitter::settle`].
+#[must_use = "a block applied is committed only once settled"]
+pub(crate) struct Applied {
+    written: Written,
+    codes: Vec<TxValidationCode>,
+    validate: Duration,
+    mvcc: Duration,
+}
+
+impl Applied {
+    /// Whether settling waits for the disk: a stream checkpoint announced
+    /// applied before its sync.
+    pub(crate) fn syncs(&self) -> bool {
+        self.written.syncs
+    }
 }
 
 /// What writing a block did.
 struct Written {
-    reconfigured: bool,
+    number: u64,
+    transactions: u64,
     staged: bool,
+    /// A stream checkpoint appended unsynced: settling syncs it.
+    syncs: bool,
+    reconfigured: bool,
     block_store: Duration,
     state: Duration,
 }
 
 impl Written {
-    /// The whole account of block `number`, given the earlier stages' times.
+    /// The whole account of the block, given the earlier stages' times.
     fn committed(
         self,
-        number: u64,
         codes: Vec<TxValidationCode>,
         validate: Duration,
         mvcc: Duration,
     ) -> CommittedBlock {
         CommittedBlock {
-            number,
+            number: self.number,
             codes,
             reconfigured: self.reconfigured,
             staged: self.staged,

@@ -12,6 +12,16 @@
 //! [`ChannelCommitter::commit_stream`] over that queue. The queue is bounded,
 //! so a slow committer slows the fetch rather than filling memory.
 //!
+//! On a runtime of one worker (as `weft network up` gives each node that
+//! shares a small machine) the fetch task commits a small block itself
+//! when the committer thread has nothing to do: handing it over would cost
+//! a wake-up of that thread, and two of the worker's to announce the block
+//! applied and committed, more than the commit itself (docs/benchmarks.md,
+//! nineteenth slice). A stream checkpoint is announced applied, the worker
+//! answers those waiting for it, and only then does the fetch task wait
+//! for the sync. Large blocks, a backlog, and the periodic world-state
+//! checkpoint stay with the thread.
+//!
 //! Failures:
 //! - A connection that cannot be made, fails or ends: reconnect to the next
 //!   orderer endpoint (failover), after an exponential backoff that resets
@@ -32,7 +42,7 @@
 //! it by a generation number that the refusal increments.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -56,9 +66,10 @@ use weft_protos::serve::Keepalive;
 type BlockStream =
     std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<Block, String>> + Send>>;
 
-use crate::commit::BlockFeed;
+use crate::checks::is_small;
+use crate::commit::{Applied, BlockFeed, Checkpointer};
 use crate::metrics::CommitterMetrics;
-use crate::{ChannelCommitter, Error};
+use crate::{ChannelCommitter, ChannelHandle, CommittedBlock, Error};
 
 /// The largest block accepted from an orderer (Fabric's default gRPC
 /// message limit).
@@ -221,32 +232,38 @@ impl Intake {
         let feed = Feed {
             queued,
             shared: shared.clone(),
+            taken: 0,
         };
+        let outcomes = Outcomes {
+            channel: channel_id.clone(),
+            handle: committer.handle(),
+            checkpointer: committer.checkpointer(),
+            checkpoint_interval: config.checkpoint_interval,
+            source: config.source,
+            shared: shared.clone(),
+            status: status.clone(),
+            metrics: metrics.clone(),
+        };
+        let committing = Arc::new(Committing {
+            state: Mutex::new(CommitState {
+                committer,
+                last_checkpoint: Instant::now(),
+                unsettled: None,
+            }),
+            with_thread: AtomicUsize::new(0),
+            inline: config.source == BlockSource::Orderers
+                && tokio::runtime::Handle::current().metrics().num_workers() == 1,
+            outcomes,
+        });
         let committer = {
-            let status = status.clone();
-            let shared = shared.clone();
-            let metrics = metrics.clone();
+            let committing = committing.clone();
             let depth = config.pipeline_depth;
-            let source = config.source;
-            let checkpoint_interval = config.checkpoint_interval;
             std::thread::Builder::new()
                 .name(format!("commit-{channel_id}"))
-                .spawn(move || {
-                    run_committer(
-                        committer,
-                        feed,
-                        CommitOptions {
-                            source,
-                            depth,
-                            checkpoint_interval,
-                        },
-                        &shared,
-                        &status,
-                        metrics,
-                    );
-                })?
+                .spawn(move || run_committer(&committing, feed, depth))?
         };
         let fetcher = Fetcher {
+            committing,
             channel_id: channel_id.clone(),
             ledger,
             signer,
@@ -294,6 +311,8 @@ impl Intake {
 struct Feed {
     queued: mpsc::Receiver<Queued>,
     shared: Arc<Shared>,
+    /// Blocks taken from the queue, those of an older generation too.
+    taken: usize,
 }
 
 impl Feed {
@@ -307,6 +326,7 @@ impl BlockFeed for Feed {
     fn next_block(&mut self) -> Option<Block> {
         loop {
             let queued = self.queued.blocking_recv()?;
+            self.taken += 1;
             if let Some(block) = self.current(queued) {
                 return Some(block);
             }
@@ -316,6 +336,7 @@ impl BlockFeed for Feed {
     fn arrived(&mut self) -> Option<Block> {
         loop {
             let queued = self.queued.try_recv().ok()?;
+            self.taken += 1;
             if let Some(block) = self.current(queued) {
                 return Some(block);
             }
@@ -323,85 +344,198 @@ impl BlockFeed for Feed {
     }
 }
 
-struct CommitOptions {
-    source: BlockSource,
-    depth: usize,
-    checkpoint_interval: Duration,
+/// A block that has arrived, then those queued behind it: what the
+/// committer thread commits in one hold of the committer.
+struct Backlog<'a> {
+    first: Option<Block>,
+    feed: &'a mut Feed,
 }
 
-fn run_committer(
-    mut committer: ChannelCommitter,
-    mut feed: Feed,
-    options: CommitOptions,
-    shared: &Shared,
-    status: &IntakeStatus,
+impl BlockFeed for Backlog<'_> {
+    fn next_block(&mut self) -> Option<Block> {
+        self.arrived()
+    }
+
+    fn arrived(&mut self) -> Option<Block> {
+        self.first.take().or_else(|| self.feed.arrived())
+    }
+}
+
+/// A channel's committer, shared by the committer thread and, on a
+/// runtime of one worker, the fetch task.
+struct Committing {
+    state: Mutex<CommitState>,
+    /// Blocks the fetch queued that the committer thread has not finished
+    /// with: while there are any, every block goes to the queue behind
+    /// them.
+    with_thread: AtomicUsize,
+    /// Whether the fetch task may commit small blocks itself.
+    inline: bool,
+    outcomes: Outcomes,
+}
+
+struct CommitState {
+    committer: ChannelCommitter,
+    last_checkpoint: Instant,
+    /// A block the fetch task applied and was stopped before it settled:
+    /// whoever takes the committer next settles it first.
+    unsettled: Option<Applied>,
+}
+
+impl CommitState {
+    /// Settles a block left applied; whether committing may go on.
+    fn settle_unsettled(&mut self, outcomes: &Outcomes) -> bool {
+        let Some(applied) = self.unsettled.take() else {
+            return true;
+        };
+        let outcome = self.committer.settle(applied);
+        outcomes.record(&outcome, &mut self.last_checkpoint, true) != Verdict::Stop
+    }
+}
+
+/// What a commit's outcome asks of the intake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    GoOn,
+    /// The block the chain needed next was refused: fetch from the chain's
+    /// height again.
+    Refetch,
+    /// The channel stopped committing.
+    Stop,
+}
+
+/// Records commit outcomes: logs, metrics, the periodic world-state
+/// checkpoint, and why a channel stopped.
+struct Outcomes {
+    channel: String,
+    handle: ChannelHandle,
+    checkpointer: Checkpointer,
+    checkpoint_interval: Duration,
+    source: BlockSource,
+    shared: Arc<Shared>,
+    status: Arc<IntakeStatus>,
     metrics: Option<Arc<CommitterMetrics>>,
-) {
-    let channel = committer.channel_id().to_owned();
-    let handle = committer.handle();
-    let checkpointer = committer.checkpointer();
-    let mut last_checkpoint = Instant::now();
-    let source = options.source.noun();
-    let mut sink = |outcome: &crate::Result<crate::CommittedBlock>| match outcome {
-        Ok(block) => {
-            tracing::debug!(%channel, block = block.number, "committed");
-            if let Some(metrics) = &metrics {
-                metrics.block_committed(&channel, block);
-                metrics.identity_cache(&channel, handle.context.read().msps.cache_stats());
-            }
-            // A stream channel's staged block may still be rolled back:
-            // the state is made durable only at a checkpoint.
-            if block.staged || last_checkpoint.elapsed() < options.checkpoint_interval {
-                return true;
-            }
-            last_checkpoint = Instant::now();
-            match checkpointer.checkpoint() {
-                Ok(_) => true,
-                Err(error) => {
-                    tracing::error!(%channel, %error, "checkpointing the world state failed");
-                    *status.fatal.lock() = Some(error.to_string());
-                    false
+}
+
+impl Outcomes {
+    /// Records `outcome`; with `may_checkpoint`, makes the world state
+    /// durable if `last_checkpoint` is older than the interval.
+    fn record(
+        &self,
+        outcome: &crate::Result<CommittedBlock>,
+        last_checkpoint: &mut Instant,
+        may_checkpoint: bool,
+    ) -> Verdict {
+        let channel = &self.channel;
+        match outcome {
+            Ok(block) => {
+                tracing::debug!(%channel, block = block.number, "committed");
+                if let Some(metrics) = &self.metrics {
+                    metrics.block_committed(channel, block);
+                    metrics.identity_cache(channel, self.handle.context.read().msps.cache_stats());
+                }
+                // A stream channel's staged block may still be rolled
+                // back: the state is made durable only at a checkpoint.
+                if block.staged || !may_checkpoint || !self.checkpoint_due(*last_checkpoint) {
+                    return Verdict::GoOn;
+                }
+                *last_checkpoint = Instant::now();
+                match self.checkpointer.checkpoint() {
+                    Ok(_) => Verdict::GoOn,
+                    Err(error) => {
+                        tracing::error!(%channel, %error, "checkpointing the world state failed");
+                        *self.status.fatal.lock() = Some(error.to_string());
+                        Verdict::Stop
+                    }
                 }
             }
-        }
-        Err(error) if refetches(error, handle.ledger.height()) => {
-            tracing::warn!(%channel, %error, source, "refused a block");
-            status.refused_blocks.fetch_add(1, Ordering::Relaxed);
-            if let Some(metrics) = &metrics {
-                metrics.block_refused(&channel);
-            }
-            shared.generation.fetch_add(1, Ordering::AcqRel);
-            shared.refused.notify_one();
-            true
-        }
-        Err(Error::BadBlock { block, .. }) => {
-            // Queued behind a refused block; it will be fetched again.
-            tracing::debug!(%channel, block, "dropped a block queued behind a refused one");
-            true
-        }
-        Err(error) => {
-            tracing::error!(%channel, %error, "the channel stopped committing");
-            *status.fatal.lock() = Some(error.to_string());
-            false
-        }
-    };
-    match options.source {
-        BlockSource::Orderers => {
-            committer.commit_stream(feed, options.depth, weft_msp::now, sink);
-        }
-        BlockSource::ValidatingPeers => {
-            while let Some(block) = feed.next_block() {
-                if !sink(&committer.apply_validated(block)) {
-                    break;
+            Err(error) if refetches(error, self.handle.ledger.height()) => {
+                tracing::warn!(%channel, %error, source = self.source.noun(), "refused a block");
+                self.status.refused_blocks.fetch_add(1, Ordering::Relaxed);
+                if let Some(metrics) = &self.metrics {
+                    metrics.block_refused(channel);
                 }
+                self.shared.generation.fetch_add(1, Ordering::AcqRel);
+                Verdict::Refetch
+            }
+            Err(Error::BadBlock { block, .. }) => {
+                // Queued behind a refused block; it will be fetched again.
+                tracing::debug!(%channel, block, "dropped a block queued behind a refused one");
+                Verdict::GoOn
+            }
+            Err(error) => {
+                tracing::error!(%channel, %error, "the channel stopped committing");
+                *self.status.fatal.lock() = Some(error.to_string());
+                Verdict::Stop
             }
         }
     }
-    if status.fatal_error().is_none()
-        && let Err(error) = committer.checkpoint()
+
+    fn checkpoint_due(&self, last_checkpoint: Instant) -> bool {
+        last_checkpoint.elapsed() >= self.checkpoint_interval
+    }
+}
+
+/// The committer thread: commits what the fetch queues, each arrival and
+/// the backlog behind it in one hold of the committer, until the fetch
+/// stops; then makes the world state durable a last time.
+fn run_committer(committing: &Committing, mut feed: Feed, depth: usize) {
+    let outcomes = &committing.outcomes;
+    while let Some(first) = feed.next_block() {
+        let mut state = committing.state.lock();
+        let mut go_on = state.settle_unsettled(outcomes);
+        if go_on {
+            let CommitState {
+                committer,
+                last_checkpoint,
+                ..
+            } = &mut *state;
+            let mut backlog = Backlog {
+                first: Some(first),
+                feed: &mut feed,
+            };
+            match outcomes.source {
+                BlockSource::Orderers => {
+                    committer.commit_stream(backlog, depth, weft_msp::now, |outcome| {
+                        let verdict = outcomes.record(outcome, last_checkpoint, true);
+                        if verdict == Verdict::Refetch {
+                            outcomes.shared.refused.notify_one();
+                        }
+                        go_on = verdict != Verdict::Stop;
+                        go_on
+                    });
+                }
+                BlockSource::ValidatingPeers => {
+                    while let Some(block) = backlog.next_block() {
+                        let outcome = committer.apply_validated(block);
+                        let verdict = outcomes.record(&outcome, last_checkpoint, true);
+                        if verdict == Verdict::Refetch {
+                            outcomes.shared.refused.notify_one();
+                        }
+                        go_on = verdict != Verdict::Stop;
+                        if !go_on {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        drop(state);
+        committing
+            .with_thread
+            .fetch_sub(std::mem::take(&mut feed.taken), Ordering::AcqRel);
+        if !go_on {
+            break;
+        }
+    }
+    let mut state = committing.state.lock();
+    if state.settle_unsettled(outcomes)
+        && outcomes.status.fatal_error().is_none()
+        && let Err(error) = state.committer.checkpoint()
     {
+        let channel = &outcomes.channel;
         tracing::error!(%channel, %error, "the last checkpoint failed");
-        *status.fatal.lock() = Some(error.to_string());
+        *outcomes.status.fatal.lock() = Some(error.to_string());
     }
 }
 
@@ -428,8 +562,10 @@ enum SessionEnd {
     Failed { reason: String, delivered: bool },
 }
 
-/// The async half: fetches blocks and queues them.
+/// The async half: fetches blocks and queues them, or commits them itself
+/// ([`Committing::inline`]).
 struct Fetcher {
+    committing: Arc<Committing>,
     channel_id: String,
     ledger: Arc<BlockStore>,
     signer: Arc<Signer>,
@@ -550,8 +686,17 @@ impl Fetcher {
             if number != Some(*next) {
                 break format!("the {source} sent block {number:?} where {next} was due");
             }
-            if self.queue.send(Queued { generation, block }).await.is_err() {
-                return SessionEnd::CommitterGone;
+            let block = match self.commit_here(block).await {
+                Ok(Verdict::GoOn) => None,
+                Ok(Verdict::Refetch) => return SessionEnd::Refused,
+                Ok(Verdict::Stop) => return SessionEnd::CommitterGone,
+                Err(block) => Some(block),
+            };
+            if let Some(block) = block {
+                self.committing.with_thread.fetch_add(1, Ordering::AcqRel);
+                if self.queue.send(Queued { generation, block }).await.is_err() {
+                    return SessionEnd::CommitterGone;
+                }
             }
             delivered = true;
             *next += 1;
@@ -561,6 +706,57 @@ impl Fetcher {
         };
         drop(requests);
         SessionEnd::Failed { reason, delivered }
+    }
+
+    /// Commits `block` on this task if it may ([`Committing::inline`]): a
+    /// small block, nothing queued for the committer thread, and no world
+    /// state checkpoint due (the thread makes those). A stream checkpoint
+    /// is announced applied, the worker runs what waited for that, and
+    /// only then is the block synced. The block back if the thread is to
+    /// commit it.
+    async fn commit_here(&self, block: Block) -> Result<Verdict, Block> {
+        let committing = &*self.committing;
+        let outcomes = &committing.outcomes;
+        let transactions = block.data.as_ref().map_or(0, |data| data.data.len());
+        if !committing.inline
+            || !is_small(transactions)
+            || committing.with_thread.load(Ordering::Acquire) != 0
+        {
+            return Err(block);
+        }
+        let syncs = {
+            let mut state = committing.state.lock();
+            if outcomes.checkpoint_due(state.last_checkpoint) {
+                return Err(block);
+            }
+            if !state.settle_unsettled(outcomes) {
+                return Ok(Verdict::Stop);
+            }
+            match state.committer.apply(block, weft_msp::now()) {
+                Ok(applied) => {
+                    let syncs = applied.syncs();
+                    state.unsettled = Some(applied);
+                    syncs
+                }
+                Err(error) => {
+                    let state = &mut *state;
+                    return Ok(outcomes.record(&Err(error), &mut state.last_checkpoint, false));
+                }
+            }
+        };
+        if syncs {
+            // Those waiting for applied (the Gateway's commit status) are
+            // answered before the sync; cancelled here, the block is
+            // settled by whoever takes the committer next.
+            tokio::task::yield_now().await;
+        }
+        let mut state = committing.state.lock();
+        let state = &mut *state;
+        let Some(applied) = state.unsettled.take() else {
+            return Ok(Verdict::GoOn);
+        };
+        let outcome = state.committer.settle(applied);
+        Ok(outcomes.record(&outcome, &mut state.last_checkpoint, false))
     }
 
     /// Opens the source's Deliver stream with `requests`; the blocks it
