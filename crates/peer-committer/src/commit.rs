@@ -404,12 +404,11 @@ impl ChannelCommitter {
     pub(crate) fn settle(&mut self, applied: Applied) -> Result<CommittedBlock> {
         let Applied {
             mut written,
-            codes,
             validate,
             mvcc,
         } = applied;
         self.settle_written(&mut written)?;
-        Ok(written.committed(codes, validate, mvcc))
+        Ok(written.committed(validate, mvcc))
     }
 
     /// Commits a stream of blocks, in order, on the calling thread, with up
@@ -566,10 +565,9 @@ impl ChannelCommitter {
         validate_block(&decoded, &mut codes, self.state.as_ref())?;
         let mvcc = mvcc_started.elapsed();
         set_filter(&mut block, &codes);
-        let written = self.write(&block, &decoded, &codes, signed)?;
+        let written = self.write(&block, &decoded, codes, signed)?;
         Ok(Applied {
             written,
-            codes,
             validate: validate_time,
             mvcc,
         })
@@ -668,9 +666,9 @@ impl ChannelCommitter {
                 refuse("no validation codes (TRANSACTIONS_FILTER) for its transactions".to_owned())
             })?;
         let mvcc = started.elapsed();
-        let mut written = self.write(&block, &decoded, &codes, true)?;
+        let mut written = self.write(&block, &decoded, codes, true)?;
         self.settle_written(&mut written)?;
-        Ok(written.committed(codes, Duration::ZERO, mvcc))
+        Ok(written.committed(Duration::ZERO, mvcc))
     }
 
     /// Appends a block whose codes are settled, applies its valid writes,
@@ -682,9 +680,10 @@ impl ChannelCommitter {
         &mut self,
         block: &Block,
         decoded: &DecodedBlock,
-        codes: &[TxValidationCode],
+        settled_codes: Vec<TxValidationCode>,
         signed: bool,
     ) -> Result<Written> {
+        let codes = settled_codes.as_slice();
         let number = decoded.header.number;
         let mut batch = update_batch(decoded, codes, self.state.as_ref())?;
         let mut private = match &self.private_data_of {
@@ -807,7 +806,7 @@ impl ChannelCommitter {
         self.applied.send_replace(number + 1);
         Ok(Written {
             number,
-            transactions: codes.len() as u64,
+            codes: settled_codes,
             staged: !signed,
             syncs: settle_after_apply,
             reconfigured,
@@ -828,7 +827,7 @@ impl ChannelCommitter {
         }
         if written.staged {
             self.staged_from.get_or_insert(written.number);
-            self.staged_transactions += written.transactions;
+            self.staged_transactions += written.codes.len() as u64;
         } else {
             self.staged_from = None;
             self.staged_transactions = 0;
@@ -843,7 +842,6 @@ impl ChannelCommitter {
 #[must_use = "a block applied is committed only once settled"]
 pub(crate) struct Applied {
     written: Written,
-    codes: Vec<TxValidationCode>,
     validate: Duration,
     mvcc: Duration,
 }
@@ -859,7 +857,7 @@ impl Applied {
 /// What writing a block did.
 struct Written {
     number: u64,
-    transactions: u64,
+    codes: Vec<TxValidationCode>,
     staged: bool,
     /// A stream checkpoint appended unsynced: settling syncs it.
     syncs: bool,
@@ -870,15 +868,10 @@ struct Written {
 
 impl Written {
     /// The whole account of the block, given the earlier stages' times.
-    fn committed(
-        self,
-        codes: Vec<TxValidationCode>,
-        validate: Duration,
-        mvcc: Duration,
-    ) -> CommittedBlock {
+    fn committed(self, validate: Duration, mvcc: Duration) -> CommittedBlock {
         CommittedBlock {
             number: self.number,
-            codes,
+            codes: self.codes,
             reconfigured: self.reconfigured,
             staged: self.staged,
             timings: StageTimings {

@@ -383,13 +383,14 @@ struct CommitState {
 }
 
 impl CommitState {
-    /// Settles a block left applied; whether committing may go on.
-    fn settle_unsettled(&mut self, outcomes: &Outcomes) -> bool {
+    /// Settles a block left applied, if there is one, and records the
+    /// outcome ([`Outcomes::record`]).
+    fn settle_unsettled(&mut self, outcomes: &Outcomes, may_checkpoint: bool) -> Verdict {
         let Some(applied) = self.unsettled.take() else {
-            return true;
+            return Verdict::GoOn;
         };
         let outcome = self.committer.settle(applied);
-        outcomes.record(&outcome, &mut self.last_checkpoint, true) != Verdict::Stop
+        outcomes.record(&outcome, &mut self.last_checkpoint, may_checkpoint)
     }
 }
 
@@ -483,7 +484,7 @@ fn run_committer(committing: &Committing, mut feed: Feed, depth: usize) {
     let outcomes = &committing.outcomes;
     while let Some(first) = feed.next_block() {
         let mut state = committing.state.lock();
-        let mut go_on = state.settle_unsettled(outcomes);
+        let mut go_on = state.settle_unsettled(outcomes, true) != Verdict::Stop;
         if go_on {
             let CommitState {
                 committer,
@@ -494,26 +495,22 @@ fn run_committer(committing: &Committing, mut feed: Feed, depth: usize) {
                 first: Some(first),
                 feed: &mut feed,
             };
+            // Whether to go on; a refusal wakes the fetch to fetch again.
+            let mut sink = |outcome: &crate::Result<CommittedBlock>| {
+                let verdict = outcomes.record(outcome, last_checkpoint, true);
+                if verdict == Verdict::Refetch {
+                    outcomes.shared.refused.notify_one();
+                }
+                go_on = verdict != Verdict::Stop;
+                go_on
+            };
             match outcomes.source {
                 BlockSource::Orderers => {
-                    committer.commit_stream(backlog, depth, weft_msp::now, |outcome| {
-                        let verdict = outcomes.record(outcome, last_checkpoint, true);
-                        if verdict == Verdict::Refetch {
-                            outcomes.shared.refused.notify_one();
-                        }
-                        go_on = verdict != Verdict::Stop;
-                        go_on
-                    });
+                    committer.commit_stream(backlog, depth, weft_msp::now, sink);
                 }
                 BlockSource::ValidatingPeers => {
                     while let Some(block) = backlog.next_block() {
-                        let outcome = committer.apply_validated(block);
-                        let verdict = outcomes.record(&outcome, last_checkpoint, true);
-                        if verdict == Verdict::Refetch {
-                            outcomes.shared.refused.notify_one();
-                        }
-                        go_on = verdict != Verdict::Stop;
-                        if !go_on {
+                        if !sink(&committer.apply_validated(block)) {
                             break;
                         }
                     }
@@ -529,7 +526,7 @@ fn run_committer(committing: &Committing, mut feed: Feed, depth: usize) {
         }
     }
     let mut state = committing.state.lock();
-    if state.settle_unsettled(outcomes)
+    if state.settle_unsettled(outcomes, true) != Verdict::Stop
         && outcomes.status.fatal_error().is_none()
         && let Err(error) = state.committer.checkpoint()
     {
@@ -729,7 +726,7 @@ impl Fetcher {
             if outcomes.checkpoint_due(state.last_checkpoint) {
                 return Err(block);
             }
-            if !state.settle_unsettled(outcomes) {
+            if state.settle_unsettled(outcomes, false) == Verdict::Stop {
                 return Ok(Verdict::Stop);
             }
             match state.committer.apply(block, weft_msp::now()) {
@@ -750,13 +747,7 @@ impl Fetcher {
             // settled by whoever takes the committer next.
             tokio::task::yield_now().await;
         }
-        let mut state = committing.state.lock();
-        let state = &mut *state;
-        let Some(applied) = state.unsettled.take() else {
-            return Ok(Verdict::GoOn);
-        };
-        let outcome = state.committer.settle(applied);
-        Ok(outcomes.record(&outcome, &mut state.last_checkpoint, false))
+        Ok(committing.state.lock().settle_unsettled(outcomes, false))
     }
 
     /// Opens the source's Deliver stream with `requests`; the blocks it
