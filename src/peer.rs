@@ -142,6 +142,7 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
     let endorser = Arc::new(
         Endorser::new(Arc::new(endorsement_signer.clone()), chaincodes(&config))
             .with_metrics(endorser_metrics)
+            .with_catch_up_timeout(config.gateway.catch_up_timeout.0)
             .with_installed_packages(
                 packages,
                 load_local_msp(&config)?,

@@ -13,6 +13,8 @@
 
 #[path = "support/busy.rs"]
 mod busy;
+#[path = "peer/catch_up.rs"]
+mod catch_up;
 #[path = "peer/disk.rs"]
 mod disk;
 #[path = "support/disk.rs"]
@@ -64,9 +66,12 @@ async fn a_peer_process_commits_what_the_orderer_orders_and_refuses_forged_block
     // forged block it is given there, fails over to the honest orderer,
     // and commits every transaction with the code Fabric would give it; it
     // reports this on /metrics and /healthz, stops on SIGTERM and resumes
-    // from its own ledger.
+    // from its own ledger. It runs on one worker, as `weft network up`
+    // sizes a peer sharing two cores, where small blocks are validated and
+    // committed on the task that fetched them, refusals included.
     let dir = tempfile::tempdir().unwrap();
-    let network = Network::create(dir.path());
+    let mut network = Network::create(dir.path());
+    network.extra_peer_keys = "  workerThreads: 1\n".to_owned();
     let honest = network.start_orderer(
         "honest",
         &network.orderer_msp(),

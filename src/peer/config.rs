@@ -397,6 +397,10 @@ pub struct GatewaySection {
     pub broadcast_timeout: GoDuration,
     /// How long the Gateway waits to connect to a peer or orderer.
     pub dial_timeout: GoDuration,
+    /// How long this peer, asked to endorse by another organisation's weft
+    /// Gateway, first waits to have committed as far as that Gateway's own
+    /// peer had; zero answers at once.
+    pub catch_up_timeout: GoDuration,
 }
 
 impl Default for GatewaySection {
@@ -409,6 +413,7 @@ impl Default for GatewaySection {
             endorsement_timeout: GoDuration(timeouts.endorsement),
             broadcast_timeout: GoDuration(timeouts.broadcast),
             dial_timeout: GoDuration(timeouts.dial),
+            catch_up_timeout: GoDuration(weft_peer_endorser::CATCH_UP_TIMEOUT_DEFAULT),
         }
     }
 }

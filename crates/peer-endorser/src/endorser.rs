@@ -15,15 +15,16 @@
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::RwLock;
+use prost::Message;
 use weft_ledger::BlockStore;
 use weft_msp::UnixTime;
-use weft_protos::common::HeaderType;
+use weft_protos::common::{ChannelHeader, Header, HeaderType};
 use weft_protos::hash::compute_tx_id;
-use weft_protos::protos::{ChaincodeId, ProposalResponse, Response, SignedProposal};
+use weft_protos::protos::{ChaincodeId, Proposal, ProposalResponse, Response, SignedProposal};
 use weft_protos::tx::{ReceivedProposal, Sign, SimulationResult, endorse};
 use weft_statedb::VersionedState;
 
@@ -90,6 +91,9 @@ pub struct Endorser {
     now: fn() -> UnixTime,
     metrics: Option<EndorserMetrics>,
     installed: Option<Installed>,
+    /// How long a proposal asked after a height waits for this peer to
+    /// reach it ([`Endorser::answer_at_height`]).
+    catch_up_timeout: Duration,
 }
 
 /// Chaincode installed through `_lifecycle` and run once defined.
@@ -138,7 +142,15 @@ impl Endorser {
             now: weft_msp::now,
             metrics: None,
             installed: None,
+            catch_up_timeout: CATCH_UP_TIMEOUT_DEFAULT,
         }
+    }
+
+    /// Bounds the wait of [`Endorser::answer_at_height`] (default
+    /// [`CATCH_UP_TIMEOUT_DEFAULT`]).
+    pub fn with_catch_up_timeout(mut self, timeout: Duration) -> Self {
+        self.catch_up_timeout = timeout;
+        self
     }
 
     /// Installs chaincode packages into `packages` for admins of the
@@ -341,6 +353,47 @@ impl Endorser {
         }
         let answer = unpanicked(|| self.execute(checked, &mut trace));
         self.finish(answer, &trace, received)
+    }
+
+    /// Answers `signed` as [`Endorser::answer`] does, once this peer has
+    /// committed `height` blocks of the proposal's channel, or once
+    /// [`Endorser::with_catch_up_timeout`] has passed without it.
+    ///
+    /// Another organisation's Gateway asks this way after its own peer
+    /// committed `height` blocks: its client may just have seen a
+    /// transaction committed there and now proposes one that reads what
+    /// it wrote. This peer, a block behind, would simulate on older state,
+    /// and the two endorsements would disagree. After the timeout the
+    /// proposal is answered at whatever height the peer has reached, as
+    /// Fabric's peer always answers. A proposal that names no channel
+    /// this peer has joined is answered at once (it is refused).
+    pub async fn answer_at_height(
+        self: &Arc<Self>,
+        signed: SignedProposal,
+        height: u64,
+    ) -> ProposalResponse {
+        if let Some(channel) = proposed_channel(&signed).and_then(|id| self.channel(&id)) {
+            let mut committed = channel.committed_height();
+            let reached = *committed.borrow_and_update();
+            if reached < height {
+                let waited = Instant::now();
+                let caught_up = tokio::time::timeout(
+                    self.catch_up_timeout,
+                    committed.wait_for(|&reached| reached >= height),
+                )
+                .await
+                .is_ok_and(|reached| reached.is_ok());
+                if !caught_up {
+                    tracing::info!(
+                        reached = *committed.borrow(),
+                        asked = height,
+                        waited_ms = waited.elapsed().as_millis() as u64,
+                        "endorsing below the height the asking Gateway's peer had committed"
+                    );
+                }
+            }
+        }
+        self.answer(signed).await
     }
 
     /// Runs `answer` (which logs and counts its response) on the blocking
@@ -550,6 +603,25 @@ struct Checked {
 /// The largest proposal answered on the task that received it; larger
 /// ones are answered on the blocking pool (see [`Endorser::answer`]).
 pub const INLINE_PROPOSAL_BYTES_MAX: usize = 256 * 1024;
+
+/// How long [`Endorser::answer_at_height`] waits for this peer to reach
+/// the asked height, unless configured otherwise: longer than a lagging
+/// peer under load takes to commit the blocks it is behind by, short
+/// enough that a peer far behind (catching up after a restart) answers
+/// while the client still waits.
+pub const CATCH_UP_TIMEOUT_DEFAULT: Duration = Duration::from_secs(1);
+
+/// The channel `signed` proposes on, read from its header alone; `None`
+/// if it does not decode (the full checks then refuse it).
+fn proposed_channel(signed: &SignedProposal) -> Option<String> {
+    let proposal = Proposal::decode(signed.proposal_bytes.clone()).ok()?;
+    let header = Header::decode(proposal.header).ok()?;
+    Some(
+        ChannelHeader::decode(header.channel_header)
+            .ok()?
+            .channel_id,
+    )
+}
 
 /// `work`'s result, or a refusal if it panicked: a bug in the endorser
 /// fails one proposal, never the connection it came on.

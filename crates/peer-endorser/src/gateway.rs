@@ -4,7 +4,11 @@
 //! - `Endorse`: the proposal is endorsed by this peer and by one peer of
 //!   every other organisation the client names (or, if it names none, of
 //!   every organisation configured), their results must agree, and the
-//!   transaction is prepared for the client to sign;
+//!   transaction is prepared for the client to sign. The other peers are
+//!   told how many blocks this peer has committed, and a weft peer that is
+//!   behind catches up before it endorses, so that a client reading what
+//!   it just saw committed here gets endorsements that agree (Fabric's
+//!   peers ignore the header);
 //! - `Submit`: the signed transaction goes to the first orderer that takes
 //!   it, over a Broadcast stream to that orderer that every submit shares
 //!   (`broadcast_lines`; Fabric's Gateway opens one per transaction);
@@ -62,6 +66,7 @@ use weft_protos::view::{DecodedBlock, Limits, TxBody};
 
 use crate::broadcast_lines::BroadcastLines;
 use crate::commit_status::CommitWaiters;
+use crate::service::COMMITTED_HEIGHT_HEADER;
 use crate::{Endorser, JoinedChannel};
 
 /// The policy a client must satisfy to read commit status and events.
@@ -319,7 +324,13 @@ impl Gateway for GatewayService {
         )?;
         // Every organisation endorses side by side, as Fabric's Gateway
         // asks them: this peer on a task of its own, the others over their
-        // connections; the answers are taken in the plan's order.
+        // connections; the answers are taken in the plan's order. The
+        // others are told how far this peer has committed, and a weft peer
+        // behind it catches up before it simulates: the client may have
+        // seen its last transaction committed here and now read what it
+        // wrote (Fabric's Gateway endorses at a lagging peer all the same,
+        // and the endorsements disagree).
+        let committed = *channel.committed_height().borrow();
         let mut failures = Vec::new();
         let mut asked = Vec::new();
         for msp_id in organisations {
@@ -340,12 +351,16 @@ impl Gateway for GatewayService {
                     continue;
                 }
             };
-            let (within, signed) = (self.config.timeouts.endorsement, signed.clone());
+            let within = self.config.timeouts.endorsement;
+            let mut request = Request::new(signed.clone());
+            request
+                .metadata_mut()
+                .insert(COMMITTED_HEIGHT_HEADER, committed.into());
             let endorsement = tokio::spawn(async move {
                 tokio::time::timeout(
                     within,
                     EndorserClient::new(weft_protos::dial::ending_with_last_message(channel))
-                        .process_proposal(signed),
+                        .process_proposal(request),
                 )
                 .await
                 .unwrap_or_else(|_| Err(timed_out("endorsement", within)))

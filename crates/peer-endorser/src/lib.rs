@@ -34,7 +34,7 @@ pub mod package;
 mod service;
 
 pub use chaincode::{Chaincode, ChannelView, PrivateWrites, StateError, Stub};
-pub use endorser::{Endorser, JoinedChannel};
+pub use endorser::{CATCH_UP_TIMEOUT_DEFAULT, Endorser, JoinedChannel};
 pub use external::{ChaincodeTls, ExternalChaincode, ExternalConfig};
 pub use gateway::{GatewayConfig, GatewayService};
 pub use lifecycle::Lifecycle;

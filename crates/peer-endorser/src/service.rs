@@ -1,5 +1,8 @@
 //! `protos.Endorser` over gRPC: each proposal answered by
-//! [`Endorser::answer`].
+//! [`Endorser::answer`], or, when another organisation's weft Gateway
+//! names the height its own peer had committed (the
+//! [`COMMITTED_HEIGHT_HEADER`] request header), by
+//! [`Endorser::answer_at_height`]. Fabric's Gateway sends no such header.
 
 use std::sync::Arc;
 
@@ -8,6 +11,12 @@ use weft_protos::protos::endorser_server::Endorser as EndorserRpc;
 use weft_protos::protos::{ProposalResponse, SignedProposal};
 
 use crate::Endorser;
+
+/// The request header in which a weft Gateway tells another
+/// organisation's peer how many blocks of the proposal's channel its own
+/// peer had committed when it asked for the endorsement (a decimal
+/// number).
+pub const COMMITTED_HEIGHT_HEADER: &str = "weft-committed-height";
 
 /// The gRPC face of an [`Endorser`].
 #[derive(Debug, Clone)]
@@ -27,8 +36,28 @@ impl EndorserRpc for EndorserService {
         &self,
         request: Request<SignedProposal>,
     ) -> Result<Response<ProposalResponse>, Status> {
-        Ok(Response::new(
-            self.endorser.answer(request.into_inner()).await,
-        ))
+        let height = request
+            .metadata()
+            .get(COMMITTED_HEIGHT_HEADER)
+            .map(|value| {
+                value
+                    .to_str()
+                    .ok()
+                    .and_then(|text| text.parse::<u64>().ok())
+            });
+        let signed = request.into_inner();
+        let answer = match height {
+            None => self.endorser.answer(signed).await,
+            Some(Some(height)) => self.endorser.answer_at_height(signed, height).await,
+            Some(None) => {
+                tracing::info!(
+                    "refused a proposal whose {COMMITTED_HEIGHT_HEADER} header is not a number"
+                );
+                return Err(Status::invalid_argument(format!(
+                    "the {COMMITTED_HEIGHT_HEADER} header is not a block count"
+                )));
+            }
+        };
+        Ok(Response::new(answer))
     }
 }

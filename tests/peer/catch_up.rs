@@ -1,0 +1,162 @@
+//! A Gateway endorsing at another organisation's peer that is behind its
+//! own: the other peer is told how far the Gateway's peer has committed
+//! and endorses only once it has caught up, so a client that reads what it
+//! just saw committed gets endorsements that agree.
+
+use std::net::SocketAddr;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use weft_protos::gateway::EndorseRequest;
+use weft_protos::gateway::gateway_client::GatewayClient;
+use weft_protos::view::{Limits, TxBody, TxEnvelope};
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_behind_the_gateways_endorses_once_it_has_caught_up() {
+    // Goal: a client sees its transaction committed through org1's
+    // Gateway, then has a proposal that reads what it wrote endorsed by
+    // both organisations while org2's peer has not received that block
+    // yet. Fabric's Gateway would collect org2's answer on the older state
+    // and fail; weft's tells org2's peer the height org1's peer had
+    // committed, and org2's peer answers once it has committed as far.
+    let dir = tempfile::tempdir().unwrap();
+    let mut network = Network::create(dir.path());
+    // Long enough that the wait below never runs out on a busy machine.
+    network.extra_gateway_keys = "  catchUpTimeout: 60s\n".to_owned();
+    let orderer = network.start_solo_orderer();
+    // Org2's peer reaches the orderer through a link the test can hold.
+    let link = HeldLink::start(orderer.grpc).await;
+    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[link.address], &[]);
+    let org1 = network.start_org_peer(
+        "org1",
+        &dir.path().join("org1"),
+        &[orderer.grpc],
+        &[("Org2MSP", org2.grpc)],
+    );
+    let gateway = GatewayClient::new(connect(org1.grpc).await);
+
+    link.hold();
+    let written = network.put(
+        "read-after-write",
+        None,
+        &[&network.org1_peer, &network.org2_peer],
+    );
+    assert_eq!(
+        broadcast(orderer.grpc, std::slice::from_ref(&written)).await,
+        [Status::Success]
+    );
+    assert_eq!(
+        commit_status(&gateway, &network.client, &tx_id_of(&written)).await,
+        TxValidationCode::Valid as i32
+    );
+    // Org2's peer is behind: asked directly, as Fabric's Gateway asks, it
+    // does not know the key yet.
+    let read = network.proposal(CHANNEL, &["kv", "get", "read-after-write"]);
+    let behind = endorse_one(org2.grpc, &read.signed(&network.client).unwrap()).await;
+    assert_eq!(behind.status, 500, "{behind:?}");
+    assert!(behind.message.contains("not found"), "{behind:?}");
+
+    let read = network.proposal(CHANNEL, &["kv", "get", "read-after-write"]);
+    let request = EndorseRequest {
+        transaction_id: read.tx_id.clone(),
+        channel_id: CHANNEL.to_owned(),
+        proposed_transaction: Some(read.signed(&network.client).unwrap()),
+        endorsing_organizations: vec!["Org1MSP".to_owned(), "Org2MSP".to_owned()],
+    };
+    let mut client = gateway.clone();
+    let endorsing = tokio::spawn(async move { client.endorse(request).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !endorsing.is_finished(),
+        "the Gateway answered while org2's peer was behind: {:?}",
+        endorsing.await
+    );
+    link.release();
+    let prepared = tokio::time::timeout(PATIENCE, endorsing)
+        .await
+        .expect("endorsed once org2's peer caught up")
+        .unwrap()
+        .expect("both organisations endorsed")
+        .into_inner()
+        .prepared_transaction
+        .unwrap();
+    let envelope = TxEnvelope::decode(prepared.encode_to_vec().into(), Limits::default()).unwrap();
+    let TxBody::Endorser(transaction) = envelope.body else {
+        panic!("not an endorser transaction: {:?}", envelope.body);
+    };
+    let action = &transaction.actions[0];
+    assert_eq!(action.endorsements.len(), 2);
+    let response = action.chaincode_action.response.as_ref().unwrap();
+    assert_eq!(response.payload.as_ref(), b"value");
+
+    // A height that is not a number is refused, not waited on.
+    let mut garbled = tonic::Request::new(read.signed(&network.client).unwrap());
+    garbled
+        .metadata_mut()
+        .insert("weft-committed-height", "tall".parse().unwrap());
+    let refused = EndorserClient::new(connect(org2.grpc).await)
+        .process_proposal(garbled)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(
+        refused.message().contains("weft-committed-height"),
+        "{refused:?}"
+    );
+}
+
+/// A TCP link to one address that passes bytes both ways until held, and
+/// passes what was held back once released: a network that stalls.
+struct HeldLink {
+    address: SocketAddr,
+    held: watch::Sender<bool>,
+}
+
+impl HeldLink {
+    async fn start(target: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (held, watched) = watch::channel(false);
+        tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let Ok(outbound) = TcpStream::connect(target).await else {
+                    continue;
+                };
+                let (inbound_read, inbound_write) = inbound.into_split();
+                let (outbound_read, outbound_write) = outbound.into_split();
+                tokio::spawn(pass(inbound_read, outbound_write, watched.clone()));
+                tokio::spawn(pass(outbound_read, inbound_write, watched.clone()));
+            }
+        });
+        Self { address, held }
+    }
+
+    fn hold(&self) {
+        self.held.send_replace(true);
+    }
+
+    fn release(&self) {
+        self.held.send_replace(false);
+    }
+}
+
+/// Copies `from` to `to`, holding each read back while the link is held.
+async fn pass(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut held: watch::Receiver<bool>) {
+    let mut buffer = vec![0; 64 * 1024];
+    loop {
+        let read = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(read) => read,
+        };
+        if held.wait_for(|held| !held).await.is_err() {
+            return;
+        }
+        if to.write_all(&buffer[..read]).await.is_err() {
+            return;
+        }
+    }
+}
