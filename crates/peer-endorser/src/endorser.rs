@@ -665,7 +665,7 @@ mod tests {
         msps: MspManager,
         state: MemoryState,
         blocks: Arc<BlockStore>,
-        committed: tokio::sync::watch::Sender<u64>,
+        committed: Arc<tokio::sync::watch::Sender<u64>>,
     }
 
     impl ChannelView for OneOrg {
@@ -742,10 +742,19 @@ mod tests {
         _dir: tempfile::TempDir,
         client: weft_msp::Signer,
         endorser: Arc<Endorser>,
+        /// The height channel "ch" has committed.
+        committed: Arc<tokio::sync::watch::Sender<u64>>,
     }
 
     impl Harness {
         fn new(extra: Vec<(String, Arc<dyn Chaincode>)>) -> Self {
+            Self::with_catch_up_timeout(extra, CATCH_UP_TIMEOUT_DEFAULT)
+        }
+
+        fn with_catch_up_timeout(
+            extra: Vec<(String, Arc<dyn Chaincode>)>,
+            catch_up_timeout: Duration,
+        ) -> Self {
             let dir = tempfile::tempdir().unwrap();
             let org = TestOrg::new("Org1MSP");
             let channel = OneOrg {
@@ -755,19 +764,22 @@ mod tests {
                 blocks: Arc::new(
                     BlockStore::open(&StoreConfig::new(dir.path().join("blocks"))).unwrap(),
                 ),
-                committed: tokio::sync::watch::Sender::new(0),
+                committed: Arc::new(tokio::sync::watch::Sender::new(0)),
             };
+            let committed = channel.committed.clone();
             let chaincodes: Vec<(String, Arc<dyn Chaincode>)> = builtins()
                 .into_iter()
                 .map(|(name, chaincode)| (name.to_owned(), chaincode))
                 .chain(extra)
                 .collect();
-            let endorser = Endorser::new(Arc::new(org.signer(NodeRole::Peer)), chaincodes);
+            let endorser = Endorser::new(Arc::new(org.signer(NodeRole::Peer)), chaincodes)
+                .with_catch_up_timeout(catch_up_timeout);
             endorser.join("ch", Arc::new(channel));
             Self {
                 _dir: dir,
                 client: org.signer(NodeRole::Client),
                 endorser: Arc::new(endorser),
+                committed,
             }
         }
 
@@ -846,6 +858,38 @@ mod tests {
         let remote_threads = remote.ran_on.lock().clone();
         assert_eq!(remote_threads.len(), 1);
         assert_ne!(remote_threads[0], here);
+    }
+
+    #[tokio::test]
+    async fn a_proposal_asked_after_a_height_waits_for_it_within_the_timeout() {
+        let harness = Harness::with_catch_up_timeout(Vec::new(), Duration::from_secs(60));
+        harness.committed.send_replace(3);
+        let endorser = harness.endorser.clone();
+        let signed = harness.signed_proposal("kv", &["put", "k", "v"]);
+        let waiting = tokio::spawn(async move { endorser.answer_at_height(signed, 5).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "answered at height 3, asked 5");
+        harness.committed.send_replace(5);
+        let answer = waiting.await.unwrap();
+        assert_eq!(answer.response.unwrap().status, 200);
+        // A height already reached is answered at once.
+        let signed = harness.signed_proposal("kv", &["put", "k", "v"]);
+        let answer = tokio::time::timeout(
+            Duration::from_secs(30),
+            harness.endorser.answer_at_height(signed, 4),
+        )
+        .await
+        .expect("height 4 is reached: no wait");
+        assert!(answer.endorsement.is_some());
+
+        // A peer that does not get there endorses where it is, once the
+        // timeout has passed.
+        let harness = Harness::with_catch_up_timeout(Vec::new(), Duration::from_millis(100));
+        let signed = harness.signed_proposal("kv", &["put", "k", "v"]);
+        let asked = Instant::now();
+        let answer = harness.endorser.answer_at_height(signed, 1_000).await;
+        assert!(asked.elapsed() >= Duration::from_millis(100));
+        assert!(answer.endorsement.is_some());
     }
 
     #[tokio::test]
