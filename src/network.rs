@@ -114,7 +114,9 @@ pub struct UpArgs {
     /// Peer organisations, org1 to orgN [default: 2].
     #[arg(long)]
     pub orgs: Option<usize>,
-    /// Peers of each organisation [default: 1].
+    /// Peers of each organisation [default: 1]. Each peer's Gateway knows
+    /// every peer of the other organisations, the one of its own place
+    /// first, and moves on to the next when one fails.
     #[arg(long)]
     pub peers_per_org: Option<usize>,
     /// The first of the network's ports [default: 7050]: orderers on 7050,
@@ -803,7 +805,7 @@ impl Network {
             for channel in self.plan.channel_names() {
                 let approvers = peers
                     .iter()
-                    .filter(|peer| peer.is_first)
+                    .filter(|peer| peer.is_first())
                     .map(|peer| {
                         crate::chaincode::Approver::from_crypto(&crypto, &peer.org, peer.grpc)
                     })

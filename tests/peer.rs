@@ -13,8 +13,6 @@
 
 #[path = "support/busy.rs"]
 mod busy;
-#[path = "peer/catch_up.rs"]
-mod catch_up;
 #[path = "peer/disk.rs"]
 mod disk;
 #[path = "support/disk.rs"]
@@ -25,6 +23,8 @@ mod hostile;
 mod limits;
 #[path = "support/node.rs"]
 mod node;
+#[path = "peer/other_orgs.rs"]
+mod other_orgs;
 #[path = "support/raw.rs"]
 mod raw;
 

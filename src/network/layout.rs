@@ -192,9 +192,15 @@ pub struct PeerNode {
     pub name: String,
     pub grpc: SocketAddr,
     pub operations: SocketAddr,
-    /// The organisation's first peer: it approves chaincode definitions
-    /// and other organisations' Gateways ask it to endorse.
-    pub is_first: bool,
+    /// Its place among its organisation's peers: the first (0) approves
+    /// chaincode definitions.
+    pub index: usize,
+}
+
+impl PeerNode {
+    pub fn is_first(&self) -> bool {
+        self.index == 0
+    }
 }
 
 fn loopback(port: u32) -> Result<SocketAddr> {
@@ -319,7 +325,7 @@ impl Plan {
                     name: format!("peer{index}.{org}.example.com"),
                     grpc: loopback(grpc)?,
                     operations: loopback(grpc + 1)?,
-                    is_first: index == 0,
+                    index,
                     org: org.clone(),
                 });
             }
@@ -660,9 +666,17 @@ impl Plan {
             orderers = orderers.join(", "),
             operations = peer.operations,
         );
-        // The Gateway asks one peer of each other organisation.
-        for other in self.peer_nodes()? {
-            if other.org != peer.org && other.is_first {
+        // The Gateway knows every peer of the other organisations, and
+        // asks the one of its own place first (peer1 asks peer1, then the
+        // rest in turn), so that the organisations' peers share the
+        // endorsements and each is the others' stand-in.
+        let peers = self.peer_nodes()?;
+        for organisation in peers.chunks(self.peers_per_org.max(1)) {
+            if organisation[0].org == peer.org {
+                continue;
+            }
+            let first = peer.index % organisation.len();
+            for other in organisation[first..].iter().chain(&organisation[..first]) {
                 let _ = writeln!(
                     text,
                     "    - {{mspId: {}, address: {}}}",
@@ -974,6 +988,54 @@ mod tests {
     }
 
     #[test]
+    fn a_gateway_knows_every_peer_of_the_other_organisations_its_own_place_first() {
+        let plan = plan(3);
+        plan.check().unwrap();
+        let peers = plan.peer_nodes().unwrap();
+        let endorsers_of = |name: &str| -> Vec<String> {
+            let peer = peers.iter().find(|peer| peer.name == name).unwrap();
+            let yaml: serde_yaml::Value =
+                serde_yaml::from_str(&plan.peer_yaml(peer).unwrap()).unwrap();
+            yaml["gateway"]["peers"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|known| {
+                    format!(
+                        "{} {}",
+                        known["mspId"].as_str().unwrap(),
+                        known["address"].as_str().unwrap()
+                    )
+                })
+                .collect()
+        };
+        let address_of = |name: &str| peers.iter().find(|peer| peer.name == name).unwrap().grpc;
+        let (org2_first, org2_second) = (
+            address_of("peer0.org2.example.com"),
+            address_of("peer1.org2.example.com"),
+        );
+        assert_eq!(
+            endorsers_of("peer0.org1.example.com"),
+            [
+                format!("Org2MSP {org2_first}"),
+                format!("Org2MSP {org2_second}")
+            ]
+        );
+        assert_eq!(
+            endorsers_of("peer1.org1.example.com"),
+            [
+                format!("Org2MSP {org2_second}"),
+                format!("Org2MSP {org2_first}")
+            ]
+        );
+        let org1_first = address_of("peer0.org1.example.com");
+        assert_eq!(
+            endorsers_of("peer0.org2.example.com")[0],
+            format!("Org1MSP {org1_first}")
+        );
+    }
+
+    #[test]
     fn several_channels_are_numbered_and_every_node_joins_them() {
         let mut plan = plan(3);
         plan.channels = 3;
@@ -1059,7 +1121,11 @@ mod tests {
                 // Validation keeps to the same share of the cores.
                 assert_eq!(file.committer.validation_threads, file.peer.worker_threads);
                 assert_eq!(file.orderers.len(), orderers);
-                assert_eq!(file.gateway.peers.len(), plan.organisations - 1);
+                // Every peer of every other organisation.
+                assert_eq!(
+                    file.gateway.peers.len(),
+                    (plan.organisations - 1) * plan.peers_per_org
+                );
                 assert_eq!(file.peer.tls.enabled, tls);
                 if tls {
                     // The orderers' TLS CA and every organisation's.

@@ -8,7 +8,7 @@
 //! the endorsement is given) and `maximumPeerCount` (peers it is sent to
 //! at most). weft's peers speak `weft.privatedata.PrivateData/Push` to each
 //! other instead; which peers it reaches are those the peer's Gateway
-//! knows (`gateway.peers`: one peer of each other organisation), in their
+//! knows (`gateway.peers`: peers of other organisations), in their
 //! configured order, and a peer's own organisation's other peers are not
 //! known to it. Each peer is sent only the collections its organisation
 //! is a member of, in one signed envelope; the receiver checks the

@@ -3,12 +3,15 @@
 //!
 //! - `Endorse`: the proposal is endorsed by this peer and by one peer of
 //!   every other organisation the client names (or, if it names none, of
-//!   every organisation configured), their results must agree, and the
-//!   transaction is prepared for the client to sign. The other peers are
-//!   told how many blocks this peer has committed, and a weft peer that is
-//!   behind catches up before it endorses, so that a client reading what
-//!   it just saw committed here gets endorsements that agree (Fabric's
-//!   peers ignore the header);
+//!   the fewest organisations configured that satisfy the endorsement
+//!   policy), their results must agree, and the transaction is prepared
+//!   for the client to sign. An organisation's configured peers are asked
+//!   in turn until one endorses, as Fabric's Gateway moves on to the next
+//!   peer of an organisation, those that last failed to answer last. The
+//!   other peers are told how many blocks this peer has committed, and a
+//!   weft peer that is behind catches up before it endorses, so that a
+//!   client reading what it just saw committed here gets endorsements
+//!   that agree (Fabric's peers ignore the header);
 //! - `Submit`: the signed transaction goes to the first orderer that takes
 //!   it, over a Broadcast stream to that orderer that every submit shares
 //!   (`broadcast_lines`; Fabric's Gateway opens one per transaction);
@@ -37,7 +40,7 @@
 //! policy: the default `MAJORITY Endorsement` of a two-organisation channel
 //! and any `ANY` policy are met by endorsing with every organisation.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,7 +63,7 @@ use weft_protos::gateway::{
 };
 use weft_protos::orderer::seek_position::Type as SeekType;
 use weft_protos::protos::endorser_client::EndorserClient;
-use weft_protos::protos::{ChaincodeEvent, ProposalResponse};
+use weft_protos::protos::{ChaincodeEvent, ProposalResponse, SignedProposal};
 use weft_protos::tx::ReceivedProposal;
 use weft_protos::view::{DecodedBlock, Limits, TxBody};
 
@@ -82,7 +85,8 @@ pub struct GatewayConfig {
     /// This peer's address, as error details name it.
     pub local_address: String,
     /// Peers of other organisations that endorse for this one: (MSP ID,
-    /// `host:port`).
+    /// `host:port`); of an organisation listed more than once, the first
+    /// that endorses.
     pub peers: Vec<(String, String)>,
     /// Orderers to submit to (`host:port`).
     pub orderers: Vec<String>,
@@ -135,6 +139,9 @@ pub struct GatewayService {
     broadcasts: Arc<BroadcastLines>,
     /// The `CommitStatus` calls waiting, by channel.
     commit_waiters: Arc<Mutex<HashMap<String, Arc<CommitWaiters>>>>,
+    /// Peers of other organisations whose last call failed without an
+    /// answer (down, unreachable, or too slow): asked after the others.
+    silent: Arc<Mutex<HashSet<String>>>,
 }
 
 impl GatewayService {
@@ -145,6 +152,7 @@ impl GatewayService {
             links: Arc::default(),
             broadcasts: Arc::default(),
             commit_waiters: Arc::default(),
+            silent: Arc::default(),
         }
     }
 
@@ -179,6 +187,80 @@ impl GatewayService {
         self.endorser
             .channel(channel_id)
             .ok_or_else(|| Status::not_found(format!("channel {channel_id:?} not found")))
+    }
+
+    /// An endorsement of `signed` by a peer of organisation `msp_id`, told
+    /// that this peer has committed `committed` blocks: its known peers
+    /// are asked one after another until one endorses, as Fabric's Gateway
+    /// moves on to the next peer of an organisation whatever the failure.
+    /// Peers whose last call failed without an answer are asked last, so
+    /// that a peer that is down does not hold up every endorsement. The
+    /// error holds one detail per peer asked.
+    async fn endorse_in_organisation(
+        &self,
+        msp_id: &str,
+        signed: SignedProposal,
+        committed: u64,
+    ) -> Result<ProposalResponse, Vec<ErrorDetail>> {
+        let mut failures = Vec::new();
+        for address in self.peers_in_turn(msp_id) {
+            match self.endorse_at(&address, signed.clone(), committed).await {
+                Ok(response) => {
+                    self.silent.lock().remove(&address);
+                    match endorsement_failure(&response) {
+                        None => return Ok(response),
+                        Some(reason) => failures.push(detail(&address, msp_id, reason)),
+                    }
+                }
+                Err(status) => {
+                    self.silent.lock().insert(address.clone());
+                    failures.push(detail(&address, msp_id, status.message()));
+                }
+            }
+        }
+        if failures.is_empty() {
+            failures.push(detail("", msp_id, "no peer of this organisation is known"));
+        }
+        Err(failures)
+    }
+
+    /// The known peers of organisation `msp_id`, in the order configured,
+    /// those whose last call failed without an answer last.
+    fn peers_in_turn(&self, msp_id: &str) -> Vec<String> {
+        let silent = self.silent.lock();
+        let (mut answering, quiet): (Vec<String>, Vec<String>) = self
+            .config
+            .peers
+            .iter()
+            .filter(|(id, _)| id == msp_id)
+            .map(|(_, address)| address.clone())
+            .partition(|address| !silent.contains(address));
+        answering.extend(quiet);
+        answering
+    }
+
+    /// The answer of the peer at `address` to `signed`, within the
+    /// endorsement timeout.
+    async fn endorse_at(
+        &self,
+        address: &str,
+        signed: SignedProposal,
+        committed: u64,
+    ) -> Result<ProposalResponse, Status> {
+        let channel = self.link(address)?;
+        let within = self.config.timeouts.endorsement;
+        let mut request = Request::new(signed);
+        request
+            .metadata_mut()
+            .insert(COMMITTED_HEIGHT_HEADER, committed.into());
+        tokio::time::timeout(
+            within,
+            EndorserClient::new(weft_protos::dial::ending_with_last_message(channel))
+                .process_proposal(request),
+        )
+        .await
+        .unwrap_or_else(|_| Err(timed_out("endorsement", within)))
+        .map(Response::into_inner)
     }
 
     /// The organisations to endorse with: those the client named, or the
@@ -323,64 +405,49 @@ impl Gateway for GatewayService {
             &request.endorsing_organizations,
         )?;
         // Every organisation endorses side by side, as Fabric's Gateway
-        // asks them: this peer on a task of its own, the others over their
-        // connections; the answers are taken in the plan's order. The
-        // others are told how far this peer has committed, and a weft peer
-        // behind it catches up before it simulates: the client may have
-        // seen its last transaction committed here and now read what it
-        // wrote (Fabric's Gateway endorses at a lagging peer all the same,
-        // and the endorsements disagree).
+        // asks them: this peer on a task of its own, each other
+        // organisation on one that tries its known peers in turn; the
+        // answers are taken in the plan's order. The others are told how
+        // far this peer has committed, and a weft peer behind it catches
+        // up before it simulates: the client may have seen its last
+        // transaction committed here and now read what it wrote (Fabric's
+        // Gateway endorses at a lagging peer all the same, and the
+        // endorsements disagree).
         let committed = *channel.committed_height().borrow();
-        let mut failures = Vec::new();
         let mut asked = Vec::new();
         for msp_id in organisations {
-            if msp_id == self.config.local_msp_id {
-                let (endorser, signed) = (self.endorser.clone(), signed.clone());
-                let endorsement = tokio::spawn(async move { Ok(endorser.answer(signed).await) });
-                asked.push((msp_id, self.config.local_address.clone(), endorsement));
-                continue;
-            }
-            let Some((_, address)) = self.config.peers.iter().find(|(id, _)| *id == msp_id) else {
-                failures.push(detail("", &msp_id, "no peer of this organisation is known"));
-                continue;
+            let (organisation, signed) = (msp_id.clone(), signed.clone());
+            let endorsement = if msp_id == self.config.local_msp_id {
+                let endorser = self.endorser.clone();
+                let address = self.config.local_address.clone();
+                tokio::spawn(async move {
+                    let response = endorser.answer(signed).await;
+                    match endorsement_failure(&response) {
+                        None => Ok(response),
+                        Some(reason) => Err(vec![detail(&address, &organisation, reason)]),
+                    }
+                })
+            } else {
+                let gateway = self.clone();
+                tokio::spawn(async move {
+                    gateway
+                        .endorse_in_organisation(&organisation, signed, committed)
+                        .await
+                })
             };
-            let channel = match self.link(address) {
-                Ok(channel) => channel,
-                Err(status) => {
-                    failures.push(detail(address, &msp_id, status.message()));
-                    continue;
-                }
-            };
-            let within = self.config.timeouts.endorsement;
-            let mut request = Request::new(signed.clone());
-            request
-                .metadata_mut()
-                .insert(COMMITTED_HEIGHT_HEADER, committed.into());
-            let endorsement = tokio::spawn(async move {
-                tokio::time::timeout(
-                    within,
-                    EndorserClient::new(weft_protos::dial::ending_with_last_message(channel))
-                        .process_proposal(request),
-                )
-                .await
-                .unwrap_or_else(|_| Err(timed_out("endorsement", within)))
-                .map(Response::into_inner)
-            });
-            asked.push((msp_id, address.clone(), endorsement));
+            asked.push((msp_id, endorsement));
         }
+        let mut failures = Vec::new();
         let mut responses = Vec::new();
-        for (msp_id, address, endorsement) in asked {
-            let answered = endorsement.await.unwrap_or_else(|error| {
-                Err(Status::internal(format!(
-                    "the endorsement task failed: {error}"
-                )))
-            });
-            match answered {
-                Ok(response) => match endorsement_failure(&response) {
-                    Some(reason) => failures.push(detail(&address, &msp_id, reason)),
-                    None => responses.push(response),
-                },
-                Err(status) => failures.push(detail(&address, &msp_id, status.message())),
+        for (msp_id, endorsement) in asked {
+            match endorsement.await {
+                Ok(Ok(response)) => responses.push(response),
+                Ok(Err(details)) => failures.extend(details),
+                Err(error) => failures.push(detail(
+                    "",
+                    &msp_id,
+                    format!("the endorsement task failed: {error}"),
+                )),
             }
         }
         if !failures.is_empty() || responses.is_empty() {

@@ -1,7 +1,8 @@
-//! A Gateway endorsing at another organisation's peer that is behind its
-//! own: the other peer is told how far the Gateway's peer has committed
-//! and endorses only once it has caught up, so a client that reads what it
-//! just saw committed gets endorsements that agree.
+//! A Gateway's dealings with the peers of other organisations: a peer
+//! behind the Gateway's own is told how far that one has committed and
+//! endorses once it has caught up, so a client that reads what it just saw
+//! committed gets endorsements that agree; an organisation whose first
+//! peer is down endorses at its next.
 
 use std::net::SocketAddr;
 
@@ -9,8 +10,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use weft_protos::gateway::EndorseRequest;
 use weft_protos::gateway::gateway_client::GatewayClient;
+use weft_protos::gateway::{EndorseRequest, ErrorDetail};
 use weft_protos::view::{Limits, TxBody, TxEnvelope};
 
 use super::*;
@@ -107,6 +108,92 @@ async fn a_peer_behind_the_gateways_endorses_once_it_has_caught_up() {
         refused.message().contains("weft-committed-height"),
         "{refused:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_endorses_at_the_next_peer_of_an_organisation_whose_first_fails() {
+    // Goal: org1's Gateway knows two peers of org2. The first takes
+    // connections and never answers (a host that hangs): the Gateway waits
+    // its endorsement timeout for it, has the second endorse, and from
+    // then on asks the second first. When no peer of org2 endorses, the
+    // client hears from each, as Fabric's Gateway reports them.
+    let dir = tempfile::tempdir().unwrap();
+    let mut network = Network::create(dir.path());
+    network.extra_gateway_keys = "  endorsementTimeout: 3s\n".to_owned();
+    let hanging = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hanging_address = hanging.local_addr().unwrap();
+    let orderer = network.start_solo_orderer();
+    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
+    let org1 = network.start_org_peer(
+        "org1",
+        &dir.path().join("org1"),
+        &[orderer.grpc],
+        &[("Org2MSP", hanging_address), ("Org2MSP", org2.grpc)],
+    );
+    let gateway = GatewayClient::new(connect(org1.grpc).await);
+    let endorse = |key: &str| {
+        let proposal = network.proposal(CHANNEL, &["kv", "put", key, "v"]);
+        let request = EndorseRequest {
+            transaction_id: proposal.tx_id.clone(),
+            channel_id: CHANNEL.to_owned(),
+            proposed_transaction: Some(proposal.signed(&network.client).unwrap()),
+            endorsing_organizations: vec!["Org1MSP".to_owned(), "Org2MSP".to_owned()],
+        };
+        let mut client = gateway.clone();
+        async move {
+            let asked = Instant::now();
+            let answer = client.endorse(request).await;
+            (answer, asked.elapsed())
+        }
+    };
+    let endorsements = |prepared: Envelope| {
+        let envelope = TxEnvelope::decode(prepared.encode_to_vec().into(), Limits::default());
+        let TxBody::Endorser(transaction) = envelope.unwrap().body else {
+            panic!("not an endorser transaction");
+        };
+        transaction.actions[0].endorsements.len()
+    };
+
+    let (first, took) = endorse("first").await;
+    let prepared = first.unwrap().into_inner().prepared_transaction.unwrap();
+    assert_eq!(endorsements(prepared), 2);
+    assert!(
+        took >= Duration::from_secs(3),
+        "the hanging peer was asked first: {took:?}"
+    );
+    let (second, took) = endorse("second").await;
+    let prepared = second.unwrap().into_inner().prepared_transaction.unwrap();
+    assert_eq!(endorsements(prepared), 2);
+    assert!(
+        took < Duration::from_secs(3),
+        "the peer that did not answer was asked first again: {took:?}"
+    );
+    let metrics = http_get(org2.operations.unwrap(), "/metrics").1;
+    assert_eq!(metric(&metrics, "endorser_proposals_received"), 2.0);
+
+    // Org2's answering peer goes down too: the client is told of both.
+    let org2_address = org2.grpc;
+    drop(org2);
+    let (failed, _) = endorse("third").await;
+    let failed = failed.unwrap_err();
+    assert_eq!(failed.code(), tonic::Code::Aborted, "{failed:?}");
+    let details: Vec<ErrorDetail> = weft_protos::rpc::Status::decode(failed.details())
+        .unwrap()
+        .details
+        .iter()
+        .map(|any| ErrorDetail::decode(any.value.as_slice()).unwrap())
+        .collect();
+    let named: Vec<(&str, &str)> = details
+        .iter()
+        .map(|detail| (detail.address.as_str(), detail.msp_id.as_str()))
+        .collect();
+    let (down, hangs) = (org2_address.to_string(), hanging_address.to_string());
+    assert_eq!(
+        named,
+        [(&*down, "Org2MSP"), (&*hangs, "Org2MSP")],
+        "{details:?}"
+    );
+    assert_eq!(details[1].message, "endorsement timeout expired after 3s");
 }
 
 /// A TCP link to one address that passes bytes both ways until held, and
