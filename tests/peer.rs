@@ -23,8 +23,8 @@ mod hostile;
 mod limits;
 #[path = "support/node.rs"]
 mod node;
-#[path = "peer/other_orgs.rs"]
-mod other_orgs;
+#[path = "peer/other_nodes.rs"]
+mod other_nodes;
 #[path = "support/raw.rs"]
 mod raw;
 

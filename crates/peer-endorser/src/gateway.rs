@@ -13,8 +13,9 @@
 //!   client reading what it just saw committed here gets endorsements
 //!   that agree (Fabric's peers ignore the header);
 //! - `Submit`: the signed transaction goes to the first orderer that takes
-//!   it, over a Broadcast stream to that orderer that every submit shares
-//!   (`broadcast_lines`; Fabric's Gateway opens one per transaction);
+//!   it (those that last failed to answer tried last), over a Broadcast
+//!   stream to that orderer that every submit shares (`broadcast_lines`;
+//!   Fabric's Gateway opens one per transaction);
 //! - `CommitStatus`: waits until this peer has committed the transaction
 //!   and answers its validation code and block;
 //! - `Evaluate`: the proposal is run here and its result returned, nothing
@@ -139,8 +140,9 @@ pub struct GatewayService {
     broadcasts: Arc<BroadcastLines>,
     /// The `CommitStatus` calls waiting, by channel.
     commit_waiters: Arc<Mutex<HashMap<String, Arc<CommitWaiters>>>>,
-    /// Peers of other organisations whose last call failed without an
-    /// answer (down, unreachable, or too slow): asked after the others.
+    /// Peers of other organisations and orderers whose last call failed
+    /// without an answer (down, unreachable, or too slow): asked after the
+    /// others.
     silent: Arc<Mutex<HashSet<String>>>,
 }
 
@@ -196,6 +198,26 @@ impl GatewayService {
     /// Peers whose last call failed without an answer are asked last, so
     /// that a peer that is down does not hold up every endorsement. The
     /// error holds one detail per peer asked.
+    /// `nodes` in the order given, those whose last call got no answer
+    /// last.
+    fn answering_first<'a>(&self, nodes: impl Iterator<Item = &'a String>) -> Vec<String> {
+        let silent = self.silent.lock();
+        let (mut answering, quiet): (Vec<String>, Vec<String>) =
+            nodes.cloned().partition(|node| !silent.contains(node));
+        answering.extend(quiet);
+        answering
+    }
+
+    /// Notes whether the node at `address` answered its last call.
+    fn note_answered(&self, address: &str, answered: bool) {
+        let mut silent = self.silent.lock();
+        if answered {
+            silent.remove(address);
+        } else if !silent.contains(address) {
+            silent.insert(address.to_owned());
+        }
+    }
+
     async fn endorse_in_organisation(
         &self,
         msp_id: &str,
@@ -203,40 +225,20 @@ impl GatewayService {
         committed: u64,
     ) -> Result<ProposalResponse, Vec<ErrorDetail>> {
         let mut failures = Vec::new();
-        for address in self.peers_in_turn(msp_id) {
-            match self.endorse_at(&address, signed.clone(), committed).await {
-                Ok(response) => {
-                    self.silent.lock().remove(&address);
-                    match endorsement_failure(&response) {
-                        None => return Ok(response),
-                        Some(reason) => failures.push(detail(&address, msp_id, reason)),
-                    }
-                }
-                Err(status) => {
-                    self.silent.lock().insert(address.clone());
-                    failures.push(detail(&address, msp_id, status.message()));
-                }
+        let known = self.config.peers.iter().filter(|(id, _)| id == msp_id);
+        for address in self.answering_first(known.map(|(_, address)| address)) {
+            let answer = self.endorse_at(&address, signed.clone(), committed).await;
+            self.note_answered(&address, answer.is_ok());
+            match answer.map(|response| (endorsement_failure(&response), response)) {
+                Ok((None, response)) => return Ok(response),
+                Ok((Some(reason), _)) => failures.push(detail(&address, msp_id, reason)),
+                Err(status) => failures.push(detail(&address, msp_id, status.message())),
             }
         }
         if failures.is_empty() {
             failures.push(detail("", msp_id, "no peer of this organisation is known"));
         }
         Err(failures)
-    }
-
-    /// The known peers of organisation `msp_id`, in the order configured,
-    /// those whose last call failed without an answer last.
-    fn peers_in_turn(&self, msp_id: &str) -> Vec<String> {
-        let silent = self.silent.lock();
-        let (mut answering, quiet): (Vec<String>, Vec<String>) = self
-            .config
-            .peers
-            .iter()
-            .filter(|(id, _)| id == msp_id)
-            .map(|(_, address)| address.clone())
-            .partition(|address| !silent.contains(address));
-        answering.extend(quiet);
-        answering
     }
 
     /// The answer of the peer at `address` to `signed`, within the
@@ -499,21 +501,17 @@ impl Gateway for GatewayService {
         }
         let mut failures = Vec::new();
         let orderers = &self.config.orderers;
-        for orderer in self
-            .config
-            .orderer_choice
-            .order(orderers.len())
-            .into_iter()
-            .map(|index| &orderers[index])
-        {
+        let chosen = self.config.orderer_choice.order(orderers.len());
+        for orderer in self.answering_first(chosen.into_iter().map(|index| &orderers[index])) {
             let within = self.config.timeouts.broadcast;
             let answer = tokio::time::timeout(
                 within,
                 self.broadcasts
-                    .broadcast(orderer, || self.link(orderer), envelope.clone()),
+                    .broadcast(&orderer, || self.link(&orderer), envelope.clone()),
             )
             .await
             .unwrap_or_else(|_| Err(timed_out("broadcast", within)));
+            self.note_answered(&orderer, answer.is_ok());
             match answer {
                 Ok(answer) if answer.status == weft_protos::common::Status::Success as i32 => {
                     return Ok(Response::new(SubmitResponse {}));
@@ -530,7 +528,7 @@ impl Gateway for GatewayService {
                         answer.info
                     )));
                 }
-                Err(status) => failures.push(detail(orderer, "", status.message())),
+                Err(status) => failures.push(detail(&orderer, "", status.message())),
             }
         }
         Err(failed(

@@ -1,8 +1,10 @@
-//! A Gateway's dealings with the peers of other organisations: a peer
-//! behind the Gateway's own is told how far that one has committed and
-//! endorses once it has caught up, so a client that reads what it just saw
-//! committed gets endorsements that agree; an organisation whose first
-//! peer is down endorses at its next.
+//! A Gateway's dealings with the other nodes: a peer of another
+//! organisation behind the Gateway's own is told how far that one has
+//! committed and endorses once it has caught up, so a client that reads
+//! what it just saw committed gets endorsements that agree; an
+//! organisation whose first peer is down endorses at its next; a
+//! transaction that an orderer does not take goes to the next, and an
+//! orderer that did not answer is tried last from then on.
 
 use std::net::SocketAddr;
 
@@ -194,6 +196,47 @@ async fn the_gateway_endorses_at_the_next_peer_of_an_organisation_whose_first_fa
         "{details:?}"
     );
     assert_eq!(details[1].message, "endorsement timeout expired after 3s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submit_the_first_orderer_does_not_answer_goes_to_the_next_which_is_tried_first_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut network = Network::create(dir.path());
+    network.extra_gateway_keys = "  broadcastTimeout: 3s\n".to_owned();
+    let hanging = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hanging_address = hanging.local_addr().unwrap();
+    let orderer = network.start_solo_orderer();
+    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
+    // Org1's peer lists the hanging "orderer" first, and tries the
+    // orderers in the order listed (this test's peers all do).
+    let org1 = network.start_org_peer(
+        "org1",
+        &dir.path().join("org1"),
+        &[hanging_address, orderer.grpc],
+        &[("Org2MSP", org2.grpc)],
+    );
+    let gateway = GatewayClient::new(connect(org1.grpc).await);
+    let endorsers = [&network.org1_peer, &network.org2_peer];
+
+    let mut took = Vec::new();
+    for key in ["past-a-hanging-orderer", "hanging-orderer-tried-last"] {
+        let envelope = network.put(key, None, &endorsers);
+        let asked = Instant::now();
+        gateway
+            .clone()
+            .submit(gateway_submit_request(&envelope))
+            .await
+            .unwrap();
+        took.push(asked.elapsed());
+    }
+    assert!(took[0] >= Duration::from_secs(3), "{took:?}");
+    assert!(
+        took[1] < Duration::from_secs(3),
+        "asked the hanging orderer first again: {took:?}"
+    );
+    // Both were ordered (org2's peer fetches from the orderer itself).
+    let codes = committed_codes(org2.grpc, &network.client, 2).await;
+    assert_eq!(codes, [TxValidationCode::Valid, TxValidationCode::Valid]);
 }
 
 /// A TCP link to one address that passes bytes both ways until held, and
