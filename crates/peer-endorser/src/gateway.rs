@@ -191,13 +191,6 @@ impl GatewayService {
             .ok_or_else(|| Status::not_found(format!("channel {channel_id:?} not found")))
     }
 
-    /// An endorsement of `signed` by a peer of organisation `msp_id`, told
-    /// that this peer has committed `committed` blocks: its known peers
-    /// are asked one after another until one endorses, as Fabric's Gateway
-    /// moves on to the next peer of an organisation whatever the failure.
-    /// Peers whose last call failed without an answer are asked last, so
-    /// that a peer that is down does not hold up every endorsement. The
-    /// error holds one detail per peer asked.
     /// `nodes` in the order given, those whose last call got no answer
     /// last.
     fn answering_first<'a>(&self, nodes: impl Iterator<Item = &'a String>) -> Vec<String> {
@@ -218,6 +211,13 @@ impl GatewayService {
         }
     }
 
+    /// An endorsement of `signed` by a peer of organisation `msp_id`, told
+    /// that this peer has committed `committed` blocks: its known peers
+    /// are asked one after another until one endorses, as Fabric's Gateway
+    /// moves on to the next peer of an organisation whatever the failure.
+    /// Peers whose last call failed without an answer are asked last, so
+    /// that a peer that is down does not hold up every endorsement. The
+    /// error holds one detail per peer asked.
     async fn endorse_in_organisation(
         &self,
         msp_id: &str,
