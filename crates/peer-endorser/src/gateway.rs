@@ -41,10 +41,10 @@
 //! policy: the default `MAJORITY Endorsement` of a two-organisation channel
 //! and any `ANY` policy are met by endorsing with every organisation.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -71,6 +71,7 @@ use weft_protos::view::{DecodedBlock, Limits, TxBody};
 use crate::broadcast_lines::BroadcastLines;
 use crate::commit_status::CommitWaiters;
 use crate::service::COMMITTED_HEIGHT_HEADER;
+use crate::silent_nodes::SilentNodes;
 use crate::{Endorser, JoinedChannel};
 
 /// The policy a client must satisfy to read commit status and events.
@@ -140,10 +141,9 @@ pub struct GatewayService {
     broadcasts: Arc<BroadcastLines>,
     /// The `CommitStatus` calls waiting, by channel.
     commit_waiters: Arc<Mutex<HashMap<String, Arc<CommitWaiters>>>>,
-    /// Peers of other organisations and orderers whose last call failed
-    /// without an answer (down, unreachable, or too slow): asked after the
-    /// others.
-    silent: Arc<Mutex<HashSet<String>>>,
+    /// Peers of other organisations and orderers whose last call got no
+    /// answer, asked after the others for a while.
+    silent: Arc<SilentNodes>,
 }
 
 impl GatewayService {
@@ -191,33 +191,13 @@ impl GatewayService {
             .ok_or_else(|| Status::not_found(format!("channel {channel_id:?} not found")))
     }
 
-    /// `nodes` in the order given, those whose last call got no answer
-    /// last.
-    fn answering_first<'a>(&self, nodes: impl Iterator<Item = &'a String>) -> Vec<String> {
-        let silent = self.silent.lock();
-        let (mut answering, quiet): (Vec<String>, Vec<String>) =
-            nodes.cloned().partition(|node| !silent.contains(node));
-        answering.extend(quiet);
-        answering
-    }
-
-    /// Notes whether the node at `address` answered its last call.
-    fn note_answered(&self, address: &str, answered: bool) {
-        let mut silent = self.silent.lock();
-        if answered {
-            silent.remove(address);
-        } else if !silent.contains(address) {
-            silent.insert(address.to_owned());
-        }
-    }
-
     /// An endorsement of `signed` by a peer of organisation `msp_id`, told
     /// that this peer has committed `committed` blocks: its known peers
     /// are asked one after another until one endorses, as Fabric's Gateway
     /// moves on to the next peer of an organisation whatever the failure.
-    /// Peers whose last call failed without an answer are asked last, so
-    /// that a peer that is down does not hold up every endorsement. The
-    /// error holds one detail per peer asked.
+    /// Peers whose last call got no answer are asked last for a while
+    /// ([`SilentNodes`]), so that a peer that is down does not hold up
+    /// every endorsement. The error holds one detail per peer asked.
     async fn endorse_in_organisation(
         &self,
         msp_id: &str,
@@ -226,9 +206,12 @@ impl GatewayService {
     ) -> Result<ProposalResponse, Vec<ErrorDetail>> {
         let mut failures = Vec::new();
         let known = self.config.peers.iter().filter(|(id, _)| id == msp_id);
-        for address in self.answering_first(known.map(|(_, address)| address)) {
+        let in_turn = self
+            .silent
+            .answering_first(known.map(|(_, address)| address), Instant::now());
+        for address in in_turn {
             let answer = self.endorse_at(&address, signed.clone(), committed).await;
-            self.note_answered(&address, answer.is_ok());
+            self.silent.note(&address, answer.is_ok(), Instant::now());
             match answer.map(|response| (endorsement_failure(&response), response)) {
                 Ok((None, response)) => return Ok(response),
                 Ok((Some(reason), _)) => failures.push(detail(&address, msp_id, reason)),
@@ -502,7 +485,11 @@ impl Gateway for GatewayService {
         let mut failures = Vec::new();
         let orderers = &self.config.orderers;
         let chosen = self.config.orderer_choice.order(orderers.len());
-        for orderer in self.answering_first(chosen.into_iter().map(|index| &orderers[index])) {
+        let in_turn = self.silent.answering_first(
+            chosen.into_iter().map(|index| &orderers[index]),
+            Instant::now(),
+        );
+        for orderer in in_turn {
             let within = self.config.timeouts.broadcast;
             let answer = tokio::time::timeout(
                 within,
@@ -511,7 +498,7 @@ impl Gateway for GatewayService {
             )
             .await
             .unwrap_or_else(|_| Err(timed_out("broadcast", within)));
-            self.note_answered(&orderer, answer.is_ok());
+            self.silent.note(&orderer, answer.is_ok(), Instant::now());
             match answer {
                 Ok(answer) if answer.status == weft_protos::common::Status::Success as i32 => {
                     return Ok(Response::new(SubmitResponse {}));

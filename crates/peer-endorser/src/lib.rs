@@ -32,6 +32,7 @@ pub mod mango;
 mod metrics;
 pub mod package;
 mod service;
+mod silent_nodes;
 
 pub use chaincode::{Chaincode, ChannelView, PrivateWrites, StateError, Stub};
 pub use endorser::{CATCH_UP_TIMEOUT_DEFAULT, Endorser, JoinedChannel};
