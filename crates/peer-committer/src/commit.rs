@@ -666,9 +666,12 @@ impl ChannelCommitter {
                 refuse("no validation codes (TRANSACTIONS_FILTER) for its transactions".to_owned())
             })?;
         let mvcc = started.elapsed();
-        let mut written = self.write(&block, &decoded, codes, true)?;
-        self.settle_written(&mut written)?;
-        Ok(written.committed(Duration::ZERO, mvcc))
+        let written = self.write(&block, &decoded, codes, true)?;
+        self.settle(Applied {
+            written,
+            validate: Duration::ZERO,
+            mvcc,
+        })
     }
 
     /// Appends a block whose codes are settled, applies its valid writes,

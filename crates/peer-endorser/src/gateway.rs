@@ -210,12 +210,12 @@ impl GatewayService {
             .silent
             .answering_first(known.map(|(_, address)| address), Instant::now());
         for address in in_turn {
-            let answer = self.endorse_at(&address, signed.clone(), committed).await;
-            self.silent.note(&address, answer.is_ok(), Instant::now());
+            let answer = self.endorse_at(address, signed.clone(), committed).await;
+            self.silent.note(address, answer.is_ok(), Instant::now());
             match answer.map(|response| (endorsement_failure(&response), response)) {
                 Ok((None, response)) => return Ok(response),
-                Ok((Some(reason), _)) => failures.push(detail(&address, msp_id, reason)),
-                Err(status) => failures.push(detail(&address, msp_id, status.message())),
+                Ok((Some(reason), _)) => failures.push(detail(address, msp_id, reason)),
+                Err(status) => failures.push(detail(address, msp_id, status.message())),
             }
         }
         if failures.is_empty() {
@@ -494,11 +494,11 @@ impl Gateway for GatewayService {
             let answer = tokio::time::timeout(
                 within,
                 self.broadcasts
-                    .broadcast(&orderer, || self.link(&orderer), envelope.clone()),
+                    .broadcast(orderer, || self.link(orderer), envelope.clone()),
             )
             .await
             .unwrap_or_else(|_| Err(timed_out("broadcast", within)));
-            self.silent.note(&orderer, answer.is_ok(), Instant::now());
+            self.silent.note(orderer, answer.is_ok(), Instant::now());
             match answer {
                 Ok(answer) if answer.status == weft_protos::common::Status::Success as i32 => {
                     return Ok(Response::new(SubmitResponse {}));
@@ -515,7 +515,7 @@ impl Gateway for GatewayService {
                         answer.info
                     )));
                 }
-                Err(status) => failures.push(detail(&orderer, "", status.message())),
+                Err(status) => failures.push(detail(orderer, "", status.message())),
             }
         }
         Err(failed(

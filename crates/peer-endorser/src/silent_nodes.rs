@@ -27,13 +27,13 @@ impl SilentNodes {
         &self,
         nodes: impl Iterator<Item = &'a String>,
         now: Instant,
-    ) -> Vec<String> {
+    ) -> Vec<&'a String> {
         let mut since = self.since.lock();
         if !since.is_empty() {
             since.retain(|_, silent| now.saturating_duration_since(*silent) < SILENT_FOR);
         }
-        let (mut answering, silent): (Vec<String>, Vec<String>) =
-            nodes.cloned().partition(|node| !since.contains_key(node));
+        let (mut answering, silent): (Vec<&String>, Vec<&String>) =
+            nodes.partition(|node| !since.contains_key(*node));
         answering.extend(silent);
         answering
     }
@@ -60,36 +60,42 @@ mod tests {
         nodes.iter().map(|node| (*node).to_owned()).collect()
     }
 
+    /// The order `silent` asks `nodes` in at `now`.
+    fn order(silent: &SilentNodes, nodes: &[String], now: Instant) -> Vec<String> {
+        silent
+            .answering_first(nodes.iter(), now)
+            .into_iter()
+            .cloned()
+            .collect()
+    }
+
     #[test]
     fn a_node_that_did_not_answer_is_asked_last_until_it_answers_or_a_while_passes() {
         let silent = SilentNodes::default();
         let nodes = names(&["a:1", "b:2", "c:3"]);
         let start = Instant::now();
-        assert_eq!(silent.answering_first(nodes.iter(), start), nodes);
+        assert_eq!(order(&silent, &nodes, start), nodes);
 
         silent.note("a:1", false, start);
         let later = start + SILENT_FOR / 2;
-        assert_eq!(
-            silent.answering_first(nodes.iter(), later),
-            names(&["b:2", "c:3", "a:1"])
-        );
+        assert_eq!(order(&silent, &nodes, later), names(&["b:2", "c:3", "a:1"]));
         // Its answer puts it back in its place.
         silent.note("a:1", true, later);
-        assert_eq!(silent.answering_first(nodes.iter(), later), nodes);
+        assert_eq!(order(&silent, &nodes, later), nodes);
 
         // Silent again, two of them: each back in its place once the while
         // since its own silence has passed.
         silent.note("b:2", false, later);
         silent.note("a:1", false, later + Duration::from_secs(1));
         assert_eq!(
-            silent.answering_first(nodes.iter(), later + SILENT_FOR / 2),
+            order(&silent, &nodes, later + SILENT_FOR / 2),
             names(&["c:3", "a:1", "b:2"])
         );
         assert_eq!(
-            silent.answering_first(nodes.iter(), later + SILENT_FOR),
+            order(&silent, &nodes, later + SILENT_FOR),
             names(&["b:2", "c:3", "a:1"])
         );
         let both_past = later + Duration::from_secs(1) + SILENT_FOR;
-        assert_eq!(silent.answering_first(nodes.iter(), both_past), nodes);
+        assert_eq!(order(&silent, &nodes, both_past), nodes);
     }
 }
