@@ -1743,6 +1743,27 @@ fn gateway_submit_request(envelope: &Envelope) -> weft_protos::gateway::SubmitRe
     }
 }
 
+/// A Gateway `Endorse` of `proposal` on `CHANNEL`, signed by `client`,
+/// with both organisations endorsing.
+fn endorse_by_both(proposal: &Proposal, client: &Signer) -> weft_protos::gateway::EndorseRequest {
+    weft_protos::gateway::EndorseRequest {
+        transaction_id: proposal.tx_id.clone(),
+        channel_id: CHANNEL.to_owned(),
+        proposed_transaction: Some(proposal.signed(client).unwrap()),
+        endorsing_organizations: vec!["Org1MSP".to_owned(), "Org2MSP".to_owned()],
+    }
+}
+
+/// The `gateway.ErrorDetail`s a Gateway attached to `status`.
+fn error_details(status: &tonic::Status) -> Vec<weft_protos::gateway::ErrorDetail> {
+    weft_protos::rpc::Status::decode(status.details())
+        .unwrap()
+        .details
+        .iter()
+        .map(|any| weft_protos::gateway::ErrorDetail::decode(any.value.as_slice()).unwrap())
+        .collect()
+}
+
 /// The transaction ID in `envelope`'s channel header.
 fn tx_id_of(envelope: &Envelope) -> String {
     let payload = weft_protos::common::Payload::decode(envelope.payload.clone()).unwrap();

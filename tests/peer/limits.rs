@@ -3,8 +3,8 @@
 //! calls a service runs at once, the wait for a call's first request, and
 //! the Gateway's wait for another organisation's peer.
 
+use weft_protos::gateway::ErrorDetail;
 use weft_protos::gateway::gateway_client::GatewayClient;
-use weft_protos::gateway::{EndorseRequest, ErrorDetail};
 
 use super::*;
 
@@ -58,25 +58,13 @@ async fn a_peer_bounds_its_connections_calls_and_waits_as_configured() {
     // The Gateway waits endorsementTimeout (1s) for Org2's peer, then
     // reports it in the error's details, naming the peer.
     let proposal = network.proposal(CHANNEL, &["kv", "put", "limits", "v"]);
-    let request = EndorseRequest {
-        channel_id: CHANNEL.to_owned(),
-        proposed_transaction: Some(proposal.signed(client).unwrap()),
-        endorsing_organizations: vec!["Org1MSP".to_owned(), "Org2MSP".to_owned()],
-        ..EndorseRequest::default()
-    };
     let failed = GatewayClient::new(connection.clone())
-        .endorse(request)
+        .endorse(endorse_by_both(&proposal, client))
         .await
         .unwrap_err();
     assert_eq!(failed.code(), tonic::Code::Aborted, "{failed:?}");
-    let details = weft_protos::rpc::Status::decode(failed.details()).unwrap();
-    let details: Vec<ErrorDetail> = details
-        .details
-        .iter()
-        .map(|any| ErrorDetail::decode(any.value.as_slice()).unwrap())
-        .collect();
     assert_eq!(
-        details,
+        error_details(&failed),
         [ErrorDetail {
             address: silent_address.to_string(),
             msp_id: "Org2MSP".to_owned(),

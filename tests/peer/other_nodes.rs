@@ -13,7 +13,6 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use weft_protos::gateway::gateway_client::GatewayClient;
-use weft_protos::gateway::{EndorseRequest, ErrorDetail};
 use weft_protos::view::{Limits, TxBody, TxEnvelope};
 
 use super::*;
@@ -64,12 +63,7 @@ async fn a_peer_behind_the_gateways_endorses_once_it_has_caught_up() {
     assert!(behind.message.contains("not found"), "{behind:?}");
 
     let read = network.proposal(CHANNEL, &["kv", "get", "read-after-write"]);
-    let request = EndorseRequest {
-        transaction_id: read.tx_id.clone(),
-        channel_id: CHANNEL.to_owned(),
-        proposed_transaction: Some(read.signed(&network.client).unwrap()),
-        endorsing_organizations: vec!["Org1MSP".to_owned(), "Org2MSP".to_owned()],
-    };
+    let request = endorse_by_both(&read, &network.client);
     let mut client = gateway.clone();
     let endorsing = tokio::spawn(async move { client.endorse(request).await });
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -143,12 +137,7 @@ async fn the_gateway_passes_over_a_peer_or_orderer_that_hangs_and_asks_it_last_a
     let gateway = GatewayClient::new(connect(org1.grpc).await);
     let endorse = |key: &str| {
         let proposal = network.proposal(CHANNEL, &["kv", "put", key, "v"]);
-        let request = EndorseRequest {
-            transaction_id: proposal.tx_id.clone(),
-            channel_id: CHANNEL.to_owned(),
-            proposed_transaction: Some(proposal.signed(&network.client).unwrap()),
-            endorsing_organizations: vec!["Org1MSP".to_owned(), "Org2MSP".to_owned()],
-        };
+        let request = endorse_by_both(&proposal, &network.client);
         let mut client = gateway.clone();
         async move {
             let asked = Instant::now();
@@ -213,12 +202,7 @@ async fn the_gateway_passes_over_a_peer_or_orderer_that_hangs_and_asks_it_last_a
     let (failed, _) = endorse("third").await;
     let failed = failed.unwrap_err();
     assert_eq!(failed.code(), tonic::Code::Aborted, "{failed:?}");
-    let details: Vec<ErrorDetail> = weft_protos::rpc::Status::decode(failed.details())
-        .unwrap()
-        .details
-        .iter()
-        .map(|any| ErrorDetail::decode(any.value.as_slice()).unwrap())
-        .collect();
+    let details = error_details(&failed);
     let named: Vec<(&str, &str)> = details
         .iter()
         .map(|detail| (detail.address.as_str(), detail.msp_id.as_str()))
