@@ -464,7 +464,7 @@ impl JoinedChannel for CommittedChannel {
 
 /// Where a channel's committer finds the private data of a block: the
 /// transient store, then the peers of the other members, asked from the
-/// committer's own thread.
+/// committer's own thread or, on a peer of one worker, from that worker.
 struct PrivateDataSource {
     ledger: Arc<BlockStore>,
     disseminator: Arc<Disseminator>,
@@ -483,10 +483,15 @@ impl PrivateWritesSource for PrivateDataSource {
         if self.patience.is_zero() {
             return Vec::new();
         }
-        self.runtime.block_on(
-            self.disseminator
-                .pull(&self.channel_id, missing, self.patience),
-        )
+        // The committing thread asks from outside the runtime; a peer of
+        // one worker commits small blocks on that worker, which
+        // `block_in_place` hands its other tasks over from first.
+        tokio::task::block_in_place(|| {
+            self.runtime.block_on(
+                self.disseminator
+                    .pull(&self.channel_id, missing, self.patience),
+            )
+        })
     }
 }
 

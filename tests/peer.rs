@@ -510,8 +510,12 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     // collections stay on Org1's peer; every peer holds the hashes;
     // Fabric's access checks and messages hold; blockToLive purges; a
     // JSON index the package declares for a collection orders queries.
+    // The peers run on one worker, as `weft network up` sizes a peer
+    // sharing two cores, so a small block's pull at commit is asked from
+    // the task that fetched the block.
     let dir = tempfile::tempdir().unwrap();
     let mut network = Network::create(dir.path());
+    network.extra_peer_keys = "  workerThreads: 1\n".to_owned();
     // Missing data waits a second at commit, and is asked for again every
     // second after.
     network.extra_sections =
