@@ -63,9 +63,19 @@ pub struct ChaosArgs {
     /// Orderers: a Raft cluster.
     #[arg(long, default_value_t = 3)]
     pub orderers: usize,
-    /// Peer organisations, one peer each.
+    /// Peer organisations.
     #[arg(long, default_value_t = 2)]
     pub orgs: usize,
+    /// Peers of each organisation. Clients use the first as their Gateway;
+    /// the others give the Gateways another peer to ask when one of an
+    /// organisation's peers is down.
+    #[arg(long, default_value_t = 1)]
+    pub peers_per_org: usize,
+    /// The chaincode's endorsement policy, as `weft network up --policy`
+    /// takes it [default: any]; `all` makes every transaction need a peer
+    /// of each organisation.
+    #[arg(long)]
+    pub policy: Option<String>,
     /// Clients submitting side by side, spread over the organisations.
     #[arg(long, default_value_t = 8)]
     pub clients: usize,
@@ -133,6 +143,8 @@ pub fn run(args: &ChaosArgs) -> Result<()> {
         dir: work_dir.path().join("network"),
         orderers: Some(args.orderers),
         orgs: Some(args.orgs),
+        peers_per_org: Some(args.peers_per_org),
+        policy: args.policy.clone(),
         stream: StreamArgs {
             stream: args.stream,
             ..StreamArgs::default()
