@@ -445,15 +445,13 @@ impl JoinedChannel for CommittedChannel {
             return Ok(());
         }
         // Endorsements that write private data run on the blocking pool
-        // (external chaincodes), or else on a worker of this multi-thread
-        // runtime, which `block_in_place` hands its other tasks over from.
+        // (external chaincodes), or else on a worker of the runtime.
         let channel_id = self.handle.context.read().channel_id.clone();
-        tokio::task::block_in_place(|| {
-            self.runtime.block_on(
-                self.disseminator
-                    .disseminate(&channel_id, tx_id, writes, &plan),
-            )
-        })
+        wait_for(
+            &self.runtime,
+            self.disseminator
+                .disseminate(&channel_id, tx_id, writes, &plan),
+        )
     }
 
     fn is_collection_member(&self, namespace: &str, collection: &str, msp_id: &str) -> bool {
@@ -483,16 +481,21 @@ impl PrivateWritesSource for PrivateDataSource {
         if self.patience.is_zero() {
             return Vec::new();
         }
-        // The committing thread asks from outside the runtime; a peer of
-        // one worker commits small blocks on that worker, which
-        // `block_in_place` hands its other tasks over from first.
-        tokio::task::block_in_place(|| {
-            self.runtime.block_on(
-                self.disseminator
-                    .pull(&self.channel_id, missing, self.patience),
-            )
-        })
+        wait_for(
+            &self.runtime,
+            self.disseminator
+                .pull(&self.channel_id, missing, self.patience),
+        )
     }
+}
+
+/// Runs `work` on `runtime` to its end and returns its output, blocking
+/// the calling thread: a thread of its own (a channel's committer or
+/// reconciler), or a worker of this multi-thread runtime (an endorsement,
+/// a small block committed where it was fetched), which `block_in_place`
+/// first hands its other tasks over from. `block_on` alone panics there.
+fn wait_for<F: std::future::Future>(runtime: &tokio::runtime::Handle, work: F) -> F::Output {
+    tokio::task::block_in_place(|| runtime.block_on(work))
 }
 
 /// Where a channel's reconciler asks for missing private data: the
@@ -509,11 +512,11 @@ impl PrivateWritesSource for ReconcileSource {
     }
 
     fn pull(&self, missing: &[Missing]) -> Vec<(String, TxPvtReadWriteSet)> {
-        self.runtime.block_on(self.disseminator.pull(
-            &self.channel_id,
-            missing,
-            std::time::Duration::ZERO,
-        ))
+        wait_for(
+            &self.runtime,
+            self.disseminator
+                .pull(&self.channel_id, missing, std::time::Duration::ZERO),
+        )
     }
 }
 
