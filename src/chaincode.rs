@@ -119,8 +119,8 @@ pub struct DeployArgs {
     /// `peer lifecycle chaincode approveformyorg --collections-config`
     /// reads): name, policy, requiredPeerCount, maxPeerCount,
     /// blockToLive, memberOnlyRead, memberOnlyWrite, endorsementPolicy.
-    /// They are part of the definition every organisation approves; weft
-    /// peers do not serve private data yet (docs/chaincode.md).
+    /// They are part of the definition every organisation approves
+    /// (docs/chaincode.md, "Private data").
     #[arg(long)]
     collections_config: Option<PathBuf>,
     #[command(flatten)]

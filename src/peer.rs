@@ -30,7 +30,9 @@ use weft_peer_committer::{
     DeclaredIndexes, DeliverService, Intake, IntakeConfig, Missing, PrivateWritesSource,
     ReconciledQueue, Reconciler,
 };
-use weft_peer_endorser::dissemination::{DisseminationConfig, Disseminator, PrivateDataService};
+use weft_peer_endorser::dissemination::{
+    DisseminationConfig, Disseminator, ImplicitCollectionPolicy, PrivateDataService,
+};
 use weft_peer_endorser::package::InstalledPackages;
 use weft_peer_endorser::{
     Chaincode, ChannelView, Endorser, EndorserMetrics, EndorserService, ExternalChaincode,
@@ -149,17 +151,25 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
                 tokio::runtime::Handle::current(),
             ),
     );
-    // Peers of the other organisations: (MSP ID, address).
+    // The network's other peers: (MSP ID, address). A list shared by an
+    // organisation's peers may name this one, which is left out.
+    let own_address = config.peer.listen_address.to_string();
     let other_peers: Vec<(String, String)> = config
         .gateway
         .peers
         .iter()
+        .filter(|peer| peer.address != own_address)
         .map(|peer| (peer.msp_id.clone(), peer.address.clone()))
         .collect();
+    let implicit = &config.private_data.implicit_collection_dissemination_policy;
     let disseminator = Arc::new(Disseminator::new(
         DisseminationConfig {
             local_msp_id: config.peer.local_msp_id.clone(),
             peers: other_peers.clone(),
+            own_implicit_collection: ImplicitCollectionPolicy {
+                required_peer_count: implicit.required_peer_count,
+                maximum_peer_count: implicit.max_peer_count,
+            },
             tls: config.tls.as_ref().map(|tls| tls.client.clone()),
             keepalive: config.peer.keepalive.client.keepalive(),
             dial_timeout: config.gateway.dial_timeout.0,

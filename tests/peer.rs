@@ -510,7 +510,10 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     // collections stay on Org1's peer; every peer holds the hashes;
     // Fabric's access checks and messages hold; blockToLive purges; a
     // JSON index the package declares for a collection orders queries.
-    // The peers run on one worker, as `weft network up` sizes a peer
+    // Org1's second peer, which endorses nothing, ends up holding all
+    // Org1's first peer holds: pushed to it (Org1's own collection, Org1's
+    // implicit collection of the `_lifecycle` approvals) or pulled at
+    // commit from either peer. The peers run on one worker, as `weft network up` sizes a peer
     // sharing two cores, so a small block's pull at commit is asked from
     // the task that fetched the block.
     let dir = tempfile::tempdir().unwrap();
@@ -522,7 +525,26 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
         "privateData:\n  pullRetryThreshold: 1s\n  reconcileSleepInterval: 1s\n".to_owned();
     let chaincode = ShimChaincode::contract(&network.dir, "secrets");
     let orderer = network.start_solo_orderer();
-    let (org1, org2) = network.start_two_orgs(dir.path(), orderer.grpc);
+    // Org2's peer; Org1's first, knowing Org2's and Org1's second, which
+    // knows the other two.
+    let second_address = format!("127.0.0.1:{}", weft::free_port().unwrap());
+    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
+    let org1 = network.start_org_peer(
+        "org1",
+        &dir.path().join("org1"),
+        &[orderer.grpc],
+        &[
+            ("Org2MSP", org2.grpc),
+            ("Org1MSP", second_address.parse().unwrap()),
+        ],
+    );
+    let org1_second = network.start_org_peer_at(
+        "org1",
+        &dir.path().join("org1-second"),
+        &second_address,
+        &[orderer.grpc],
+        &[("Org2MSP", org2.grpc), ("Org1MSP", org1.grpc)],
+    );
     let collections = dir.path().join("collections.json");
     std::fs::write(
         &collections,
@@ -713,10 +735,10 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     // DeliverWithPrivateData answers each reader the collections it is a
     // member of: Org1's user both of the created asset's, Org2's peer
     // the shared one alone.
-    let readable = |reader: &Signer| {
-        let request = seek(CHANNEL, reader, created, created);
+    let readable_at = |peer: SocketAddr, reader: &Signer, block: u64| {
+        let request = seek(CHANNEL, reader, block, block);
         async move {
-            let mut stream = DeliverClient::new(connect(org1.grpc).await)
+            let mut stream = DeliverClient::new(connect(peer).await)
                 .deliver_with_private_data(tokio_stream::iter([request]))
                 .await
                 .unwrap()
@@ -744,6 +766,7 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
                 .collect::<Vec<_>>()
         }
     };
+    let readable = |reader: &Signer| readable_at(org1.grpc, reader, created);
     let org1_user = signer(
         &network
             .dir
@@ -764,6 +787,23 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
         readable(&network.org2_peer).await,
         [(0, vec!["assetCollection".to_owned()])]
     );
+
+    // Org1's second peer holds, block by block, the private data Org1's
+    // first holds, its organisation's implicit collection included, and
+    // never found any missing.
+    let mut implicit_seen = false;
+    for block in 1..=created + 3 {
+        let first = readable_at(org1.grpc, &org1_user, block).await;
+        let second = readable_at(org1_second.grpc, &org1_user, block).await;
+        assert_eq!(second, first, "block {block}");
+        implicit_seen |= first
+            .iter()
+            .any(|(_, collections)| collections.contains(&"_implicit_org_Org1MSP".to_owned()));
+    }
+    assert!(implicit_seen, "the approvals' implicit collection");
+    let second_log =
+        std::fs::read_to_string(network.dir.join("peer-org1-org1-second.log")).unwrap();
+    assert!(!second_log.contains("private data missing"), "{second_log}");
 
     // Both peers agree on the chain.
     let last = created + 3;
@@ -1865,6 +1905,14 @@ fn a_bad_peer_config_names_the_file_and_key() {
         (
             "peer:\n  id: p\n  listenAddress: 127.0.0.1:0\n  localMspId: Org1MSP\n  \
              mspConfigPath: msp\n  fileSystemPath: data\norderers: [\"127.0.0.1:1\"]\n\
+             privateData:\n  implicitCollectionDisseminationPolicy:\n    \
+             requiredPeerCount: 2\n",
+            "privateData.implicitCollectionDisseminationPolicy.requiredPeerCount: 2 is more \
+             than its maxPeerCount 1",
+        ),
+        (
+            "peer:\n  id: p\n  listenAddress: 127.0.0.1:0\n  localMspId: Org1MSP\n  \
+             mspConfigPath: msp\n  fileSystemPath: data\norderers: [\"127.0.0.1:1\"]\n\
              ordererChoice: nearest\n",
             "ordererChoice: unknown variant `nearest`",
         ),
@@ -2113,6 +2161,18 @@ impl Network {
         orderers: &[SocketAddr],
         gateway_peers: &[(&str, SocketAddr)],
     ) -> Node {
+        self.start_org_peer_at(org, data, "127.0.0.1:0", orderers, gateway_peers)
+    }
+
+    /// As [`Self::start_org_peer`], listening at `listen` (`host:port`).
+    fn start_org_peer_at(
+        &self,
+        org: &str,
+        data: &Path,
+        listen: &str,
+        orderers: &[SocketAddr],
+        gateway_peers: &[(&str, SocketAddr)],
+    ) -> Node {
         let gateway: String = gateway_peers
             .iter()
             .map(|(msp_id, address)| {
@@ -2174,7 +2234,7 @@ impl Network {
         std::fs::write(
             &config,
             format!(
-                "peer:\n  id: peer0.{org}.example.com\n  listenAddress: 127.0.0.1:0\n  \
+                "peer:\n  id: peer0.{org}.example.com\n  listenAddress: {listen}\n  \
                  localMspId: {msp_id}\n  mspConfigPath: {msp}\n  fileSystemPath: {data}\n\
                  {extra_peer_keys}\
                  {channels}\

@@ -669,20 +669,32 @@ impl Plan {
         // The Gateway knows every peer of the other organisations, and
         // asks the one of its own place first (peer1 asks peer1, then the
         // rest in turn), so that the organisations' peers share the
-        // endorsements and each is the others' stand-in.
+        // endorsements and each is the others' stand-in. Its own
+        // organisation's other peers follow, for private data, from the
+        // next place on.
         let peers = self.peer_nodes()?;
+        let mut own = Vec::new();
         for organisation in peers.chunks(self.peers_per_org.max(1)) {
+            let first = peer.index % organisation.len();
+            let in_turn = organisation[first..].iter().chain(&organisation[..first]);
             if organisation[0].org == peer.org {
+                own.extend(in_turn.filter(|other| other.name != peer.name));
                 continue;
             }
-            let first = peer.index % organisation.len();
-            for other in organisation[first..].iter().chain(&organisation[..first]) {
+            for other in in_turn {
                 let _ = writeln!(
                     text,
                     "    - {{mspId: {}, address: {}}}",
                     other.msp_id, other.grpc
                 );
             }
+        }
+        for other in own {
+            let _ = writeln!(
+                text,
+                "    - {{mspId: {}, address: {}}}",
+                other.msp_id, other.grpc
+            );
         }
         if self
             .stream
@@ -988,7 +1000,7 @@ mod tests {
     }
 
     #[test]
-    fn a_gateway_knows_every_peer_of_the_other_organisations_its_own_place_first() {
+    fn a_gateway_knows_every_other_peer_its_own_place_first_its_organisation_last() {
         let plan = plan(3);
         plan.check().unwrap();
         let peers = plan.peer_nodes().unwrap();
@@ -1010,25 +1022,32 @@ mod tests {
                 .collect()
         };
         let address_of = |name: &str| peers.iter().find(|peer| peer.name == name).unwrap().grpc;
+        let (org1_first, org1_second) = (
+            address_of("peer0.org1.example.com"),
+            address_of("peer1.org1.example.com"),
+        );
         let (org2_first, org2_second) = (
             address_of("peer0.org2.example.com"),
             address_of("peer1.org2.example.com"),
         );
+        // Its organisation's other peer after the endorsers, for private
+        // data; never itself.
         assert_eq!(
             endorsers_of("peer0.org1.example.com"),
             [
                 format!("Org2MSP {org2_first}"),
-                format!("Org2MSP {org2_second}")
+                format!("Org2MSP {org2_second}"),
+                format!("Org1MSP {org1_second}")
             ]
         );
         assert_eq!(
             endorsers_of("peer1.org1.example.com"),
             [
                 format!("Org2MSP {org2_second}"),
-                format!("Org2MSP {org2_first}")
+                format!("Org2MSP {org2_first}"),
+                format!("Org1MSP {org1_first}")
             ]
         );
-        let org1_first = address_of("peer0.org1.example.com");
         assert_eq!(
             endorsers_of("peer0.org2.example.com")[0],
             format!("Org1MSP {org1_first}")
@@ -1121,10 +1140,10 @@ mod tests {
                 // Validation keeps to the same share of the cores.
                 assert_eq!(file.committer.validation_threads, file.peer.worker_threads);
                 assert_eq!(file.orderers.len(), orderers);
-                // Every peer of every other organisation.
+                // Every other peer of the network.
                 assert_eq!(
                     file.gateway.peers.len(),
-                    (plan.organisations - 1) * plan.peers_per_org
+                    plan.organisations * plan.peers_per_org - 1
                 );
                 assert_eq!(file.peer.tls.enabled, tls);
                 if tls {

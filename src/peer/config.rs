@@ -383,9 +383,9 @@ impl ExternalChaincodeEntry {
     }
 }
 
-/// The peers of other organisations the Gateway asks for endorsements,
-/// when it reports a transaction committed, and how long it waits for
-/// other nodes.
+/// The network's other peers (those of other organisations endorse for
+/// the Gateway; all of them share private data), when the Gateway reports
+/// a transaction committed, and how long it waits for other nodes.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct GatewaySection {
@@ -437,6 +437,29 @@ pub struct PrivateDataSection {
     pub reconcile_sleep_interval: GoDuration,
     /// Missing collections asked for per round.
     pub reconcile_batch_size: usize,
+    /// How many of its organisation's other peers an endorsing peer sends
+    /// the organisation's implicit collection to.
+    pub implicit_collection_dissemination_policy: ImplicitCollectionSection,
+}
+
+/// Fabric's `peer.gossip.pvtData.implicitCollectionDisseminationPolicy`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct ImplicitCollectionSection {
+    /// Peers that must acknowledge before the endorsement is given.
+    pub required_peer_count: u32,
+    /// Peers it is sent to at most.
+    pub max_peer_count: u32,
+}
+
+impl Default for ImplicitCollectionSection {
+    fn default() -> Self {
+        let policy = weft_peer_endorser::dissemination::ImplicitCollectionPolicy::default();
+        Self {
+            required_peer_count: policy.required_peer_count,
+            max_peer_count: policy.maximum_peer_count,
+        }
+    }
 }
 
 impl Default for PrivateDataSection {
@@ -448,6 +471,7 @@ impl Default for PrivateDataSection {
             reconciliation_enabled: true,
             reconcile_sleep_interval: GoDuration(std::time::Duration::from_secs(60)),
             reconcile_batch_size: 10,
+            implicit_collection_dissemination_policy: ImplicitCollectionSection::default(),
         }
     }
 }
@@ -592,6 +616,15 @@ impl PeerConfig {
         }
         if config.private_data.reconcile_batch_size == 0 {
             bail!("{file}: privateData.reconcileBatchSize: must be at least 1");
+        }
+        let implicit = &config.private_data.implicit_collection_dissemination_policy;
+        if implicit.required_peer_count > implicit.max_peer_count {
+            bail!(
+                "{file}: privateData.implicitCollectionDisseminationPolicy.requiredPeerCount: \
+                 {} is more than its maxPeerCount {}",
+                implicit.required_peer_count,
+                implicit.max_peer_count
+            );
         }
         if config.ledger.durability == DurabilityMode::GroupCommit
             && config.ledger.group_commit_blocks == 0

@@ -8,12 +8,20 @@
 //! the endorsement is given) and `maximumPeerCount` (peers it is sent to
 //! at most). weft's peers speak `weft.privatedata.PrivateData/Push` to each
 //! other instead; which peers it reaches are those the peer's Gateway
-//! knows (`gateway.peers`: peers of other organisations), in their
-//! configured order, and a peer's own organisation's other peers are not
-//! known to it. Each peer is sent only the collections its organisation
-//! is a member of, in one signed envelope; the receiver checks the
-//! signature and its own membership, and keeps the writes in its
-//! transient store until the transaction's block commits them.
+//! knows (`gateway.peers`: the other organisations' peers and its own
+//! organisation's others), in their configured order. Each peer is sent
+//! only the collections its organisation is a member of, in one signed
+//! envelope; the receiver checks the signature and its own membership,
+//! and keeps the writes in its transient store until the transaction's
+//! block commits them. The endorsement waits for the acknowledgements
+//! the collections require and no more: the other pushes go on without
+//! it, as Fabric's gossip waits for `requiredPeerCount` acknowledgements.
+//!
+//! An organisation's implicit collection (`_implicit_org_<MSP ID>`) is
+//! sent to no one by other organisations' peers; its own peers send it
+//! as the peer's `privateData.implicitCollectionDisseminationPolicy`
+//! says (Fabric's `peer.gossip.pvtData.implicitCollectionDisseminationPolicy`:
+//! by default to one other peer of the organisation, none required).
 //!
 //! A member peer that did not receive a transaction's data (it was down,
 //! or beyond `maximumPeerCount`) asks the known peers of the collection's
@@ -57,9 +65,11 @@ const PULL_BACKOFF_MAX: Duration = Duration::from_secs(2);
 pub struct DisseminationConfig {
     /// This peer's organisation.
     pub local_msp_id: String,
-    /// Peers of other organisations: (MSP ID, `host:port`), in order of
-    /// preference.
+    /// The network's other peers, this peer's organisation's included:
+    /// (MSP ID, `host:port`), in order of preference; never this peer.
     pub peers: Vec<(String, String)>,
+    /// How this peer's organisation's implicit collection is sent.
+    pub own_implicit_collection: ImplicitCollectionPolicy,
     /// TLS towards them; `None` dials in plaintext.
     pub tls: Option<ClientTlsConfig>,
     pub keepalive: weft_protos::serve::Keepalive,
@@ -67,6 +77,27 @@ pub struct DisseminationConfig {
     /// How long a push or a pull waits for a peer's answer (Fabric's
     /// `peer.gossip.pvtData.pushAckTimeout`).
     pub ack_timeout: Duration,
+}
+
+/// How many peers of its organisation an endorsing peer sends the
+/// organisation's implicit collection to (Fabric's
+/// `implicitCollectionDisseminationPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImplicitCollectionPolicy {
+    /// Peers that must acknowledge before the endorsement is given.
+    pub required_peer_count: u32,
+    /// Peers it is sent to at most.
+    pub maximum_peer_count: u32,
+}
+
+impl Default for ImplicitCollectionPolicy {
+    /// Fabric's `core.yaml` defaults: one peer, none required.
+    fn default() -> Self {
+        Self {
+            required_peer_count: 0,
+            maximum_peer_count: 1,
+        }
+    }
 }
 
 /// Hands endorsed private writes to other members' peers.
@@ -107,7 +138,8 @@ impl Disseminator {
 
     /// Which peers the collections written in `writes` send to: for each
     /// collection, up to its `maximumPeerCount` of the known peers of its
-    /// member organisations; refused when fewer are known than its
+    /// member organisations (this peer's own implicit collection: as
+    /// configured); refused when fewer are known than its
     /// `requiredPeerCount` (Fabric's words).
     pub fn plan(&self, writes: &PrivateWrites) -> Result<Plan, String> {
         let mut plan = Plan::default();
@@ -123,11 +155,18 @@ impl Disseminator {
                     .config
                     .peers
                     .iter()
-                    .filter(|(msp_id, _)| {
-                        *msp_id != self.config.local_msp_id && collection.has_member(msp_id)
-                    })
+                    .filter(|(msp_id, _)| collection.has_member(msp_id))
                     .collect();
-                let required = collection.required_peer_count;
+                let (required, maximum) =
+                    if collection.implicit && collection.has_member(&self.config.local_msp_id) {
+                        let own = self.config.own_implicit_collection;
+                        (own.required_peer_count, own.maximum_peer_count)
+                    } else {
+                        (
+                            collection.required_peer_count,
+                            collection.maximum_peer_count,
+                        )
+                    };
                 if eligible.len() < required as usize {
                     return Err(format!(
                         "required to disseminate to at least {required} peers, but know of \
@@ -136,7 +175,7 @@ impl Disseminator {
                     ));
                 }
                 let key = (namespace.namespace.clone(), set.collection_name.clone());
-                let chosen = collection.maximum_peer_count.max(required) as usize;
+                let chosen = maximum.max(required) as usize;
                 for (msp_id, address) in eligible.into_iter().take(chosen) {
                     plan.sends
                         .entry(address.clone())
@@ -153,8 +192,9 @@ impl Disseminator {
     }
 
     /// Hands `writes` of transaction `tx_id` on `channel_id` to the peers
-    /// of `plan`, all at once, and waits for the acknowledgements its
-    /// collections require (each peer's for at most the ack timeout).
+    /// of `plan`, all at once, and waits until its collections have the
+    /// acknowledgements they require (each peer's for at most the ack
+    /// timeout); pushes beyond those finish on their own.
     pub async fn disseminate(
         &self,
         channel_id: &str,
@@ -176,20 +216,33 @@ impl Disseminator {
                 }
             };
             let timeout = self.config.ack_timeout;
-            let address = address.clone();
+            let (address, tx_id) = (address.clone(), tx_id.to_owned());
             pushes.spawn(async move {
                 let result = push(link, envelope, timeout).await;
+                if let Err(reason) = &result {
+                    tracing::warn!(%tx_id, peer = %address, %reason, "private data push failed");
+                }
                 (address, result)
             });
         }
         let mut acknowledged: BTreeMap<&(String, String), u32> = BTreeMap::new();
-        while let Some(joined) = pushes.join_next().await {
-            let Ok((address, result)) = joined else {
-                failures.push("a push task failed".to_owned());
-                continue;
+        let short_of = |acknowledged: &BTreeMap<&(String, String), u32>| {
+            plan.required.iter().find_map(|(key, required)| {
+                let got = acknowledged.get(key).copied().unwrap_or(0);
+                (got < *required).then_some((key, got, *required))
+            })
+        };
+        while let Some((key, got, required)) = short_of(&acknowledged) {
+            let Some(joined) = pushes.join_next().await else {
+                return Err(format!(
+                    "collection {} of {} reached {got} of the {required} peers it requires ({})",
+                    key.1,
+                    key.0,
+                    failures.join("; ")
+                ));
             };
-            match result {
-                Ok(()) => {
+            match joined {
+                Ok((address, Ok(()))) => {
                     for key in plan
                         .sends
                         .get(&address)
@@ -198,23 +251,11 @@ impl Disseminator {
                         *acknowledged.entry(key).or_default() += 1;
                     }
                 }
-                Err(reason) => {
-                    tracing::warn!(%tx_id, peer = %address, %reason, "private data push failed");
-                    failures.push(format!("{address}: {reason}"));
-                }
+                Ok((address, Err(reason))) => failures.push(format!("{address}: {reason}")),
+                Err(_) => failures.push("a push task failed".to_owned()),
             }
         }
-        for (key, required) in &plan.required {
-            let got = acknowledged.get(key).copied().unwrap_or(0);
-            if got < *required {
-                return Err(format!(
-                    "collection {} of {} reached {got} of the {required} peers it requires ({})",
-                    key.1,
-                    key.0,
-                    failures.join("; ")
-                ));
-            }
-        }
+        pushes.detach_all();
         Ok(())
     }
 
@@ -234,9 +275,6 @@ impl Disseminator {
         let mut pause = Duration::from_millis(100);
         loop {
             for (msp_id, address) in &self.config.peers {
-                if *msp_id == self.config.local_msp_id {
-                    continue;
-                }
                 let asked: Vec<MissingWrites> = wanted
                     .iter()
                     .filter(|(_, members)| members.contains(msp_id))
@@ -254,9 +292,10 @@ impl Disseminator {
                 wanted.retain(|(writes, _)| !holds(&found, writes));
             }
             let eligible = wanted.iter().any(|(_, members)| {
-                self.config.peers.iter().any(|(msp_id, _)| {
-                    *msp_id != self.config.local_msp_id && members.contains(msp_id)
-                })
+                self.config
+                    .peers
+                    .iter()
+                    .any(|(msp_id, _)| members.contains(msp_id))
             });
             if wanted.is_empty() || !eligible || tokio::time::Instant::now() + pause > deadline {
                 return found;
@@ -642,6 +681,7 @@ mod tests {
                     .iter()
                     .map(|(msp, address)| ((*msp).to_owned(), (*address).to_owned()))
                     .collect(),
+                own_implicit_collection: ImplicitCollectionPolicy::default(),
                 tls: None,
                 keepalive: weft_protos::serve::Keepalive::CLIENT_DEFAULT,
                 dial_timeout: Duration::from_secs(1),
@@ -654,30 +694,58 @@ mod tests {
     #[test]
     fn each_peer_gets_the_collections_of_its_organisation_up_to_the_maximum() {
         let writes = writes(
-            &["shared", "org1only", "_implicit_org_Org1MSP"],
+            &[
+                "shared",
+                "org1only",
+                "_implicit_org_Org1MSP",
+                "_implicit_org_Org2MSP",
+            ],
             vec![
                 collection(
                     "shared",
                     "OR('Org1MSP.member','Org2MSP.member','Org3MSP.member')",
                     1,
-                    1,
+                    2,
                 ),
                 collection("org1only", "OR('Org1MSP.member')", 0, 3),
             ],
         );
-        let peers = disseminator(&[("Org2MSP", "peer2:7051"), ("Org3MSP", "peer3:7051")]);
+        let peers = disseminator(&[
+            ("Org2MSP", "peer2:7051"),
+            ("Org1MSP", "peer1b:7051"),
+            ("Org1MSP", "peer1c:7051"),
+            ("Org3MSP", "peer3:7051"),
+        ]);
         let plan = peers.plan(&writes).unwrap();
-        // One peer for `shared` (its maximum), none for the others: Org1's
-        // other peers are not known, and an implicit collection is not sent.
+        let sent = |collections: &[&str]| -> Vec<(String, String)> {
+            collections
+                .iter()
+                .map(|name| ("cc".to_owned(), (*name).to_owned()))
+                .collect()
+        };
+        // `shared` to its first two known members' peers (its maximum),
+        // Org1's own collection to both of Org1's other peers, Org1's
+        // implicit collection to one of them (the default policy), Org2's
+        // implicit collection to no one: it is Org2's peers' to send.
         assert_eq!(
             plan.sends,
-            BTreeMap::from([(
-                "peer2:7051".to_owned(),
+            BTreeMap::from([
                 (
-                    "Org2MSP".to_owned(),
-                    vec![("cc".to_owned(), "shared".to_owned())]
-                )
-            )])
+                    "peer2:7051".to_owned(),
+                    ("Org2MSP".to_owned(), sent(&["shared"]))
+                ),
+                (
+                    "peer1b:7051".to_owned(),
+                    (
+                        "Org1MSP".to_owned(),
+                        sent(&["shared", "org1only", "_implicit_org_Org1MSP"])
+                    )
+                ),
+                (
+                    "peer1c:7051".to_owned(),
+                    ("Org1MSP".to_owned(), sent(&["org1only"]))
+                ),
+            ])
         );
         assert_eq!(
             plan.required,
@@ -689,6 +757,25 @@ mod tests {
             filtered.ns_pvt_rwset[0].collection_pvt_rwset[0].collection_name,
             "shared"
         );
+    }
+
+    #[test]
+    fn the_own_implicit_collection_follows_the_configured_policy() {
+        let writes = writes(&["_implicit_org_Org1MSP"], Vec::new());
+        let mut peers = disseminator(&[("Org2MSP", "peer2:7051"), ("Org1MSP", "peer1b:7051")]);
+        peers.config.own_implicit_collection = ImplicitCollectionPolicy {
+            required_peer_count: 2,
+            maximum_peer_count: 2,
+        };
+        assert_eq!(
+            peers.plan(&writes).unwrap_err(),
+            "required to disseminate to at least 2 peers, but know of only 1 eligible peers"
+        );
+        peers.config.own_implicit_collection = ImplicitCollectionPolicy {
+            required_peer_count: 0,
+            maximum_peer_count: 0,
+        };
+        assert_eq!(peers.plan(&writes).unwrap(), Plan::default());
     }
 
     #[test]

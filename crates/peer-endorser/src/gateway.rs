@@ -86,9 +86,10 @@ pub struct GatewayConfig {
     pub local_msp_id: String,
     /// This peer's address, as error details name it.
     pub local_address: String,
-    /// Peers of other organisations that endorse for this one: (MSP ID,
-    /// `host:port`); of an organisation listed more than once, the first
-    /// that endorses.
+    /// The network's other peers: (MSP ID, `host:port`). Those of other
+    /// organisations endorse for this one (of an organisation listed more
+    /// than once, the first that endorses); this peer endorses for its
+    /// own organisation, whose other peers it lists for private data.
     pub peers: Vec<(String, String)>,
     /// Orderers to submit to (`host:port`).
     pub orderers: Vec<String>,
