@@ -399,7 +399,7 @@ pub struct GatewaySection {
     pub dial_timeout: GoDuration,
     /// How long this peer, asked to endorse by another organisation's weft
     /// Gateway, first waits to have committed as far as that Gateway's own
-    /// peer had; zero answers at once.
+    /// peer had, before it refuses; zero refuses at once.
     pub catch_up_timeout: GoDuration,
 }
 

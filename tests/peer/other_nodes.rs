@@ -1,10 +1,12 @@
 //! A Gateway's dealings with the other nodes: a peer of another
 //! organisation behind the Gateway's own is told how far that one has
 //! committed and endorses once it has caught up, so a client that reads
-//! what it just saw committed gets endorsements that agree; an
-//! organisation whose first peer is down endorses at its next, and a
-//! transaction an orderer does not take goes to the next orderer; a peer
-//! or orderer that did not answer is asked last from then on.
+//! what it just saw committed gets endorsements that agree; one that does
+//! not catch up in time refuses, and the organisation's next peer
+//! endorses, or, with none, the late one where it is; an organisation
+//! whose first peer is down endorses at its next, and a transaction an
+//! orderer does not take goes to the next orderer; a peer or orderer that
+//! did not answer is asked last from then on.
 
 use std::net::SocketAddr;
 
@@ -104,6 +106,81 @@ async fn a_peer_behind_the_gateways_endorses_once_it_has_caught_up() {
         refused.message().contains("weft-committed-height"),
         "{refused:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_too_far_behind_refuses_and_the_organisations_next_peer_endorses() {
+    // Goal: org2 has two peers, the first held behind. A client that saw
+    // its write committed through org1's Gateway reads it back: the first
+    // org2 peer cannot catch up within its catchUpTimeout and refuses, the
+    // second endorses on current state, and the endorsements agree (the
+    // late peer answering where it was would have read the key as absent,
+    // and the Gateway would have refused the disagreement). With the
+    // second down, the late peer refuses at once and is then asked
+    // without the height: it endorses where it is, as Fabric's peers do.
+    let dir = tempfile::tempdir().unwrap();
+    let mut network = Network::create(dir.path());
+    network.extra_gateway_keys = "  catchUpTimeout: 1s\n".to_owned();
+    let orderer = network.start_solo_orderer();
+    let link = HeldLink::start(orderer.grpc).await;
+    let late = network.start_org_peer("org2", &dir.path().join("late"), &[link.address], &[]);
+    let current = network.start_org_peer("org2", &dir.path().join("current"), &[orderer.grpc], &[]);
+    let org1 = network.start_org_peer(
+        "org1",
+        &dir.path().join("org1"),
+        &[orderer.grpc],
+        &[("Org2MSP", late.grpc), ("Org2MSP", current.grpc)],
+    );
+    let gateway = GatewayClient::new(connect(org1.grpc).await);
+
+    link.hold();
+    let written = network.put(
+        "read-after-write",
+        None,
+        &[&network.org1_peer, &network.org2_peer],
+    );
+    assert_eq!(
+        broadcast(orderer.grpc, std::slice::from_ref(&written)).await,
+        [Status::Success]
+    );
+    assert_eq!(
+        commit_status(&gateway, &network.client, &tx_id_of(&written)).await,
+        TxValidationCode::Valid as i32
+    );
+    let endorsed_by_both = |args: &[&str]| {
+        let request = endorse_by_both(&network.proposal(CHANNEL, args), &network.client);
+        let mut client = gateway.clone();
+        let args = args.join(" ");
+        async move {
+            let prepared = client
+                .endorse(request)
+                .await
+                .unwrap_or_else(|status| panic!("{args}: {status:?}"))
+                .into_inner()
+                .prepared_transaction
+                .unwrap();
+            let envelope =
+                TxEnvelope::decode(prepared.encode_to_vec().into(), Limits::default()).unwrap();
+            let TxBody::Endorser(transaction) = envelope.body else {
+                panic!("not an endorser transaction: {:?}", envelope.body);
+            };
+            transaction.actions[0].endorsements.len()
+        }
+    };
+    // `update` reads the key before it writes it.
+    assert_eq!(
+        endorsed_by_both(&["kv", "update", "v2", "read-after-write"]).await,
+        2
+    );
+
+    drop(current);
+    assert_eq!(endorsed_by_both(&["kv", "put", "fresh", "v"]).await, 2);
+    let log = std::fs::read_to_string(dir.path().join("peer-org2-late.log")).unwrap();
+    assert!(
+        log.contains("refusing to endorse below the height"),
+        "{log}"
+    );
+    link.release();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

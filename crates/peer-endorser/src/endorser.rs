@@ -94,6 +94,19 @@ pub struct Endorser {
     /// How long a proposal asked after a height waits for this peer to
     /// reach it ([`Endorser::answer_at_height`]).
     catch_up_timeout: Duration,
+    /// Per channel, the height of the last wait that ran out: asks beyond
+    /// it are refused at once until the peer has reached it.
+    gave_up_at: parking_lot::Mutex<HashMap<String, u64>>,
+}
+
+/// This peer had not committed the blocks a Gateway asked it to endorse
+/// after ([`Endorser::answer_at_height`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Behind {
+    /// Blocks this peer has committed.
+    pub reached: u64,
+    /// Blocks the asking Gateway's peer had committed.
+    pub asked: u64,
 }
 
 /// Chaincode installed through `_lifecycle` and run once defined.
@@ -143,6 +156,7 @@ impl Endorser {
             metrics: None,
             installed: None,
             catch_up_timeout: CATCH_UP_TIMEOUT_DEFAULT,
+            gave_up_at: parking_lot::Mutex::new(HashMap::new()),
         }
     }
 
@@ -356,27 +370,40 @@ impl Endorser {
     }
 
     /// Answers `signed` as [`Endorser::answer`] does, once this peer has
-    /// committed `height` blocks of the proposal's channel, or once
-    /// [`Endorser::with_catch_up_timeout`] has passed without it.
+    /// committed `height` blocks of the proposal's channel; refused
+    /// ([`Behind`]) when it has not within
+    /// [`Endorser::with_catch_up_timeout`].
     ///
     /// Another organisation's Gateway asks this way after its own peer
     /// committed `height` blocks: its client may just have seen a
     /// transaction committed there and now proposes one that reads what
     /// it wrote. This peer, a block behind, would simulate on older state,
-    /// and the two endorsements would disagree. After the timeout the
-    /// proposal is answered at whatever height the peer has reached, as
-    /// Fabric's peer always answers. A proposal that names no channel
-    /// this peer has joined is answered at once (it is refused).
+    /// and the two endorsements would disagree. A peer that does not get
+    /// there in time (far behind, catching up after a restart) refuses,
+    /// and the Gateway asks another peer of the organisation, or this one
+    /// again without a height, to be answered where it is, as Fabric's
+    /// peer always answers. Once a wait has run out, asks beyond the
+    /// height it waited for are refused at once until the peer has reached
+    /// it, so that a peer far behind costs each Gateway one wait, not one
+    /// per proposal. A proposal that names no channel this peer has joined
+    /// is answered at once (it is refused).
     pub async fn answer_at_height(
         self: &Arc<Self>,
         signed: SignedProposal,
         height: u64,
-    ) -> ProposalResponse {
-        if let Some(channel) = proposed_channel(&signed).and_then(|id| self.channel(&id)) {
+    ) -> Result<ProposalResponse, Behind> {
+        let joined = proposed_channel(&signed).and_then(|id| Some((self.channel(&id)?, id)));
+        if let Some((channel, channel_id)) = joined {
             let mut committed = channel.committed_height();
             let reached = *committed.borrow_and_update();
             if reached < height {
-                let waited = Instant::now();
+                let gave_up_at = self.gave_up_at.lock().get(&channel_id).copied();
+                if gave_up_at.is_some_and(|at| reached < at) {
+                    return Err(Behind {
+                        reached,
+                        asked: height,
+                    });
+                }
                 let caught_up = tokio::time::timeout(
                     self.catch_up_timeout,
                     committed.wait_for(|&reached| reached >= height),
@@ -384,16 +411,24 @@ impl Endorser {
                 .await
                 .is_ok_and(|reached| reached.is_ok());
                 if !caught_up {
+                    let reached = *committed.borrow();
                     tracing::info!(
-                        reached = *committed.borrow(),
+                        channel = %channel_id,
+                        reached,
                         asked = height,
-                        waited_ms = waited.elapsed().as_millis() as u64,
-                        "endorsing below the height the asking Gateway's peer had committed"
+                        waited_ms = self.catch_up_timeout.as_millis() as u64,
+                        "refusing to endorse below the height the asking Gateway's peer had \
+                         committed, until this peer has reached it"
                     );
+                    self.gave_up_at.lock().insert(channel_id, height);
+                    return Err(Behind {
+                        reached,
+                        asked: height,
+                    });
                 }
             }
         }
-        self.answer(signed).await
+        Ok(self.answer(signed).await)
     }
 
     /// Runs `answer` (which logs and counts its response) on the blocking
@@ -870,7 +905,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiting.is_finished(), "answered at height 3, asked 5");
         harness.committed.send_replace(5);
-        let answer = waiting.await.unwrap();
+        let answer = waiting.await.unwrap().unwrap();
         assert_eq!(answer.response.unwrap().status, 200);
         // A height already reached is answered at once.
         let signed = harness.signed_proposal("kv", &["put", "k", "v"]);
@@ -879,17 +914,41 @@ mod tests {
             harness.endorser.answer_at_height(signed, 4),
         )
         .await
-        .expect("height 4 is reached: no wait");
+        .expect("height 4 is reached: no wait")
+        .unwrap();
         assert!(answer.endorsement.is_some());
 
-        // A peer that does not get there endorses where it is, once the
-        // timeout has passed.
+        // A peer that does not get there refuses once the timeout has
+        // passed, and at once after that until it has reached the height
+        // it waited for; then it waits again.
         let harness = Harness::with_catch_up_timeout(Vec::new(), Duration::from_millis(100));
-        let signed = harness.signed_proposal("kv", &["put", "k", "v"]);
-        let asked = Instant::now();
-        let answer = harness.endorser.answer_at_height(signed, 1_000).await;
-        assert!(asked.elapsed() >= Duration::from_millis(100));
-        assert!(answer.endorsement.is_some());
+        let ask = |height: u64| {
+            let signed = harness.signed_proposal("kv", &["put", "k", "v"]);
+            let endorser = harness.endorser.clone();
+            async move {
+                let asked = Instant::now();
+                let answer = endorser.answer_at_height(signed, height).await;
+                (answer, asked.elapsed())
+            }
+        };
+        let (answer, took) = ask(1_000).await;
+        assert_eq!(
+            answer.unwrap_err(),
+            Behind {
+                reached: 0,
+                asked: 1_000
+            }
+        );
+        assert!(took >= Duration::from_millis(100));
+        let (answer, took) = ask(2_000).await;
+        assert_eq!(answer.unwrap_err().reached, 0);
+        assert!(took < Duration::from_millis(100), "{took:?}");
+        harness.committed.send_replace(1_000);
+        let (answer, took) = ask(2_000).await;
+        assert_eq!(answer.unwrap_err().reached, 1_000);
+        assert!(took >= Duration::from_millis(100));
+        let (answer, _) = ask(900).await;
+        assert!(answer.unwrap().endorsement.is_some());
     }
 
     #[tokio::test]

@@ -11,7 +11,9 @@
 //!   other peers are told how many blocks this peer has committed, and a
 //!   weft peer that is behind catches up before it endorses, so that a
 //!   client reading what it just saw committed here gets endorsements
-//!   that agree (Fabric's peers ignore the header);
+//!   that agree (Fabric's peers ignore the header); one too far behind
+//!   refuses, and the organisation's next peer is asked, or, when none has
+//!   caught up, the one furthest along without the height;
 //! - `Submit`: the signed transaction goes to the first orderer that takes
 //!   it (those that last failed to answer tried last), over a Broadcast
 //!   stream to that orderer that every submit shares (`broadcast_lines`;
@@ -192,13 +194,17 @@ impl GatewayService {
             .ok_or_else(|| Status::not_found(format!("channel {channel_id:?} not found")))
     }
 
-    /// An endorsement of `signed` by a peer of organisation `msp_id`, told
+    /// The endorsement of `signed` by a peer of organisation `msp_id`, told
     /// that this peer has committed `committed` blocks: its known peers
     /// are asked one after another until one endorses, as Fabric's Gateway
     /// moves on to the next peer of an organisation whatever the failure.
-    /// Peers whose last call got no answer are asked last for a while
-    /// ([`SilentNodes`]), so that a peer that is down does not hold up
-    /// every endorsement. The error holds one detail per peer asked.
+    /// Peers whose last call got no answer, or that refused as behind
+    /// that height, are asked last for a while ([`SilentNodes`]), so that
+    /// a peer that is down or catching up does not hold up every
+    /// endorsement. When every peer that answered refused as behind, the
+    /// one furthest along is asked again without the height and endorses
+    /// where it is, as Fabric's peers do. The error holds one detail per
+    /// peer asked.
     async fn endorse_in_organisation(
         &self,
         msp_id: &str,
@@ -206,16 +212,35 @@ impl GatewayService {
         committed: u64,
     ) -> Result<ProposalResponse, Vec<ErrorDetail>> {
         let mut failures = Vec::new();
+        let mut furthest_behind: Option<(&String, u64)> = None;
         let known = self.config.peers.iter().filter(|(id, _)| id == msp_id);
         let in_turn = self
             .silent
             .answering_first(known.map(|(_, address)| address), Instant::now());
         for address in in_turn {
-            let answer = self.endorse_at(address, signed.clone(), committed).await;
+            let answer = self
+                .endorse_at(address, signed.clone(), Some(committed))
+                .await;
             self.silent.note(address, answer.is_ok(), Instant::now());
             match answer.map(|response| (endorsement_failure(&response), response)) {
                 Ok((None, response)) => return Ok(response),
                 Ok((Some(reason), _)) => failures.push(detail(address, msp_id, reason)),
+                Err(status) => {
+                    if let Some(reached) = crate::service::behind(&status)
+                        && furthest_behind.is_none_or(|(_, furthest)| reached > furthest)
+                    {
+                        furthest_behind = Some((address, reached));
+                    }
+                    failures.push(detail(address, msp_id, status.message()));
+                }
+            }
+        }
+        if let Some((address, _)) = furthest_behind {
+            match self.endorse_at(address, signed, None).await {
+                Ok(response) => match endorsement_failure(&response) {
+                    None => return Ok(response),
+                    Some(reason) => failures.push(detail(address, msp_id, reason)),
+                },
                 Err(status) => failures.push(detail(address, msp_id, status.message())),
             }
         }
@@ -226,19 +251,22 @@ impl GatewayService {
     }
 
     /// The answer of the peer at `address` to `signed`, within the
-    /// endorsement timeout.
+    /// endorsement timeout; told that this peer has committed `committed`
+    /// blocks, if given.
     async fn endorse_at(
         &self,
         address: &str,
         signed: SignedProposal,
-        committed: u64,
+        committed: Option<u64>,
     ) -> Result<ProposalResponse, Status> {
         let channel = self.link(address)?;
         let within = self.config.timeouts.endorsement;
         let mut request = Request::new(signed);
-        request
-            .metadata_mut()
-            .insert(COMMITTED_HEIGHT_HEADER, committed.into());
+        if let Some(committed) = committed {
+            request
+                .metadata_mut()
+                .insert(COMMITTED_HEIGHT_HEADER, committed.into());
+        }
         tokio::time::timeout(
             within,
             EndorserClient::new(weft_protos::dial::ending_with_last_message(channel))

@@ -35,7 +35,7 @@ mod service;
 mod silent_nodes;
 
 pub use chaincode::{Chaincode, ChannelView, PrivateWrites, StateError, Stub};
-pub use endorser::{CATCH_UP_TIMEOUT_DEFAULT, Endorser, JoinedChannel};
+pub use endorser::{Behind, CATCH_UP_TIMEOUT_DEFAULT, Endorser, JoinedChannel};
 pub use external::{ChaincodeTls, ExternalChaincode, ExternalConfig};
 pub use gateway::{GatewayConfig, GatewayService};
 pub use lifecycle::Lifecycle;

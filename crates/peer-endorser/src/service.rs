@@ -2,7 +2,9 @@
 //! [`Endorser::answer`], or, when another organisation's weft Gateway
 //! names the height its own peer had committed (the
 //! [`COMMITTED_HEIGHT_HEADER`] request header), by
-//! [`Endorser::answer_at_height`]. Fabric's Gateway sends no such header.
+//! [`Endorser::answer_at_height`], whose refusal is `UNAVAILABLE` with
+//! the height this peer has reached in the same header of the answer's
+//! metadata ([`behind`] reads it). Fabric's Gateway sends no such header.
 
 use std::sync::Arc;
 
@@ -10,7 +12,7 @@ use tonic::{Request, Response, Status};
 use weft_protos::protos::endorser_server::Endorser as EndorserRpc;
 use weft_protos::protos::{ProposalResponse, SignedProposal};
 
-use crate::Endorser;
+use crate::{Behind, Endorser};
 
 /// The request header in which a weft Gateway tells another
 /// organisation's peer how many blocks of the proposal's channel its own
@@ -48,7 +50,19 @@ impl EndorserRpc for EndorserService {
         let signed = request.into_inner();
         let answer = match height {
             None => self.endorser.answer(signed).await,
-            Some(Some(height)) => self.endorser.answer_at_height(signed, height).await,
+            Some(Some(height)) => match self.endorser.answer_at_height(signed, height).await {
+                Ok(answer) => answer,
+                Err(Behind { reached, asked }) => {
+                    let mut refusal = Status::unavailable(format!(
+                        "this peer has committed {reached} blocks of the channel, not yet the \
+                         {asked} the asking Gateway's peer has"
+                    ));
+                    refusal
+                        .metadata_mut()
+                        .insert(COMMITTED_HEIGHT_HEADER, reached.into());
+                    return Err(refusal);
+                }
+            },
             Some(None) => {
                 tracing::info!(
                     "refused a proposal whose {COMMITTED_HEIGHT_HEADER} header is not a number"
@@ -60,4 +74,19 @@ impl EndorserRpc for EndorserService {
         };
         Ok(Response::new(answer))
     }
+}
+
+/// The height a peer refusing as [`Behind`] has reached, if `status` is
+/// that refusal.
+pub(crate) fn behind(status: &Status) -> Option<u64> {
+    if status.code() != tonic::Code::Unavailable {
+        return None;
+    }
+    status
+        .metadata()
+        .get(COMMITTED_HEIGHT_HEADER)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
 }
