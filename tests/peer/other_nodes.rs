@@ -43,20 +43,7 @@ async fn a_peer_behind_the_gateways_endorses_once_it_has_caught_up() {
     );
     let gateway = GatewayClient::new(connect(org1.grpc).await);
 
-    link.hold();
-    let written = network.put(
-        "read-after-write",
-        None,
-        &[&network.org1_peer, &network.org2_peer],
-    );
-    assert_eq!(
-        broadcast(orderer.grpc, std::slice::from_ref(&written)).await,
-        [Status::Success]
-    );
-    assert_eq!(
-        commit_status(&gateway, &network.client, &tx_id_of(&written)).await,
-        TxValidationCode::Valid as i32
-    );
+    write_while_held(&network, orderer.grpc, &gateway, &link).await;
     // Org2's peer is behind: asked directly, as Fabric's Gateway asks, it
     // does not know the key yet.
     let read = network.proposal(CHANNEL, &["kv", "get", "read-after-write"]);
@@ -133,20 +120,7 @@ async fn a_peer_too_far_behind_refuses_and_the_organisations_next_peer_endorses(
     );
     let gateway = GatewayClient::new(connect(org1.grpc).await);
 
-    link.hold();
-    let written = network.put(
-        "read-after-write",
-        None,
-        &[&network.org1_peer, &network.org2_peer],
-    );
-    assert_eq!(
-        broadcast(orderer.grpc, std::slice::from_ref(&written)).await,
-        [Status::Success]
-    );
-    assert_eq!(
-        commit_status(&gateway, &network.client, &tx_id_of(&written)).await,
-        TxValidationCode::Valid as i32
-    );
+    write_while_held(&network, orderer.grpc, &gateway, &link).await;
     let endorsed_by_both = |args: &[&str]| {
         let request = endorse_by_both(&network.proposal(CHANNEL, args), &network.client);
         let mut client = gateway.clone();
@@ -291,6 +265,30 @@ async fn the_gateway_passes_over_a_peer_or_orderer_that_hangs_and_asks_it_last_a
         "{details:?}"
     );
     assert_eq!(details[1].message, "endorsement timeout expired after 3s");
+}
+
+/// Holds `link`, then has `read-after-write` written and committed, as
+/// `gateway`'s peer reports it: a peer behind `link` has not seen it.
+async fn write_while_held(
+    network: &Network,
+    orderer: SocketAddr,
+    gateway: &GatewayClient<Channel>,
+    link: &HeldLink,
+) {
+    link.hold();
+    let written = network.put(
+        "read-after-write",
+        None,
+        &[&network.org1_peer, &network.org2_peer],
+    );
+    assert_eq!(
+        broadcast(orderer, std::slice::from_ref(&written)).await,
+        [Status::Success]
+    );
+    assert_eq!(
+        commit_status(gateway, &network.client, &tx_id_of(&written)).await,
+        TxValidationCode::Valid as i32
+    );
 }
 
 /// A TCP link to one address that passes bytes both ways until held, and
