@@ -201,10 +201,10 @@ impl GatewayService {
     /// Peers whose last call got no answer, or that refused as behind
     /// that height, are asked last for a while ([`SilentNodes`]), so that
     /// a peer that is down or catching up does not hold up every
-    /// endorsement. When every peer that answered refused as behind, the
-    /// one furthest along is asked again without the height and endorses
-    /// where it is, as Fabric's peers do. The error holds one detail per
-    /// peer asked.
+    /// endorsement. When none endorsed and some refused as behind, the
+    /// one of those furthest along is asked again without the height and
+    /// endorses where it is, as Fabric's peers do. The error holds one
+    /// detail per peer asked.
     async fn endorse_in_organisation(
         &self,
         msp_id: &str,
