@@ -6,7 +6,9 @@
 //! endorses, or, with none, the late one where it is; an organisation
 //! whose first peer is down endorses at its next, and a transaction an
 //! orderer does not take goes to the next orderer; a peer or orderer that
-//! did not answer is asked last from then on.
+//! did not answer is asked last from then on; an evaluation this peer
+//! refuses goes to its organisation's next peer, or to the organisations
+//! the client names.
 
 use std::net::SocketAddr;
 
@@ -154,6 +156,79 @@ async fn a_peer_too_far_behind_refuses_and_the_organisations_next_peer_endorses(
         log.contains("refusing to endorse below the height"),
         "{log}"
     );
+    link.release();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evaluation_the_gateways_peer_refuses_goes_to_the_next_peer_or_the_named_organisation() {
+    // Goal: org1's Gateway peer is held behind while a key is written; a
+    // client evaluates a read of it there. Its own answer (not found: a
+    // 500 without payload, which Fabric's Gateway takes as a refusal and
+    // retries elsewhere) is passed over for org1's second peer, which has
+    // the key; a client naming org2 is answered by org2's peer; with the
+    // second peer down and org1 named, the client hears of both failures.
+    let dir = tempfile::tempdir().unwrap();
+    let network = Network::create(dir.path());
+    let orderer = network.start_solo_orderer();
+    let link = HeldLink::start(orderer.grpc).await;
+    let org2 = network.start_org_peer("org2", &dir.path().join("org2"), &[orderer.grpc], &[]);
+    let second = network.start_org_peer("org1", &dir.path().join("second"), &[orderer.grpc], &[]);
+    let org1 = network.start_org_peer(
+        "org1",
+        &dir.path().join("org1"),
+        &[link.address],
+        &[("Org2MSP", org2.grpc), ("Org1MSP", second.grpc)],
+    );
+    let gateway = GatewayClient::new(connect(org1.grpc).await);
+
+    link.hold();
+    let written = network.put(
+        "read-after-write",
+        None,
+        &[&network.org1_peer, &network.org2_peer],
+    );
+    assert_eq!(
+        broadcast(orderer.grpc, std::slice::from_ref(&written)).await,
+        [Status::Success]
+    );
+    for peer in [second.grpc, org2.grpc] {
+        let codes = committed_codes(peer, &network.client, 1).await;
+        assert_eq!(codes, [TxValidationCode::Valid]);
+    }
+    let evaluate = |targets: &[&str]| {
+        let proposal = network.proposal(CHANNEL, &["kv", "get", "read-after-write"]);
+        let request = weft_protos::gateway::EvaluateRequest {
+            transaction_id: proposal.tx_id.clone(),
+            channel_id: CHANNEL.to_owned(),
+            proposed_transaction: Some(proposal.signed(&network.client).unwrap()),
+            target_organizations: targets.iter().map(|msp_id| (*msp_id).to_owned()).collect(),
+        };
+        let mut client = gateway.clone();
+        async move { client.evaluate(request).await }
+    };
+    let value_of = |answer: Result<
+        tonic::Response<weft_protos::gateway::EvaluateResponse>,
+        tonic::Status,
+    >| { answer.unwrap().into_inner().result.unwrap().payload };
+    assert_eq!(value_of(evaluate(&[]).await), b"value"[..]);
+    assert_eq!(value_of(evaluate(&["Org2MSP"]).await), b"value"[..]);
+
+    let second_address = second.grpc.to_string();
+    drop(second);
+    let refused = evaluate(&["Org1MSP"]).await.unwrap_err();
+    let details = error_details(&refused);
+    let named: Vec<(&str, &str)> = details
+        .iter()
+        .map(|detail| (detail.address.as_str(), detail.msp_id.as_str()))
+        .collect();
+    let own = org1.grpc.to_string();
+    assert_eq!(
+        named,
+        [(&*own, "Org1MSP"), (&*second_address, "Org1MSP")],
+        "{refused:?}"
+    );
+    assert!(details[0].message.contains("not found"), "{details:?}");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
     link.release();
 }
 

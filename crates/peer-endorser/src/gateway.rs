@@ -20,8 +20,13 @@
 //!   Fabric's Gateway opens one per transaction);
 //! - `CommitStatus`: waits until this peer has committed the transaction
 //!   and answers its validation code and block;
-//! - `Evaluate`: the proposal is run here and its result returned, nothing
-//!   submitted;
+//! - `Evaluate`: the proposal is run and its result returned, nothing
+//!   submitted: here first, then, as Fabric's Gateway plans it, at this
+//!   organisation's other peers and those of the other organisations (of
+//!   the organisations the client names, if it names any; of this one
+//!   alone when the proposal carries transient data and names none),
+//!   moving on after a peer's refusal or silence and stopping at a
+//!   chaincode's error;
 //! - `ChaincodeEvents`: the events of one chaincode's valid transactions,
 //!   block by block, from a start position.
 //!
@@ -306,6 +311,48 @@ impl GatewayService {
                 known.join(", ")
             ))
         })
+    }
+
+    /// Who evaluates a proposal, in turn, as Fabric's Gateway plans it:
+    /// the peers of `named` organisations (with none named, of every
+    /// organisation known, or of this one alone when the proposal carries
+    /// transient data, which Fabric keeps in the Gateway's organisation),
+    /// this organisation's first, this peer (`None`) before its other
+    /// peers; within an organisation, peers that last failed to answer
+    /// last.
+    fn evaluators<'a>(
+        &'a self,
+        named: &'a [String],
+        has_transient: bool,
+    ) -> Vec<(&'a str, Option<&'a String>)> {
+        let local = self.config.local_msp_id.as_str();
+        let mut organisations: Vec<&str> = if !named.is_empty() {
+            named.iter().map(String::as_str).collect()
+        } else if has_transient {
+            vec![local]
+        } else {
+            std::iter::once(local)
+                .chain(self.config.peers.iter().map(|(msp_id, _)| msp_id.as_str()))
+                .collect()
+        };
+        let mut seen = std::collections::HashSet::new();
+        organisations.retain(|msp_id| seen.insert(*msp_id));
+        if let Some(at) = organisations.iter().position(|msp_id| *msp_id == local) {
+            organisations[..=at].rotate_right(1);
+        }
+        let now = Instant::now();
+        let mut evaluators = Vec::new();
+        for msp_id in organisations {
+            if msp_id == local {
+                evaluators.push((msp_id, None));
+            }
+            let known = self.config.peers.iter().filter(|(id, _)| id == msp_id);
+            let in_turn = self
+                .silent
+                .answering_first(known.map(|(_, address)| address), now);
+            evaluators.extend(in_turn.into_iter().map(|address| (msp_id, Some(address))));
+        }
+        evaluators
     }
 
     /// Checks that `identity` signed `request` and may read the channel.
@@ -616,26 +663,63 @@ impl Gateway for GatewayService {
         let signed = request
             .proposed_transaction
             .ok_or_else(|| Status::invalid_argument("a proposed transaction is required"))?;
-        let response = self.endorser.answer(signed).await;
-        // Evaluation needs a result, not an endorsement.
-        if let Some((code, reason)) = response_failure(&response) {
-            // Fabric's Gateway tries the next peer of the organisation
-            // after a refusal (ABORTED); this one is the only one it has.
-            let summary = if code == Code::Aborted {
-                "failed to evaluate transaction, see attached details for more info"
-            } else {
-                "evaluate call to endorser returned error"
+        let proposal = ReceivedProposal::decode(&signed).map_err(|e| {
+            Status::invalid_argument(format!("failed to unpack transaction proposal: {e}"))
+        })?;
+        let evaluators = self.evaluators(
+            &request.target_organizations,
+            !proposal.transient.is_empty(),
+        );
+        let mut failures = Vec::new();
+        let mut last_code = Code::Aborted;
+        for (msp_id, address) in evaluators {
+            let answer = match address {
+                None => Ok(self.endorser.answer(signed.clone()).await),
+                Some(address) => {
+                    let answer = self.endorse_at(address, signed.clone(), None).await;
+                    self.silent.note(address, answer.is_ok(), Instant::now());
+                    answer
+                }
             };
-            let address = &self.config.local_address;
-            return Err(failed(
-                code,
-                summary,
-                &[detail(address, &self.config.local_msp_id, reason)],
-            ));
+            let shown = address.unwrap_or(&self.config.local_address);
+            // Evaluation needs a result, not an endorsement.
+            match answer.map(|response| (response_failure(&response), response)) {
+                Ok((None, response)) => {
+                    return Ok(Response::new(EvaluateResponse {
+                        result: response.response,
+                    }));
+                }
+                // The peer refused (ABORTED): another peer may not.
+                Ok((Some((Code::Aborted, reason)), _)) => {
+                    failures.push(detail(shown, msp_id, reason));
+                    last_code = Code::Aborted;
+                }
+                // The chaincode's own error: every peer would answer it.
+                Ok((Some((code, reason)), _)) => {
+                    failures.push(detail(shown, msp_id, reason));
+                    return Err(failed(
+                        code,
+                        "evaluate call to endorser returned error",
+                        &failures,
+                    ));
+                }
+                Err(status) => {
+                    failures.push(detail(shown, msp_id, status.message()));
+                    last_code = Code::Unavailable;
+                }
+            }
         }
-        Ok(Response::new(EvaluateResponse {
-            result: response.response,
-        }))
+        if failures.is_empty() {
+            return Err(Status::failed_precondition(format!(
+                "no peers available to evaluate chaincode {} in channel {}",
+                proposal.chaincode_id.name, proposal.channel_header.channel_id
+            )));
+        }
+        Err(failed(
+            last_code,
+            "failed to evaluate transaction, see attached details for more info",
+            &failures,
+        ))
     }
 
     type ChaincodeEventsStream = EventStream;
