@@ -6,9 +6,9 @@
 //! endorses, or, with none, the late one where it is; an organisation
 //! whose first peer is down endorses at its next, and a transaction an
 //! orderer does not take goes to the next orderer; a peer or orderer that
-//! did not answer is asked last from then on; an evaluation this peer
-//! refuses goes to its organisation's next peer, or to the organisations
-//! the client names.
+//! did not answer is asked last from then on; an evaluation or an
+//! endorsement this peer refuses goes to its organisation's next peer,
+//! and an evaluation to the organisations the client names.
 
 use std::net::SocketAddr;
 
@@ -160,13 +160,14 @@ async fn a_peer_too_far_behind_refuses_and_the_organisations_next_peer_endorses(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_evaluation_the_gateways_peer_refuses_goes_to_the_next_peer_or_the_named_organisation() {
+async fn what_the_gateways_peer_refuses_goes_to_the_next_peer_or_the_named_organisation() {
     // Goal: org1's Gateway peer is held behind while a key is written; a
     // client evaluates a read of it there. Its own answer (not found: a
     // 500 without payload, which Fabric's Gateway takes as a refusal and
     // retries elsewhere) is passed over for org1's second peer, which has
     // the key; a client naming org2 is answered by org2's peer; with the
     // second peer down and org1 named, the client hears of both failures.
+    // An endorsement by org1 alone moves on to its second peer the same way.
     let dir = tempfile::tempdir().unwrap();
     let network = Network::create(dir.path());
     let orderer = network.start_solo_orderer();
@@ -212,6 +213,29 @@ async fn an_evaluation_the_gateways_peer_refuses_goes_to_the_next_peer_or_the_na
     >| { answer.unwrap().into_inner().result.unwrap().payload };
     assert_eq!(value_of(evaluate(&[]).await), b"value"[..]);
     assert_eq!(value_of(evaluate(&["Org2MSP"]).await), b"value"[..]);
+    // An endorsement by org1 alone goes the same way: org1's second peer
+    // endorses what its Gateway peer refused.
+    let proposal = network.proposal(CHANNEL, &["kv", "get", "read-after-write"]);
+    let request = weft_protos::gateway::EndorseRequest {
+        transaction_id: proposal.tx_id.clone(),
+        channel_id: CHANNEL.to_owned(),
+        proposed_transaction: Some(proposal.signed(&network.client).unwrap()),
+        endorsing_organizations: vec!["Org1MSP".to_owned()],
+    };
+    let prepared = gateway
+        .clone()
+        .endorse(request)
+        .await
+        .unwrap()
+        .into_inner()
+        .prepared_transaction
+        .unwrap();
+    let envelope = TxEnvelope::decode(prepared.encode_to_vec().into(), Limits::default()).unwrap();
+    let TxBody::Endorser(transaction) = envelope.body else {
+        panic!("not an endorser transaction: {:?}", envelope.body);
+    };
+    let response = transaction.actions[0].chaincode_action.response.as_ref();
+    assert_eq!(response.unwrap().payload.as_ref(), b"value");
 
     let second_address = second.grpc.to_string();
     drop(second);

@@ -7,7 +7,8 @@
 //!   policy), their results must agree, and the transaction is prepared
 //!   for the client to sign. An organisation's configured peers are asked
 //!   in turn until one endorses, as Fabric's Gateway moves on to the next
-//!   peer of an organisation, those that last failed to answer last. The
+//!   peer of an organisation, those that last failed to answer last (for
+//!   this peer's organisation, once this peer has refused). The
 //!   other peers are told how many blocks this peer has committed, and a
 //!   weft peer that is behind catches up before it endorses, so that a
 //!   client reading what it just saw committed here gets endorsements
@@ -466,8 +467,9 @@ impl Gateway for GatewayService {
             &request.endorsing_organizations,
         )?;
         // Every organisation endorses side by side, as Fabric's Gateway
-        // asks them: this peer on a task of its own, each other
-        // organisation on one that tries its known peers in turn; the
+        // asks them: this peer on a task of its own (its organisation's
+        // other peers in turn if it refuses), each other organisation on
+        // one that tries its known peers in turn; the
         // answers are taken in the plan's order. The others are told how
         // far this peer has committed, and a weft peer behind it catches
         // up before it simulates: the client may have seen its last
@@ -479,14 +481,31 @@ impl Gateway for GatewayService {
         for msp_id in organisations {
             let (organisation, signed) = (msp_id.clone(), signed.clone());
             let endorsement = if msp_id == self.config.local_msp_id {
-                let endorser = self.endorser.clone();
-                let address = self.config.local_address.clone();
+                let gateway = self.clone();
                 tokio::spawn(async move {
-                    let response = endorser.answer(signed).await;
-                    match endorsement_failure(&response) {
-                        None => Ok(response),
-                        Some(reason) => Err(vec![detail(&address, &organisation, reason)]),
+                    let response = gateway.endorser.answer(signed.clone()).await;
+                    let Some(reason) = endorsement_failure(&response) else {
+                        return Ok(response);
+                    };
+                    let address = &gateway.config.local_address;
+                    let mut failures = vec![detail(address, &organisation, reason)];
+                    // Then the organisation's other peers, as Fabric's
+                    // Gateway moves on within the organisation.
+                    if gateway
+                        .config
+                        .peers
+                        .iter()
+                        .any(|(id, _)| *id == organisation)
+                    {
+                        match gateway
+                            .endorse_in_organisation(&organisation, signed, committed)
+                            .await
+                        {
+                            Ok(response) => return Ok(response),
+                            Err(others) => failures.extend(others),
+                        }
                     }
+                    Err(failures)
                 })
             } else {
                 let gateway = self.clone();
