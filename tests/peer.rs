@@ -949,6 +949,42 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
         }
     };
     assert_eq!(ok(&found, "note"), "found later", "{found}");
+
+    // Transient data reaches only the organisations of the collections a
+    // proposal touches, as Fabric's Gateway plans it: the same contract
+    // defined again with a policy that needs both organisations, written
+    // to with transient data, the client naming no endorsers. Org1's own
+    // notes would need Org2's endorsement: refused, in Fabric's words; a
+    // collection of both is endorsed by both; a client that names both
+    // organisations takes the choice on itself.
+    let output = chaincode_deploy(&network, orderer.grpc, [org1.grpc, org2.grpc])
+        .args(["--name", "secrets-both", "--sequence", "1"])
+        .args(["--address", &chaincode.address.to_string()])
+        .args(["--policy", "AND('Org1MSP.peer','Org2MSP.peer')"])
+        .arg("--collections-config")
+        .arg(&collections)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let protected = secrets_with(
+        "org1",
+        org1.grpc,
+        &[
+            ("SECRETS_AS", "protected"),
+            ("SECRETS_CONTRACT", "secrets-both"),
+        ],
+    );
+    assert_eq!(protected["org1Only"]["code"], 9, "{protected}");
+    assert!(
+        protected["org1Only"]["error"].as_str().unwrap().contains(
+            "requires endorsement from organisation(s) that are not in the distribution policy \
+             of the private data collection(s): [org1Notes]; retry specifying trusted endorsing \
+             organizations to protect transient data"
+        ),
+        "{protected}"
+    );
+    assert_eq!(protected["shared"]["valid"], true, "{protected}");
+    assert_eq!(protected["named"]["valid"], true, "{protected}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

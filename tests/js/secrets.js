@@ -16,6 +16,11 @@
 //                       user, at Org1's peer, naming the endorsers)
 //   SECRETS_AS=read     reads the note SECRETS_KEY (default p1) and its
 //                       hash and policy (any user, at any peer)
+//   SECRETS_AS=protected
+//                       writes notes with transient data to the contract
+//                       SECRETS_CONTRACT, whose policy needs both
+//                       organisations, naming no endorsers and then both
+//                       (Org1's user, at Org1's peer)
 //
 //   node secrets.js <peer host:port> <mspId> <cert.pem> <key.pem> <channel>
 //
@@ -92,6 +97,26 @@ runGatewayClient(async (gateway, channelName) => {
         seen.note = await evaluate('readFrom', ...note);
         seen.purgedByOne = await submit('purge', note, ['Org1MSP']);
         seen.purgedByBoth = await submit('purge', note, both);
+    } else if (process.env.SECRETS_AS === 'protected') {
+        const both = gateway.getNetwork(channelName).getContract(process.env.SECRETS_CONTRACT);
+        // The commit status of a note written to `collection` with
+        // transient data, endorsed by `orgs` (the Gateway's choice when
+        // none), or the error.
+        const write = async (collection, id, orgs) => {
+            try {
+                const submitted = await both.submitAsync('writeTo', {
+                    arguments: [collection, id, 'secret'],
+                    transientData: { secret: 'kept from non-members' },
+                    endorsingOrganizations: orgs,
+                });
+                return { valid: (await submitted.getStatus()).successful };
+            } catch (err) {
+                return { code: err.code, error: err.message };
+            }
+        };
+        seen.org1Only = await write('org1Notes', 'x1');
+        seen.shared = await write('pulledCollection', 'x2');
+        seen.named = await write('org1Notes', 'x3', ['Org1MSP', 'Org2MSP']);
     } else if (process.env.SECRETS_AS === 'read') {
         const key = process.env.SECRETS_KEY || 'p1';
         seen.note = await evaluate('readFrom', 'pulledCollection', key);

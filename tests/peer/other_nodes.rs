@@ -72,11 +72,7 @@ async fn a_peer_behind_the_gateways_endorses_once_it_has_caught_up() {
         .into_inner()
         .prepared_transaction
         .unwrap();
-    let envelope = TxEnvelope::decode(prepared.encode_to_vec().into(), Limits::default()).unwrap();
-    let TxBody::Endorser(transaction) = envelope.body else {
-        panic!("not an endorser transaction: {:?}", envelope.body);
-    };
-    let action = &transaction.actions[0];
+    let action = first_action(&prepared);
     assert_eq!(action.endorsements.len(), 2);
     let response = action.chaincode_action.response.as_ref().unwrap();
     assert_eq!(response.payload.as_ref(), b"value");
@@ -135,12 +131,7 @@ async fn a_peer_too_far_behind_refuses_and_the_organisations_next_peer_endorses(
                 .into_inner()
                 .prepared_transaction
                 .unwrap();
-            let envelope =
-                TxEnvelope::decode(prepared.encode_to_vec().into(), Limits::default()).unwrap();
-            let TxBody::Endorser(transaction) = envelope.body else {
-                panic!("not an endorser transaction: {:?}", envelope.body);
-            };
-            transaction.actions[0].endorsements.len()
+            first_action(&prepared).endorsements.len()
         }
     };
     // `update` reads the key before it writes it.
@@ -230,11 +221,8 @@ async fn what_the_gateways_peer_refuses_goes_to_the_next_peer_or_the_named_organ
         .into_inner()
         .prepared_transaction
         .unwrap();
-    let envelope = TxEnvelope::decode(prepared.encode_to_vec().into(), Limits::default()).unwrap();
-    let TxBody::Endorser(transaction) = envelope.body else {
-        panic!("not an endorser transaction: {:?}", envelope.body);
-    };
-    let response = transaction.actions[0].chaincode_action.response.as_ref();
+    let action = first_action(&prepared);
+    let response = action.chaincode_action.response.as_ref();
     assert_eq!(response.unwrap().payload.as_ref(), b"value");
 
     let second_address = second.grpc.to_string();
@@ -306,13 +294,7 @@ async fn the_gateway_passes_over_a_peer_or_orderer_that_hangs_and_asks_it_last_a
             asked.elapsed()
         }
     };
-    let endorsements = |prepared: Envelope| {
-        let envelope = TxEnvelope::decode(prepared.encode_to_vec().into(), Limits::default());
-        let TxBody::Endorser(transaction) = envelope.unwrap().body else {
-            panic!("not an endorser transaction");
-        };
-        transaction.actions[0].endorsements.len()
-    };
+    let endorsements = |prepared: Envelope| first_action(&prepared).endorsements.len();
     let endorsers = [&network.org1_peer, &network.org2_peer];
     let three_seconds = Duration::from_secs(3);
 
@@ -364,6 +346,15 @@ async fn the_gateway_passes_over_a_peer_or_orderer_that_hangs_and_asks_it_last_a
         "{details:?}"
     );
     assert_eq!(details[1].message, "endorsement timeout expired after 3s");
+}
+
+/// The first action of the transaction a Gateway prepared.
+fn first_action(prepared: &Envelope) -> weft_protos::view::EndorsedAction {
+    let envelope = TxEnvelope::decode(prepared.encode_to_vec().into(), Limits::default()).unwrap();
+    let TxBody::Endorser(transaction) = envelope.body else {
+        panic!("not an endorser transaction: {:?}", envelope.body);
+    };
+    transaction.actions.into_iter().next().unwrap()
 }
 
 /// Holds `link`, then has `read-after-write` written and committed, as

@@ -72,7 +72,10 @@ use weft_protos::gateway::{
 };
 use weft_protos::orderer::seek_position::Type as SeekType;
 use weft_protos::protos::endorser_client::EndorserClient;
-use weft_protos::protos::{ChaincodeEvent, ProposalResponse, SignedProposal};
+use weft_protos::protos::{
+    ChaincodeAction, ChaincodeEvent, ProposalResponse, ProposalResponsePayload, SignedProposal,
+};
+use weft_protos::rwset::TxReadWriteSet;
 use weft_protos::tx::ReceivedProposal;
 use weft_protos::view::{DecodedBlock, Limits, TxBody};
 
@@ -296,22 +299,158 @@ impl GatewayService {
         if !named.is_empty() {
             return Ok(named.to_vec());
         }
+        let known = self.known_organisations();
+        weft_policy::smallest_satisfying(&known, |organisations| {
+            channel.satisfies_endorsement(chaincode, organisations)
+        })
+        .ok_or_else(|| no_plan(&known, chaincode))
+    }
+
+    /// The endorsements of `organisations`, asked side by side, as
+    /// Fabric's Gateway asks them: this peer on a task of its own (its
+    /// organisation's other peers in turn if it refuses; `local` when it
+    /// has answered already), each other organisation on one that tries
+    /// its known peers in turn; the answers in the plan's order.
+    async fn endorse_by(
+        &self,
+        organisations: Vec<String>,
+        signed: SignedProposal,
+        committed: u64,
+        local: Option<ProposalResponse>,
+    ) -> Result<Vec<ProposalResponse>, Status> {
+        let mut local = local;
+        let mut asked = Vec::new();
+        for msp_id in organisations {
+            let (organisation, signed) = (msp_id.clone(), signed.clone());
+            let gateway = self.clone();
+            let endorsement = if msp_id == self.config.local_msp_id {
+                let answered = local.take();
+                tokio::spawn(async move {
+                    match answered {
+                        Some(response) => Ok(response),
+                        None => gateway.endorse_here(signed, committed).await,
+                    }
+                })
+            } else {
+                tokio::spawn(async move {
+                    gateway
+                        .endorse_in_organisation(&organisation, signed, committed)
+                        .await
+                })
+            };
+            asked.push((msp_id, endorsement));
+        }
+        let mut failures = Vec::new();
+        let mut responses = Vec::new();
+        for (msp_id, endorsement) in asked {
+            match endorsement.await {
+                Ok(Ok(response)) => responses.push(response),
+                Ok(Err(details)) => failures.extend(details),
+                Err(error) => failures.push(detail(
+                    "",
+                    &msp_id,
+                    format!("the endorsement task failed: {error}"),
+                )),
+            }
+        }
+        if !failures.is_empty() || responses.is_empty() {
+            return Err(failed(
+                Code::Aborted,
+                "failed to collect enough transaction endorsements, see attached details for more info",
+                &failures,
+            ));
+        }
+        Ok(responses)
+    }
+
+    /// This organisation's endorsement: this peer's, or if it refuses,
+    /// one of the organisation's other known peers', as Fabric's Gateway
+    /// moves on within the organisation.
+    async fn endorse_here(
+        &self,
+        signed: SignedProposal,
+        committed: u64,
+    ) -> Result<ProposalResponse, Vec<ErrorDetail>> {
+        let local = &self.config.local_msp_id;
+        let response = self.endorser.answer(signed.clone()).await;
+        let Some(reason) = endorsement_failure(&response) else {
+            return Ok(response);
+        };
+        let mut failures = vec![detail(&self.config.local_address, local, reason)];
+        if self.config.peers.iter().any(|(id, _)| id == local) {
+            match self.endorse_in_organisation(local, signed, committed).await {
+                Ok(response) => return Ok(response),
+                Err(others) => failures.extend(others),
+            }
+        }
+        Err(failures)
+    }
+
+    /// The endorsements of a proposal carrying transient data whose
+    /// client named no organisations, planned as Fabric's Gateway plans
+    /// them so that the data reaches only peers of the organisations
+    /// entitled to the private data it touches: this organisation
+    /// endorses first, and its answer names the collections the
+    /// chaincode read or wrote; the others are chosen among the members
+    /// of all of them. When only organisations outside a collection could
+    /// satisfy the endorsement policy, the client is told to name the
+    /// organisations it trusts (FAILED_PRECONDITION, Fabric's words).
+    async fn endorse_keeping_transient_data(
+        &self,
+        channel: &dyn JoinedChannel,
+        proposal: &ReceivedProposal,
+        signed: SignedProposal,
+        committed: u64,
+    ) -> Result<Vec<ProposalResponse>, Status> {
+        let first = self
+            .endorse_here(signed.clone(), committed)
+            .await
+            .map_err(|details| {
+                failed(
+                    Code::Aborted,
+                    "failed to endorse transaction, see attached details for more info",
+                    &details,
+                )
+            })?;
+        let touched = touched_collections(&first);
+        let known = self.known_organisations();
+        let members: Vec<String> = known
+            .iter()
+            .filter(|msp_id| {
+                touched.iter().all(|(namespace, collection)| {
+                    channel.is_collection_member(namespace, collection, msp_id)
+                })
+            })
+            .cloned()
+            .collect();
+        let chaincode = &proposal.chaincode_id.name;
+        let satisfied =
+            |organisations: &[String]| channel.satisfies_endorsement(chaincode, organisations);
+        let Some(plan) = weft_policy::smallest_satisfying(&members, satisfied) else {
+            if weft_policy::smallest_satisfying(&known, satisfied).is_some() {
+                let names: Vec<&str> = touched.iter().map(|(_, name)| name.as_str()).collect();
+                return Err(Status::failed_precondition(format!(
+                    "requires endorsement from organisation(s) that are not in the distribution \
+                     policy of the private data collection(s): [{}]; retry specifying trusted \
+                     endorsing organizations to protect transient data",
+                    names.join(" ")
+                )));
+            }
+            return Err(no_plan(&known, chaincode));
+        };
+        let local = plan.contains(&self.config.local_msp_id).then_some(first);
+        self.endorse_by(plan, signed, committed, local).await
+    }
+
+    /// This organisation and those of the known peers, this one first.
+    fn known_organisations(&self) -> Vec<String> {
         let mut known = vec![self.config.local_msp_id.clone()];
         for (msp_id, _) in &self.config.peers {
             if !known.contains(msp_id) {
                 known.push(msp_id.clone());
             }
         }
-        weft_policy::smallest_satisfying(&known, |organisations| {
-            channel.satisfies_endorsement(chaincode, organisations)
-        })
-        .ok_or_else(|| {
-            Status::failed_precondition(format!(
-                "no combination of the peers of {} satisfies the endorsement policy of \
-                 chaincode {chaincode}",
-                known.join(", ")
-            ))
-        })
+        known
     }
 
     /// Who evaluates a proposal, in turn, as Fabric's Gateway plans it:
@@ -368,6 +507,37 @@ impl GatewayService {
             .check_signer(READERS_POLICY, identity, request, signature, now)
             .map_err(|reason| Status::permission_denied(format!("access denied: {reason}")))
     }
+}
+
+/// No organisations among `known` satisfy `chaincode`'s policy.
+fn no_plan(known: &[String], chaincode: &str) -> Status {
+    Status::failed_precondition(format!(
+        "no combination of the peers of {} satisfies the endorsement policy of chaincode \
+         {chaincode}",
+        known.join(", ")
+    ))
+}
+
+/// The private data collections an endorsed proposal read or wrote, as
+/// (namespace, collection), from the simulation its response carries.
+fn touched_collections(response: &ProposalResponse) -> Vec<(String, String)> {
+    let results = ProposalResponsePayload::decode(response.payload.clone())
+        .and_then(|payload| ChaincodeAction::decode(payload.extension))
+        .and_then(|action| TxReadWriteSet::decode(action.results));
+    let Ok(results) = results else {
+        return Vec::new();
+    };
+    results
+        .ns_rwset
+        .into_iter()
+        .flat_map(|namespace| {
+            let name = namespace.namespace;
+            namespace
+                .collection_hashed_rwset
+                .into_iter()
+                .map(move |collection| (name.clone(), collection.collection_name))
+        })
+        .collect()
 }
 
 /// Why a proposal response's status is a failure, and the code Fabric's
@@ -461,82 +631,25 @@ impl Gateway for GatewayService {
         let proposal = ReceivedProposal::decode(&signed)
             .map_err(|e| Status::invalid_argument(format!("malformed proposal: {e}")))?;
         let channel = self.channel(&proposal.channel_header.channel_id)?;
-        let organisations = self.endorsing_organisations(
-            channel.as_ref(),
-            &proposal.chaincode_id.name,
-            &request.endorsing_organizations,
-        )?;
-        // Every organisation endorses side by side, as Fabric's Gateway
-        // asks them: this peer on a task of its own (its organisation's
-        // other peers in turn if it refuses), each other organisation on
-        // one that tries its known peers in turn; the
-        // answers are taken in the plan's order. The others are told how
-        // far this peer has committed, and a weft peer behind it catches
-        // up before it simulates: the client may have seen its last
-        // transaction committed here and now read what it wrote (Fabric's
-        // Gateway endorses at a lagging peer all the same, and the
-        // endorsements disagree).
+        // The others are told how far this peer has committed, and a weft
+        // peer behind it catches up before it simulates: the client may
+        // have seen its last transaction committed here and now read what
+        // it wrote (Fabric's Gateway endorses at a lagging peer all the
+        // same, and the endorsements disagree).
         let committed = *channel.committed_height().borrow();
-        let mut asked = Vec::new();
-        for msp_id in organisations {
-            let (organisation, signed) = (msp_id.clone(), signed.clone());
-            let endorsement = if msp_id == self.config.local_msp_id {
-                let gateway = self.clone();
-                tokio::spawn(async move {
-                    let response = gateway.endorser.answer(signed.clone()).await;
-                    let Some(reason) = endorsement_failure(&response) else {
-                        return Ok(response);
-                    };
-                    let address = &gateway.config.local_address;
-                    let mut failures = vec![detail(address, &organisation, reason)];
-                    // Then the organisation's other peers, as Fabric's
-                    // Gateway moves on within the organisation.
-                    if gateway
-                        .config
-                        .peers
-                        .iter()
-                        .any(|(id, _)| *id == organisation)
-                    {
-                        match gateway
-                            .endorse_in_organisation(&organisation, signed, committed)
-                            .await
-                        {
-                            Ok(response) => return Ok(response),
-                            Err(others) => failures.extend(others),
-                        }
-                    }
-                    Err(failures)
-                })
+        let responses =
+            if request.endorsing_organizations.is_empty() && !proposal.transient.is_empty() {
+                self.endorse_keeping_transient_data(channel.as_ref(), &proposal, signed, committed)
+                    .await?
             } else {
-                let gateway = self.clone();
-                tokio::spawn(async move {
-                    gateway
-                        .endorse_in_organisation(&organisation, signed, committed)
-                        .await
-                })
+                let organisations = self.endorsing_organisations(
+                    channel.as_ref(),
+                    &proposal.chaincode_id.name,
+                    &request.endorsing_organizations,
+                )?;
+                self.endorse_by(organisations, signed, committed, None)
+                    .await?
             };
-            asked.push((msp_id, endorsement));
-        }
-        let mut failures = Vec::new();
-        let mut responses = Vec::new();
-        for (msp_id, endorsement) in asked {
-            match endorsement.await {
-                Ok(Ok(response)) => responses.push(response),
-                Ok(Err(details)) => failures.extend(details),
-                Err(error) => failures.push(detail(
-                    "",
-                    &msp_id,
-                    format!("the endorsement task failed: {error}"),
-                )),
-            }
-        }
-        if !failures.is_empty() || responses.is_empty() {
-            return Err(failed(
-                Code::Aborted,
-                "failed to collect enough transaction endorsements, see attached details for more info",
-                &failures,
-            ));
-        }
         let payload = proposal
             .proposal
             .transaction_payload(&responses)
