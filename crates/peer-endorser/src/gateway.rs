@@ -14,7 +14,11 @@
 //!   client reading what it just saw committed here gets endorsements
 //!   that agree (Fabric's peers ignore the header); one too far behind
 //!   refuses, and the organisation's next peer is asked, or, when none has
-//!   caught up, the one furthest along without the height;
+//!   caught up, the one furthest along without the height. A proposal
+//!   carrying transient data whose client names no organisations is
+//!   endorsed here first, and the others are chosen among the members of
+//!   the private data collections it touched, as Fabric's Gateway keeps
+//!   transient data;
 //! - `Submit`: the signed transaction goes to the first orderer that takes
 //!   it (those that last failed to answer tried last), over a Broadcast
 //!   stream to that orderer that every submit shares (`broadcast_lines`;
@@ -45,9 +49,11 @@
 //! orderer that does not answer, becomes an error detail like any other
 //! failure, and the next orderer is tried.
 //!
-//! Endorsement plans come from configuration, not yet from the chaincode's
-//! policy: the default `MAJORITY Endorsement` of a two-organisation channel
-//! and any `ANY` policy are met by endorsing with every organisation.
+//! Endorsement plans come from the organisations of the configured peers
+//! and the chaincode's endorsement policy (Fabric's Gateway asks its
+//! discovery service): the fewest organisations whose peers satisfy it,
+//! this one first. Peers' heights are not known here, so organisations'
+//! peers are asked in their configured order, not highest first.
 
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
