@@ -517,14 +517,17 @@ impl Drop for NetworkUp {
 
 /// A base port for a test's network whose ports are free. A network
 /// spans base..=base+25 and base+2001..=base+2002 (org2's peer); bases
-/// stay within 10000..15000, below the ranges `weft bench` picks for
-/// networks of its own (17050 on) and the kernel's ephemeral ports (32768
-/// on), so that while a test's network is stopped and resumed neither
-/// takes its ports. `offset` keeps one process's tests apart, the process
-/// ID concurrent test runs.
+/// stay within 10000..30000, below the kernel's ephemeral ports (32768 on
+/// by default), so that while a test's network is stopped and resumed no
+/// outgoing connection takes its ports. The networks that `weft bench`,
+/// `weft chaos` and other tests start beside it take blocks of 1,000 ports
+/// anywhere outside the ephemeral ports, each locked by its process
+/// (`weft::reserve_ports`): the range is wide enough that a few of them
+/// holding blocks leave room. `offset` keeps one process's tests apart,
+/// the process ID concurrent test runs.
 fn free_base_port(offset: u16) -> u16 {
     let start = 10_000 + (std::process::id() % 10) as u16 * 400 + offset;
-    for candidate in (start..15_000).step_by(31) {
+    for candidate in (start..30_000).step_by(31) {
         let ports = [0, 2000]
             .into_iter()
             .flat_map(|span| (0..26).map(move |port| candidate + span + port));
