@@ -573,22 +573,32 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
         r#"{"index": {"fields": ["color"]}, "ddoc": "byColor", "name": "color", "type": "json"}"#,
     )
     .unwrap();
-    let output = chaincode_deploy(&network, orderer.grpc, [org1.grpc, org2.grpc])
-        .args(["--name", "secrets", "--sequence", "1"])
-        .args(["--address", &chaincode.address.to_string()])
-        .args(["--policy", "OR('Org1MSP.peer','Org2MSP.peer')"])
-        .arg("--collections-config")
-        .arg(&collections)
+    // The contract defined as `name` with `policy` and the collections
+    // above, run by the chaincode server.
+    let deploy_secrets = |name: &str, policy: &str| {
+        let mut command = chaincode_deploy(&network, orderer.grpc, [org1.grpc, org2.grpc]);
+        command
+            .args(["--name", name, "--sequence", "1"])
+            .args(["--address", &chaincode.address.to_string()])
+            .args(["--policy", policy])
+            .arg("--collections-config")
+            .arg(&collections);
+        command
+    };
+    let deployed = |mut command: Command| {
+        let output = command.output().unwrap();
+        assert!(
+            output.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    let mut secrets_deploy = deploy_secrets("secrets", "OR('Org1MSP.peer','Org2MSP.peer')");
+    secrets_deploy
         .arg("--collection-indexes")
-        .arg(&collection_indexes)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .arg(&collection_indexes);
+    deployed(secrets_deploy);
 
     // tests/js/secrets.js as User1 of `org` at `peer`, with `env`; in the
     // part `part`.
@@ -957,15 +967,10 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     // notes would need Org2's endorsement: refused, in Fabric's words; a
     // collection of both is endorsed by both; a client that names both
     // organisations takes the choice on itself.
-    let output = chaincode_deploy(&network, orderer.grpc, [org1.grpc, org2.grpc])
-        .args(["--name", "secrets-both", "--sequence", "1"])
-        .args(["--address", &chaincode.address.to_string()])
-        .args(["--policy", "AND('Org1MSP.peer','Org2MSP.peer')"])
-        .arg("--collections-config")
-        .arg(&collections)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
+    deployed(deploy_secrets(
+        "secrets-both",
+        "AND('Org1MSP.peer','Org2MSP.peer')",
+    ));
     let protected = secrets_with(
         "org1",
         org1.grpc,

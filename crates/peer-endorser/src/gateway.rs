@@ -228,15 +228,10 @@ impl GatewayService {
     ) -> Result<ProposalResponse, Vec<ErrorDetail>> {
         let mut failures = Vec::new();
         let mut furthest_behind: Option<(&String, u64)> = None;
-        let known = self.config.peers.iter().filter(|(id, _)| id == msp_id);
-        let in_turn = self
-            .silent
-            .answering_first(known.map(|(_, address)| address), Instant::now());
-        for address in in_turn {
+        for address in self.peers_in_turn(msp_id, Instant::now()) {
             let answer = self
-                .endorse_at(address, signed.clone(), Some(committed))
+                .ask_noting_silence(address, signed.clone(), Some(committed))
                 .await;
-            self.silent.note(address, answer.is_ok(), Instant::now());
             match answer.map(|response| (endorsement_failure(&response), response)) {
                 Ok((None, response)) => return Ok(response),
                 Ok((Some(reason), _)) => failures.push(detail(address, msp_id, reason)),
@@ -263,6 +258,27 @@ impl GatewayService {
             failures.push(detail("", msp_id, "no peer of this organisation is known"));
         }
         Err(failures)
+    }
+
+    /// The known peers of organisation `msp_id`, in configured order,
+    /// those whose last call got no answer at `now` last.
+    fn peers_in_turn(&self, msp_id: &str, now: Instant) -> Vec<&String> {
+        let known = self.config.peers.iter().filter(|(id, _)| id == msp_id);
+        self.silent
+            .answering_first(known.map(|(_, address)| address), now)
+    }
+
+    /// [`Self::endorse_at`], noting whether the peer answered, so that one
+    /// that did not is asked last for a while.
+    async fn ask_noting_silence(
+        &self,
+        address: &str,
+        signed: SignedProposal,
+        committed: Option<u64>,
+    ) -> Result<ProposalResponse, Status> {
+        let answer = self.endorse_at(address, signed, committed).await;
+        self.silent.note(address, answer.is_ok(), Instant::now());
+        answer
     }
 
     /// The answer of the peer at `address` to `signed`, within the
@@ -466,37 +482,33 @@ impl GatewayService {
     /// this organisation's first, this peer (`None`) before its other
     /// peers; within an organisation, peers that last failed to answer
     /// last.
-    fn evaluators<'a>(
-        &'a self,
-        named: &'a [String],
-        has_transient: bool,
-    ) -> Vec<(&'a str, Option<&'a String>)> {
-        let local = self.config.local_msp_id.as_str();
-        let mut organisations: Vec<&str> = if !named.is_empty() {
-            named.iter().map(String::as_str).collect()
+    fn evaluators(&self, named: &[String], has_transient: bool) -> Vec<(String, Option<&String>)> {
+        let local = &self.config.local_msp_id;
+        let organisations = if !named.is_empty() {
+            let mut named = named.to_vec();
+            let mut seen = std::collections::HashSet::new();
+            named.retain(|msp_id| seen.insert(msp_id.clone()));
+            if let Some(at) = named.iter().position(|msp_id| msp_id == local) {
+                named[..=at].rotate_right(1);
+            }
+            named
         } else if has_transient {
-            vec![local]
+            vec![local.clone()]
         } else {
-            std::iter::once(local)
-                .chain(self.config.peers.iter().map(|(msp_id, _)| msp_id.as_str()))
-                .collect()
+            self.known_organisations()
         };
-        let mut seen = std::collections::HashSet::new();
-        organisations.retain(|msp_id| seen.insert(*msp_id));
-        if let Some(at) = organisations.iter().position(|msp_id| *msp_id == local) {
-            organisations[..=at].rotate_right(1);
-        }
         let now = Instant::now();
         let mut evaluators = Vec::new();
         for msp_id in organisations {
-            if msp_id == local {
-                evaluators.push((msp_id, None));
+            if msp_id == *local {
+                evaluators.push((msp_id.clone(), None));
             }
-            let known = self.config.peers.iter().filter(|(id, _)| id == msp_id);
-            let in_turn = self
-                .silent
-                .answering_first(known.map(|(_, address)| address), now);
-            evaluators.extend(in_turn.into_iter().map(|address| (msp_id, Some(address))));
+            let in_turn = self.peers_in_turn(&msp_id, now);
+            evaluators.extend(
+                in_turn
+                    .into_iter()
+                    .map(|address| (msp_id.clone(), Some(address))),
+            );
         }
         evaluators
     }
@@ -813,11 +825,7 @@ impl Gateway for GatewayService {
         for (msp_id, address) in evaluators {
             let answer = match address {
                 None => Ok(self.endorser.answer(signed.clone()).await),
-                Some(address) => {
-                    let answer = self.endorse_at(address, signed.clone(), None).await;
-                    self.silent.note(address, answer.is_ok(), Instant::now());
-                    answer
-                }
+                Some(address) => self.ask_noting_silence(address, signed.clone(), None).await,
             };
             let shown = address.unwrap_or(&self.config.local_address);
             // Evaluation needs a result, not an endorsement.
@@ -829,12 +837,12 @@ impl Gateway for GatewayService {
                 }
                 // The peer refused (ABORTED): another peer may not.
                 Ok((Some((Code::Aborted, reason)), _)) => {
-                    failures.push(detail(shown, msp_id, reason));
+                    failures.push(detail(shown, &msp_id, reason));
                     last_code = Code::Aborted;
                 }
                 // The chaincode's own error: every peer would answer it.
                 Ok((Some((code, reason)), _)) => {
-                    failures.push(detail(shown, msp_id, reason));
+                    failures.push(detail(shown, &msp_id, reason));
                     return Err(failed(
                         code,
                         "evaluate call to endorser returned error",
@@ -842,7 +850,7 @@ impl Gateway for GatewayService {
                     ));
                 }
                 Err(status) => {
-                    failures.push(detail(shown, msp_id, status.message()));
+                    failures.push(detail(shown, &msp_id, status.message()));
                     last_code = Code::Unavailable;
                 }
             }
