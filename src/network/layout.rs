@@ -673,23 +673,18 @@ impl Plan {
         // organisation's other peers follow, for private data, from the
         // next place on.
         let peers = self.peer_nodes()?;
-        let mut own = Vec::new();
+        let (mut listed, mut own) = (Vec::new(), Vec::new());
         for organisation in peers.chunks(self.peers_per_org.max(1)) {
             let first = peer.index % organisation.len();
             let in_turn = organisation[first..].iter().chain(&organisation[..first]);
             if organisation[0].org == peer.org {
                 own.extend(in_turn.filter(|other| other.name != peer.name));
-                continue;
-            }
-            for other in in_turn {
-                let _ = writeln!(
-                    text,
-                    "    - {{mspId: {}, address: {}}}",
-                    other.msp_id, other.grpc
-                );
+            } else {
+                listed.extend(in_turn);
             }
         }
-        for other in own {
+        listed.append(&mut own);
+        for other in listed {
             let _ = writeln!(
                 text,
                 "    - {{mspId: {}, address: {}}}",
