@@ -92,6 +92,8 @@ pub struct NodeSection {
     pub limits: LimitsSection,
     #[serde(default)]
     pub keepalive: KeepaliveSection,
+    #[serde(default)]
+    pub authentication: AuthenticationSection,
     /// Threads of the node's async runtime (gRPC, consensus, block
     /// writes) and of its pool checking Broadcast envelopes; 0 = one per
     /// core.
@@ -115,6 +117,22 @@ impl Default for KeepaliveSection {
         Self {
             interval: GoDuration(defaults.interval),
             timeout: GoDuration(defaults.timeout),
+        }
+    }
+}
+
+/// How the orderer checks who asks (Fabric's `General.Authentication`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct AuthenticationSection {
+    /// How far a Deliver request's timestamp may be from the clock.
+    pub time_window: GoDuration,
+}
+
+impl Default for AuthenticationSection {
+    fn default() -> Self {
+        Self {
+            time_window: GoDuration(weft_ledger::deliver::TIME_WINDOW_DEFAULT),
         }
     }
 }
@@ -338,6 +356,7 @@ impl Settings {
                     broadcast_idle_max: Some(limits.broadcast_idle_timeout.0)
                         .filter(|idle| !idle.is_zero()),
                 },
+                time_window: file.orderer.authentication.time_window.0,
             },
             signer,
             genesis_blocks,

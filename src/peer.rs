@@ -264,7 +264,8 @@ pub async fn run(config: PeerConfig, stop: impl Future<Output = ()>) -> Result<(
             .tls_config(tls.server.clone())
             .context("peer.tls")?;
     }
-    let mut deliver = DeliverService::new(channels);
+    let mut deliver =
+        DeliverService::new(channels).with_time_window(config.peer.authentication.time_window.0);
     if config
         .tls
         .as_ref()

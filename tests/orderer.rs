@@ -41,6 +41,9 @@ use weft_protos::orderer::{
     BatchSize, BatchTimeout, BroadcastResponse, ConsensusType, SeekInfo, SeekNewest, SeekOldest,
     SeekPosition, SeekSpecified,
 };
+use weft_protos::protos::deliver_client::DeliverClient;
+use weft_protos::protos::deliver_response::Type as PeerDelivered;
+use weft_protos::protos::deliver_server::DeliverServer;
 use weft_protos::protos::{ChaincodeId, Response};
 use weft_protos::rwset::{NsReadWriteSet, TxReadWriteSet, tx_read_write_set::DataModel};
 use weft_protos::stream::StreamMode;
@@ -2191,6 +2194,187 @@ async fn config_updates_change_the_batch_size_and_add_an_organisation() {
     orderer.shutdown().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deliver_request_ends_forbidden_once_its_reader_expires_or_loses_access() {
+    // Goal: as Fabric's Deliver does, the orderer checks a waiting
+    // reader's access again before each block: a reader whose certificate
+    // has expired since it asked, and one that a config update took the
+    // right to read from, get FORBIDDEN instead of the next block, while a
+    // reader that may still read gets every block.
+    let network = Network::new();
+    let data = tempfile::tempdir().unwrap();
+    let orderer = start(&network, data.path(), vec![network.genesis.clone()]).await;
+    let mut client = connect(&orderer).await;
+    let height = orderer.height(CHANNEL).unwrap();
+
+    let expires_at = weft_msp::now() + 2;
+    let short_lived = network
+        .org2
+        .issue(
+            "short-lived",
+            &["client"],
+            weft_msp::testing::IssueOptions {
+                not_after: Some(expires_at),
+                ..Default::default()
+            },
+        )
+        .signer();
+    let from_next = |reader: &Signer| from_block(reader, height);
+    let open = |request: Envelope| {
+        let mut client = client.clone();
+        async move {
+            client
+                .deliver(tokio_stream::iter(vec![request]))
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    let mut expiring = open(from_next(&short_lived)).await;
+    let mut revoked = open(from_next(&network.client2)).await;
+    let mut kept = open(from_next(&network.client1)).await;
+
+    // Past the certificate's expiry, a transaction makes the next block.
+    while weft_msp::now() <= expires_at {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (tx_id, envelope) = network.transaction(CHANNEL, &network.client1, "after-expiry", 0);
+    let responses = broadcast(&mut client, &[(envelope, Expected::ordered(tx_id, false))]).await;
+    assert_eq!(responses[0].0, Status::Success, "{}", responses[0].1);
+    let (blocks, status) = until_status(&mut expiring).await;
+    assert_eq!(status, Some(Status::Forbidden), "the expired reader");
+    assert!(
+        blocks.is_empty(),
+        "the expired reader got blocks {blocks:?}"
+    );
+
+    // Org2's Readers policy now names Org1's members only: Org2's client
+    // reads nothing after the config block that says so.
+    let org2_admin = network.org2.signer(NodeRole::Admin);
+    let update = org_readers_update(&network.config(), "Org2MSP", "OR('Org1MSP.member')");
+    let responses = broadcast(
+        &mut client,
+        &[(
+            config_update_envelope(&update, &[&org2_admin], &org2_admin),
+            Expected::ordered("Org2MSP readers".to_owned(), false),
+        )],
+    )
+    .await;
+    assert_eq!(responses[0].0, Status::Success, "{}", responses[0].1);
+    let (tx_id, envelope) = network.transaction(CHANNEL, &network.client1, "after-update", 0);
+    let responses = broadcast(&mut client, &[(envelope, Expected::ordered(tx_id, false))]).await;
+    assert_eq!(responses[0].0, Status::Success, "{}", responses[0].1);
+    let (blocks, status) = until_status(&mut revoked).await;
+    assert_eq!(status, Some(Status::Forbidden), "the revoked reader");
+    // The block before the update, and at most the config block itself
+    // (its sequence may take effect as it is read, as in Fabric).
+    assert!(
+        (1..=2).contains(&blocks.len()) && blocks[0] == height,
+        "the revoked reader got blocks {blocks:?}"
+    );
+
+    // Org1's client reads all three blocks and waits for more.
+    let read_three = async {
+        let mut blocks = Vec::new();
+        while blocks.len() < 3 {
+            match kept.message().await.unwrap().unwrap().r#type.unwrap() {
+                Delivered::Block(block) => blocks.push(block),
+                Delivered::Status(status) => panic!("the kept reader's request ended: {status}"),
+            }
+        }
+        blocks
+    };
+    let blocks = tokio::time::timeout(DELIVER_TIME_MAX, read_three)
+        .await
+        .unwrap();
+    let numbers: Vec<u64> = blocks
+        .iter()
+        .map(|b| b.header.as_ref().unwrap().number)
+        .collect();
+    assert_eq!(numbers, [height, height + 1, height + 2]);
+    drop(client);
+    orderer.shutdown().await.unwrap();
+
+    // A peer's Deliver does the same when it commits the config block:
+    // Org2's client, waiting there from block 1, gets FORBIDDEN.
+    let peer_dir = tempfile::tempdir().unwrap();
+    let mut peer = committer(&network, peer_dir.path());
+    let channels = weft_peer_committer::Channels::default();
+    channels.insert(CHANNEL, peer.handle());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(DeliverServer::new(
+                weft_peer_committer::DeliverService::new(channels),
+            ))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let connection = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut at_peer = DeliverClient::new(connection)
+        .deliver(tokio_stream::iter(vec![from_block(&network.client2, 1)]))
+        .await
+        .unwrap()
+        .into_inner();
+    for block in blocks {
+        peer.commit(block, weft_msp::now()).unwrap();
+    }
+    let read = async {
+        let mut numbers = Vec::new();
+        while let Some(response) = at_peer.message().await.unwrap() {
+            match response.r#type.unwrap() {
+                PeerDelivered::Block(block) => numbers.push(block.header.unwrap().number),
+                PeerDelivered::Status(status) => {
+                    return (numbers, Status::try_from(status).unwrap());
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        panic!("the peer ended the stream without a status")
+    };
+    let (numbers, status) = tokio::time::timeout(DELIVER_TIME_MAX, read).await.unwrap();
+    assert_eq!(status, Status::Forbidden, "the revoked reader at the peer");
+    assert!(
+        (1..=2).contains(&numbers.len()) && numbers[0] == 1,
+        "the revoked reader got blocks {numbers:?} from the peer"
+    );
+}
+
+/// A request by `reader` for every block from `start` on, waiting for them.
+fn from_block(reader: &Signer, start: u64) -> Envelope {
+    seek_envelope(
+        CHANNEL,
+        reader,
+        Position::Specified(SeekSpecified { number: start }),
+        Position::Specified(SeekSpecified { number: u64::MAX }),
+        SeekBehavior::BlockUntilReady,
+    )
+}
+
+/// The numbers of the blocks a Deliver stream sends until its status (or
+/// its end: `None`).
+async fn until_status(
+    stream: &mut tonic::Streaming<weft_protos::orderer::DeliverResponse>,
+) -> (Vec<u64>, Option<Status>) {
+    let read = async {
+        let mut numbers = Vec::new();
+        while let Some(response) = stream.message().await.unwrap() {
+            match response.r#type.unwrap() {
+                Delivered::Block(block) => numbers.push(block.header.unwrap().number),
+                Delivered::Status(status) => {
+                    return (numbers, Some(Status::try_from(status).unwrap()));
+                }
+            }
+        }
+        (numbers, None)
+    };
+    tokio::time::timeout(DELIVER_TIME_MAX, read).await.unwrap()
+}
+
 /// A config update setting MaxMessageCount, computed as configtxlator
 /// computes it: the orderer group read at its version, BatchSize written
 /// at the next.
@@ -2279,6 +2463,46 @@ fn add_organisation_update(current: &Config, organisation: ConfigGroup) -> Confi
             groups: BTreeMap::from([("Application".to_owned(), written)]),
             ..stub
         }),
+        isolated_data: BTreeMap::new(),
+    }
+}
+
+/// A config update setting organisation `org`'s Readers policy to `rule`:
+/// the Application group and the organisation read at their versions, the
+/// policy written at its next.
+fn org_readers_update(current: &Config, org: &str, rule: &str) -> ConfigUpdate {
+    let root = current.channel_group.as_ref().unwrap();
+    let application = &root.groups["Application"];
+    let group = &application.groups[org];
+    let mut readers = group.policies["Readers"].clone();
+    readers.version += 1;
+    readers.policy = Some(Policy {
+        r#type: PolicyType::Signature as i32,
+        value: weft_policy::dsl::parse(rule)
+            .unwrap()
+            .encode_to_vec()
+            .into(),
+    });
+    let stub = |group: &ConfigGroup| ConfigGroup {
+        version: group.version,
+        ..ConfigGroup::default()
+    };
+    let nest = |org_group: ConfigGroup| ConfigGroup {
+        groups: BTreeMap::from([(
+            "Application".to_owned(),
+            ConfigGroup {
+                groups: BTreeMap::from([(org.to_owned(), org_group)]),
+                ..stub(application)
+            },
+        )]),
+        ..stub(root)
+    };
+    let mut written = stub(group);
+    written.policies.insert("Readers".to_owned(), readers);
+    ConfigUpdate {
+        channel_id: CHANNEL.to_owned(),
+        read_set: Some(nest(stub(group))),
+        write_set: Some(nest(written)),
         isolated_data: BTreeMap::new(),
     }
 }
@@ -2611,6 +2835,28 @@ async fn check_deliver_refusals(
             Status::BadRequest,
         ),
         (
+            "a request made 16 minutes ago (Fabric's window is 15)",
+            seek_envelope_at(
+                CHANNEL,
+                &network.org1_peer,
+                [oldest(), oldest()],
+                wait,
+                Some(weft_msp::now() - 960),
+            ),
+            Status::BadRequest,
+        ),
+        (
+            "a request without a timestamp",
+            seek_envelope_at(
+                CHANNEL,
+                &network.org1_peer,
+                [oldest(), oldest()],
+                wait,
+                None,
+            ),
+            Status::BadRequest,
+        ),
+        (
             "a request that is not a seek",
             Envelope {
                 payload: Bytes::from_static(b"\x0a\x03abc"),
@@ -2632,6 +2878,24 @@ fn seek_envelope(
     stop: Position,
     behavior: SeekBehavior,
 ) -> Envelope {
+    seek_envelope_at(
+        channel,
+        signer,
+        [start, stop],
+        behavior,
+        Some(weft_msp::now()),
+    )
+}
+
+/// A seek request whose channel header carries `timestamp` (seconds since
+/// the Unix epoch; `None`: no timestamp).
+fn seek_envelope_at(
+    channel: &str,
+    signer: &Signer,
+    [start, stop]: [Position; 2],
+    behavior: SeekBehavior,
+    timestamp: Option<i64>,
+) -> Envelope {
     let seek = SeekInfo {
         start: Some(SeekPosition {
             r#type: Some(start),
@@ -2640,16 +2904,28 @@ fn seek_envelope(
         behavior: behavior as i32,
         ..SeekInfo::default()
     };
-    signed_envelope(
+    signed_envelope_at(
         channel,
         HeaderType::DeliverSeekInfo,
         seek.encode_to_vec().into(),
         signer,
+        timestamp,
     )
 }
 
 /// An envelope of any header type with `data`, signed by `signer`.
 fn signed_envelope(channel: &str, kind: HeaderType, data: Bytes, signer: &Signer) -> Envelope {
+    signed_envelope_at(channel, kind, data, signer, Some(weft_msp::now()))
+}
+
+/// [`signed_envelope`] whose channel header carries `timestamp`.
+fn signed_envelope_at(
+    channel: &str,
+    kind: HeaderType,
+    data: Bytes,
+    signer: &Signer,
+    timestamp: Option<i64>,
+) -> Envelope {
     let nonce = Bytes::from(fresh_nonce());
     let creator = signer.serialized_identity().clone();
     let payload = Payload {
@@ -2658,10 +2934,7 @@ fn signed_envelope(channel: &str, kind: HeaderType, data: Bytes, signer: &Signer
                 r#type: kind as i32,
                 channel_id: channel.to_owned(),
                 tx_id: weft_protos::hash::compute_tx_id(&nonce, &creator),
-                timestamp: Some(prost_types::Timestamp {
-                    seconds: weft_msp::now(),
-                    nanos: 0,
-                }),
+                timestamp: timestamp.map(|seconds| prost_types::Timestamp { seconds, nanos: 0 }),
                 ..ChannelHeader::default()
             }
             .encode_to_vec()

@@ -2797,6 +2797,17 @@ fn seek_with(
     stop: u64,
     behavior: SeekBehavior,
 ) -> Envelope {
+    seek_made_at(signer, channel, [start, stop], behavior, weft_msp::now())
+}
+
+/// [`seek_with`] as if made at `timestamp` (seconds since the Unix epoch).
+fn seek_made_at(
+    signer: &Signer,
+    channel: &str,
+    [start, stop]: [u64; 2],
+    behavior: SeekBehavior,
+    timestamp: i64,
+) -> Envelope {
     let info = SeekInfo {
         behavior: behavior as i32,
         ..seek_range(start, stop)
@@ -2807,7 +2818,7 @@ fn seek_with(
         info.encode_to_vec().into(),
         signer,
         signer.new_nonce().unwrap(),
-        weft_msp::now(),
+        timestamp,
     )
     .unwrap()
 }

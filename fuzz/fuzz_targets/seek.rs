@@ -1,12 +1,13 @@
 //! A Deliver request (any bytes as the envelope) as both Deliver services
-//! read it: the envelope and its seek info, the TLS binding, and the range
-//! resolved at several ledger heights, walked as the stream would be.
+//! read it: the envelope and its seek info, its timestamp against the
+//! clock, the TLS binding, and the range resolved at several ledger
+//! heights, walked as the stream would be.
 #![no_main]
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use weft_ledger::deliver::{SeekRequest, TlsBinding};
+use weft_ledger::deliver::{SeekRequest, TIME_WINDOW_DEFAULT, TlsBinding};
 use weft_ledger::{SeekStep, resolve_seek};
 use weft_protos::common::Envelope;
 
@@ -19,6 +20,9 @@ fuzz_target!(
         let Ok(request) = SeekRequest::decode(&envelope) else {
             return;
         };
+        for now in [0, 1_800_000_000, i64::MIN, i64::MAX] {
+            let _ = request.check_time_window(now, TIME_WINDOW_DEFAULT);
+        }
         let _ = request.check_tls_binding(&TlsBinding::Required(Some(Bytes::from_static(
             b"a client certificate",
         ))));

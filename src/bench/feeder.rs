@@ -139,6 +139,10 @@ impl FeedService {
             let status = match self.answer(&envelope, &sender).await {
                 Ok(StreamEnd::Status(status)) => status,
                 Ok(StreamEnd::Disconnected) => return,
+                Ok(StreamEnd::Revoked(reason)) => {
+                    tracing::warn!(%reason, "feeder: request ended");
+                    Status::Forbidden
+                }
                 Err((status, reason)) => {
                     tracing::warn!(status = status.as_str_name(), %reason, "feeder: request refused");
                     status
@@ -180,6 +184,9 @@ impl FeedService {
             self.store.clone(),
             range,
             self.store.subscribe(),
+            // The feed's config never changes, and its one reader is the
+            // bench's own peer: access checked once is enough.
+            || Ok(()),
             |_, bytes| {
                 let response = Block::decode(bytes).map(|block| DeliverResponse {
                     r#type: Some(ResponseType::Block(block)),

@@ -63,12 +63,30 @@ pub struct PeerSection {
     pub limits: LimitsSection,
     #[serde(default)]
     pub keepalive: KeepaliveSection,
+    #[serde(default)]
+    pub authentication: AuthenticationSection,
     /// Threads of the node's async runtime (gRPC, endorsement, the
     /// Gateway, deliveries); 0 = one per core. Validation has its pool
     /// (`committer.validationThreads`) and each channel its committing
     /// thread.
     #[serde(default)]
     pub worker_threads: usize,
+}
+
+/// How the peer checks who asks (Fabric's `peer.authentication`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct AuthenticationSection {
+    /// How far a Deliver request's timestamp may be from the clock.
+    pub time_window: GoDuration,
+}
+
+impl Default for AuthenticationSection {
+    fn default() -> Self {
+        Self {
+            time_window: GoDuration(weft_ledger::deliver::TIME_WINDOW_DEFAULT),
+        }
+    }
 }
 
 /// Fabric's `peer.keepalive`: how the peer probes the connections of its

@@ -138,6 +138,8 @@ async fn hostile_input_at_every_endpoint_is_refused_with_its_reason_and_nothing_
     };
     let wait = SeekBehavior::BlockUntilReady;
     let no_wait = SeekBehavior::FailIfNotReady;
+    let sixteen_minutes_old =
+        |signer: &Signer| seek_made_at(signer, CHANNEL, [0, 0], wait, weft_msp::now() - 960);
     let operations = org1_peer.operations.unwrap();
 
     let cases: Vec<Case> = vec![
@@ -541,6 +543,20 @@ async fn hostile_input_at_every_endpoint_is_refused_with_its_reason_and_nothing_
             peer_deliver(peer, seek_as(client, CHANNEL, 2, 1, wait), false),
         ),
         case(
+            "Deliver (peer)",
+            "a request made 16 minutes ago (Fabric's window is 15)",
+            "BadRequest",
+            "",
+            peer_deliver(peer, sixteen_minutes_old(client), false),
+        ),
+        case(
+            "DeliverFiltered (peer)",
+            "a request made 16 minutes ago",
+            "BadRequest",
+            "",
+            peer_deliver(peer, sixteen_minutes_old(client), true),
+        ),
+        case(
             "DeliverFiltered (peer)",
             "an unknown channel",
             "NotFound",
@@ -660,6 +676,13 @@ async fn hostile_input_at_every_endpoint_is_refused_with_its_reason_and_nothing_
             "Forbidden",
             "",
             orderer_deliver(orderer_address, seek_as(&who.revoked, CHANNEL, 0, 0, wait)),
+        ),
+        case(
+            "Deliver (orderer)",
+            "a request made 16 minutes ago",
+            "BadRequest",
+            "",
+            orderer_deliver(orderer_address, sixteen_minutes_old(client)),
         ),
         case(
             "Deliver (orderer)",
@@ -816,12 +839,51 @@ async fn hostile_input_at_every_endpoint_is_refused_with_its_reason_and_nothing_
         "{rss_before} → {rss_with_idle_streams} bytes"
     );
 
+    // A reader whose certificate expires while it waits for the next block
+    // is not sent that block: its request ends FORBIDDEN, as Fabric's
+    // Deliver ends a session whose identity expired.
+    let expires_at = weft_msp::now() + 3;
+    let short_lived = org1
+        .issue(
+            "short-lived",
+            &["client"],
+            IssueOptions {
+                not_after: Some(expires_at),
+                ..IssueOptions::default()
+            },
+        )
+        .signer();
+    let mut expiring = DeliverClient::new(connect(peer).await)
+        .deliver(tokio_stream::iter([seek_as(
+            &short_lived,
+            CHANNEL,
+            height,
+            u64::MAX,
+            wait,
+        )]))
+        .await
+        .unwrap()
+        .into_inner();
+    while weft_msp::now() <= expires_at {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     // Nothing of the table was ordered or committed: a good transaction
     // lands in the next block on the orderer and both peers, none after it,
     // and none of the keys tried is in the state.
     let last = proposal_by(client, CHANNEL, "kv", &[b"put", b"after-the-table", b"v"]);
     let responses = endorse_all(&peers, &last.signed(client).unwrap()).await;
     submit(&network, orderer.grpc, &peers, &last, &responses, height).await;
+    let first = tokio::time::timeout(Duration::from_secs(30), expiring.message())
+        .await
+        .expect("the expired reader's request ends")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        first.r#type,
+        Some(PeerResponse::Status(Status::Forbidden as i32)),
+        "the expired reader"
+    );
     drop(idle);
     let beyond = || seek_as(client, CHANNEL, height + 1, height + 1, no_wait);
     let answers = [

@@ -2,12 +2,17 @@
 //! orderer's Deliver services: send the blocks of a resolved [`SeekRange`]
 //! as they become available, and say how the request ended.
 //!
-//! Services decode the request with [`SeekRequest::decode`], check the
-//! requester's access, shape each block into their response type and report
-//! the returned status to the client.
+//! Services decode the request with [`SeekRequest::decode`], check its
+//! freshness ([`SeekRequest::check_time_window`]) and the requester's
+//! access, shape each block into their response type and report the
+//! returned status to the client. Access is checked again before each
+//! block ([`stream_range`]'s `admit`), as Fabric's `SessionAccessControl`
+//! does: a stream ends once its requester's certificate expires or a new
+//! channel config no longer lets it read.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use prost::Message;
@@ -22,6 +27,10 @@ use crate::{BlockStore, Error, Result, SeekRange, SeekStep};
 
 /// The largest seek request accepted, in bytes of payload.
 pub const SEEK_REQUEST_BYTES_MAX: usize = 1024 * 1024;
+
+/// How far a request's timestamp may be from the node's clock unless
+/// configured otherwise: Fabric's default, 15 minutes.
+pub const TIME_WINDOW_DEFAULT: Duration = Duration::from_secs(15 * 60);
 
 /// Whether a Deliver service binds requests to their connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +67,9 @@ pub struct SeekRequest {
     /// The SHA-256 of the TLS certificate the requester says it connects
     /// with (`ChannelHeader.tls_cert_hash`); empty if it says none.
     pub tls_cert_hash: Bytes,
+    /// When the requester says it made the request
+    /// (`ChannelHeader.timestamp`), in seconds since the Unix epoch.
+    pub timestamp: Option<i64>,
 }
 
 impl SeekRequest {
@@ -90,7 +102,29 @@ impl SeekRequest {
             creator: signature_header.creator,
             seek,
             tls_cert_hash: channel_header.tls_cert_hash,
+            timestamp: channel_header.timestamp.map(|timestamp| timestamp.seconds),
         })
+    }
+
+    /// Checks, as Fabric's Deliver does, that the request carries a
+    /// timestamp at most `window` away from `now` (seconds since the Unix
+    /// epoch), either way: a captured request stops being accepted once
+    /// the window has passed. Fabric's default window is 15 minutes
+    /// (`peer.authentication.timewindow`, the orderer's
+    /// `General.Authentication.TimeWindow`).
+    pub fn check_time_window(&self, now: i64, window: Duration) -> std::result::Result<(), String> {
+        let timestamp = self
+            .timestamp
+            .ok_or("the request's channel header carries no timestamp")?;
+        let apart = now.abs_diff(timestamp);
+        if apart > window.as_secs() {
+            return Err(format!(
+                "the request's timestamp ({timestamp}) is {apart} s from this node's clock \
+                 ({now}), more than the {} s allowed",
+                window.as_secs()
+            ));
+        }
+        Ok(())
     }
 
     /// Checks the request's binding to its connection, as Fabric does
@@ -138,11 +172,14 @@ impl SeekRequest {
 }
 
 /// How a Deliver request ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamEnd {
     /// Every block of the range was sent, or the client asked not to wait
     /// for a block that does not exist yet: report this status.
     Status(Status),
+    /// The requester lost its access before the next block (the reason,
+    /// for the log): report FORBIDDEN, as Fabric does.
+    Revoked(String),
     /// The client went away; report nothing.
     Disconnected,
 }
@@ -153,11 +190,14 @@ pub enum StreamEnd {
 /// peer's committed height, which trails it until the state is applied)
 /// passes it; blocks that do not exist yet are awaited
 /// (`BLOCK_UNTIL_READY`) or end the request with NOT_FOUND
-/// (`FAIL_IF_NOT_READY`).
+/// (`FAIL_IF_NOT_READY`). `admit` is asked before each block is sent
+/// whether the requester may still read; its refusal ends the request
+/// ([`StreamEnd::Revoked`]).
 pub async fn stream_range<F, Fut>(
     store: Arc<BlockStore>,
     range: SeekRange,
     mut heights: tokio::sync::watch::Receiver<u64>,
+    mut admit: impl FnMut() -> std::result::Result<(), String>,
     mut send: F,
 ) -> Result<StreamEnd>
 where
@@ -173,6 +213,9 @@ where
                     .block_bytes_from_task(next)
                     .await?
                     .ok_or(Error::MissingBlock { block_number: next })?;
+                if let Err(reason) = admit() {
+                    return Ok(StreamEnd::Revoked(reason));
+                }
                 if !send(next, bytes).await {
                     return Ok(StreamEnd::Disconnected);
                 }
@@ -205,7 +248,56 @@ mod tests {
             creator: Bytes::new(),
             seek: SeekInfo::default(),
             tls_cert_hash: Bytes::copy_from_slice(tls_cert_hash),
+            timestamp: None,
         }
+    }
+
+    #[test]
+    fn a_request_must_carry_a_timestamp_within_the_window_of_the_clock() {
+        let window = Duration::from_secs(15 * 60);
+        let now = 1_800_000_000;
+        let at = |timestamp: Option<i64>| SeekRequest {
+            timestamp,
+            ..request(b"")
+        };
+        for fresh in [now, now - 900, now + 900] {
+            assert_eq!(at(Some(fresh)).check_time_window(now, window), Ok(()));
+        }
+        for stale in [now - 901, now + 901, 0] {
+            let refused = at(Some(stale)).check_time_window(now, window).unwrap_err();
+            assert!(refused.contains("more than the 900 s allowed"), "{refused}");
+        }
+        let refused = at(None).check_time_window(now, window).unwrap_err();
+        assert!(refused.contains("no timestamp"), "{refused}");
+    }
+
+    #[test]
+    fn a_request_decodes_with_its_timestamp() {
+        let seek = SeekInfo::default();
+        let payload = Payload {
+            header: Some(weft_protos::common::Header {
+                channel_header: ChannelHeader {
+                    r#type: HeaderType::DeliverSeekInfo as i32,
+                    channel_id: "mychannel".to_owned(),
+                    timestamp: Some(prost_types::Timestamp {
+                        seconds: 1_800_000_123,
+                        nanos: 5,
+                    }),
+                    ..ChannelHeader::default()
+                }
+                .encode_to_vec()
+                .into(),
+                signature_header: SignatureHeader::default().encode_to_vec().into(),
+            }),
+            data: seek.encode_to_vec().into(),
+        };
+        let envelope = Envelope {
+            payload: payload.encode_to_vec().into(),
+            signature: Bytes::new(),
+        };
+        let decoded = SeekRequest::decode(&envelope).unwrap();
+        assert_eq!(decoded.timestamp, Some(1_800_000_123));
+        assert_eq!(decoded.channel_id, "mychannel");
     }
 
     #[test]

@@ -86,6 +86,13 @@ impl Identity {
         &self.certifiers_id
     }
 
+    /// When the identity stops being valid: the earliest not-after time of
+    /// its certificate and the chain above it. A Deliver stream ends then,
+    /// as Fabric's ends at its client certificate's expiry.
+    pub fn expires_at(&self) -> UnixTime {
+        self.certificate.not_after().min(self.chain_not_after)
+    }
+
     /// Checks that the identity and its chain are valid at `now`. Cached
     /// identities are re-checked with this on every use.
     pub fn check_validity(&self, now: UnixTime) -> Result<(), IdentityError> {

@@ -16,7 +16,7 @@ use rcgen::{
 };
 use weft_protos::msp::{FabricMspConfig, FabricNodeOUs, FabricOuIdentifier};
 
-use crate::{Msp, NodeRole, Signer};
+use crate::{Msp, NodeRole, Signer, UnixTime};
 
 /// A test certificate authority for one MSP.
 pub struct TestOrg {
@@ -62,6 +62,9 @@ impl TestIdentity {
 pub struct IssueOptions {
     /// Validity as (not-before year, not-after year); default 2020–2099.
     pub validity_years: Option<(i32, i32)>,
+    /// A not-after time to the second, overriding the year above: a
+    /// certificate that expires while a test runs.
+    pub not_after: Option<UnixTime>,
     /// Issue a CA certificate instead of an end-entity one.
     pub is_ca: bool,
 }
@@ -208,6 +211,10 @@ impl TestOrg {
         let (from, to) = options.validity_years.unwrap_or((2020, 2099));
         params.not_before = date_time_ymd(from, 1, 1);
         params.not_after = date_time_ymd(to, 1, 1);
+        if let Some(not_after) = options.not_after {
+            let since_epoch = std::time::Duration::from_secs(u64::try_from(not_after).unwrap_or(0));
+            params.not_after = date_time_ymd(1970, 1, 1) + since_epoch;
+        }
         params.is_ca = if options.is_ca {
             IsCa::Ca(BasicConstraints::Unconstrained)
         } else {

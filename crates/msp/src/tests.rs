@@ -179,6 +179,27 @@ fn expired_and_not_yet_valid_certificates_are_rejected() {
 }
 
 #[test]
+fn an_identity_expires_with_its_certificate_to_the_second() {
+    let org = TestOrg::new("Org1MSP");
+    let manager = MspManager::new([org.msp()]);
+    let not_after = now() + 3_600;
+    let hour = org.issue(
+        "an-hour",
+        &["client"],
+        IssueOptions {
+            not_after: Some(not_after),
+            ..IssueOptions::default()
+        },
+    );
+    let identity = manager
+        .deserialize(&serialize("Org1MSP", &hour.certificate_pem), now())
+        .unwrap();
+    assert_eq!(identity.expires_at(), not_after);
+    assert!(identity.check_validity(not_after).is_ok());
+    assert!(identity.check_validity(not_after + 1).is_err());
+}
+
+#[test]
 fn cached_identities_are_rechecked_for_expiry() {
     let org = TestOrg::new("Org1MSP");
     let manager = MspManager::new([org.msp()]);

@@ -160,6 +160,8 @@ pub(crate) struct RequestContext {
     /// `AbsoluteMaxBytes` on top.
     pub limits: Limits,
     pub now: fn() -> UnixTime,
+    /// How far a Deliver request's timestamp may be from `now`.
+    pub time_window: std::time::Duration,
     /// The orderer's identity, which signs the CONFIG envelopes made from
     /// config updates.
     pub signer: Arc<dyn Sign + Send + Sync>,

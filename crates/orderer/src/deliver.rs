@@ -2,12 +2,17 @@
 //! seek semantics and access control.
 //!
 //! Each request is a signed envelope of type DELIVER_SEEK_INFO whose
-//! payload data is an `orderer.SeekInfo`. Malformed requests are
-//! BAD_REQUEST, an unknown channel NOT_FOUND, a creator that is not a
-//! valid member with a verifying signature satisfying `/Channel/Readers`
-//! FORBIDDEN. The range is resolved by [`weft_ledger::resolve_seek`] and
-//! streamed by [`weft_ledger::deliver::stream_range`], the same code the
-//! peer's Deliver runs; each request ends with a status message, and a
+//! payload data is an `orderer.SeekInfo`. Malformed requests, and those
+//! whose timestamp is further from this node's clock than the configured
+//! window, are BAD_REQUEST, an unknown channel NOT_FOUND, a creator that
+//! is not a valid member with a verifying signature satisfying
+//! `/Channel/Readers` FORBIDDEN. The range is resolved by
+//! [`weft_ledger::resolve_seek`] and streamed by
+//! [`weft_ledger::deliver::stream_range`], the same code the peer's
+//! Deliver runs; before each block the creator's access is checked again,
+//! as Fabric's `SessionAccessControl` does: once its certificate has
+//! expired, or when a new channel config no longer lets it read, the
+//! request ends FORBIDDEN. Each request ends with a status message, and a
 //! stream may carry several requests, answered in turn.
 
 use std::net::SocketAddr;
@@ -78,6 +83,10 @@ async fn answer_all(
         };
         let status = match answer(&envelope, binding, context, sender).await {
             Ok(StreamEnd::Status(status)) => status,
+            Ok(StreamEnd::Revoked(reason)) => {
+                tracing::warn!(client = %remote, %reason, "deliver: the reader's access was revoked, ending its request");
+                Status::Forbidden
+            }
             Ok(StreamEnd::Disconnected) => return,
             Err((status, info)) => {
                 tracing::warn!(client = %remote, status = status.as_str_name(), %info, "deliver: request refused");
@@ -103,6 +112,9 @@ async fn answer(
 ) -> Result<StreamEnd, (Status, String)> {
     let request = SeekRequest::decode(envelope).map_err(|reason| (Status::BadRequest, reason))?;
     request
+        .check_time_window((context.now)(), context.time_window)
+        .map_err(|reason| (Status::BadRequest, reason))?;
+    request
         .check_tls_binding(binding)
         .map_err(|reason| (Status::BadRequest, reason))?;
     let channel = context.channels.get(&request.channel_id).ok_or_else(|| {
@@ -120,21 +132,52 @@ async fn answer(
         identity: request.creator.clone(),
         signature: envelope.signature.clone(),
     }];
+    let now = (context.now)();
     config
         .authority
-        .evaluate(READERS_POLICY, &signed, (context.now)())
+        .evaluate(READERS_POLICY, &signed, now)
         .map_err(|e| (Status::Forbidden, e.to_string()))?;
+    let expires_at = config
+        .authority
+        .msps
+        .deserialize(&request.creator, now)
+        .map_err(|e| (Status::Forbidden, e.to_string()))?
+        .expires_at();
+    let mut checked_sequence = config.sequence();
+    let admit = || {
+        let now = (context.now)();
+        if now > expires_at {
+            return Err(format!(
+                "the reader's certificate expired at {expires_at} (now {now})"
+            ));
+        }
+        let config = channel.config();
+        if config.sequence() != checked_sequence {
+            config
+                .authority
+                .evaluate(READERS_POLICY, &signed, now)
+                .map_err(|e| format!("under config sequence {}: {e}", config.sequence()))?;
+            checked_sequence = config.sequence();
+        }
+        Ok(())
+    };
     let range = resolve_seek(&request.seek, channel.store.height())
         .map_err(|e| (e.status(), e.to_string()))?;
-    stream_range(channel.store.clone(), range, channel.store.subscribe(), |_, bytes| {
-        let response = block_response(&request, bytes);
-        async move {
-            match response {
-                Some(response) => sender.send(Ok(response)).await.is_ok(),
-                None => false,
+    stream_range(
+        channel.store.clone(),
+        range,
+        channel.store.subscribe(),
+        admit,
+        |_, bytes| {
+            let response = block_response(&request, bytes);
+            async move {
+                match response {
+                    Some(response) => sender.send(Ok(response)).await.is_ok(),
+                    None => false,
+                }
             }
-        }
-    })
+        },
+    )
     .await
     .map_err(|error| {
         tracing::error!(channel = %request.channel_id, %error, "deliver: reading the block store failed");

@@ -85,6 +85,9 @@ pub struct NodeConfig {
     /// serves and dials in plaintext.
     pub tls: Option<NodeTls>,
     pub limits: ClientLimits,
+    /// How far a Deliver request's timestamp may be from this node's
+    /// clock (Fabric's `General.Authentication.TimeWindow`).
+    pub time_window: Duration,
 }
 
 /// What a node serves at once, and for how long (docs/security.md,
@@ -173,6 +176,7 @@ impl NodeConfig {
             message_bytes_max: Self::MESSAGE_BYTES_MAX_DEFAULT,
             tls: None,
             limits: ClientLimits::default(),
+            time_window: weft_ledger::deliver::TIME_WINDOW_DEFAULT,
         }
     }
 }
@@ -487,6 +491,7 @@ impl Orderer {
                     envelope_bytes_max: config.message_bytes_max,
                 },
                 now: weft_msp::now,
+                time_window: config.time_window,
                 signer: signer.clone(),
                 metrics: metrics.clone(),
             },

@@ -4,16 +4,21 @@
 //! access control.
 //!
 //! Each request is a signed envelope whose payload is an `orderer.SeekInfo`
-//! and whose channel header (type DELIVER_SEEK_INFO) names the channel. The
-//! creator must validate against the channel's MSPs, its signature must
-//! verify, and it must satisfy the channel's application Readers policy
-//! (Fabric's `event/Block` and `event/FilteredBlock` ACLs). A stream may
-//! carry several requests, answered one after the other; each ends with a
-//! status message.
+//! and whose channel header (type DELIVER_SEEK_INFO) names the channel and
+//! carries a timestamp within the configured window of this peer's clock.
+//! The creator must validate against the channel's MSPs, its signature
+//! must verify, and it must satisfy the channel's application Readers
+//! policy (Fabric's `event/Block` and `event/FilteredBlock` ACLs), checked
+//! again before each block as Fabric's `SessionAccessControl` does: once
+//! the creator's certificate has expired, or when a new channel config no
+//! longer lets it read, the request ends FORBIDDEN. A stream may carry
+//! several requests, answered one after the other; each ends with a status
+//! message.
 
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::RwLock;
@@ -100,6 +105,8 @@ enum Shape {
 pub struct DeliverService {
     channels: Channels,
     now: fn() -> weft_msp::UnixTime,
+    /// How far a request's timestamp may be from `now`.
+    time_window: Duration,
     /// Clients present TLS certificates, and requests must be bound to
     /// them.
     client_auth_required: bool,
@@ -110,8 +117,17 @@ impl DeliverService {
         Self {
             channels,
             now: weft_msp::now,
+            time_window: weft_ledger::deliver::TIME_WINDOW_DEFAULT,
             client_auth_required: false,
         }
+    }
+
+    /// How far a request's timestamp may be from this peer's clock
+    /// (Fabric's `peer.authentication.timewindow`); further, it is
+    /// answered BAD_REQUEST.
+    pub fn with_time_window(mut self, window: Duration) -> Self {
+        self.time_window = window;
+        self
     }
 
     /// For a server that asks clients for TLS certificates: every request
@@ -155,6 +171,10 @@ impl DeliverService {
             };
             let status = match self.answer(envelope, &binding, shape, &sender).await {
                 Ok(StreamEnd::Status(status)) => status,
+                Ok(StreamEnd::Revoked(reason)) => {
+                    tracing::warn!(%reason, "deliver: the reader's access was revoked, ending its request");
+                    Status::Forbidden
+                }
                 Ok(StreamEnd::Disconnected) => return,
                 Err(status) => status,
             };
@@ -185,6 +205,12 @@ impl DeliverService {
             tracing::info!(%reason, "deliver: malformed request");
             Status::BadRequest
         })?;
+        request
+            .check_time_window((self.now)(), self.time_window)
+            .map_err(|reason| {
+                tracing::info!(%reason, "deliver: request outside the time window");
+                Status::BadRequest
+            })?;
         request.check_tls_binding(binding).map_err(|reason| {
             tracing::warn!(%reason, "deliver: request not bound to its TLS connection");
             Status::BadRequest
@@ -199,10 +225,36 @@ impl DeliverService {
             identity: request.creator.clone(),
             signature: envelope.signature.clone(),
         }];
+        let now = (self.now)();
         context
             .policies
-            .evaluate(READERS_POLICY, &signed, &context.msps, (self.now)())
+            .evaluate(READERS_POLICY, &signed, &context.msps, now)
             .map_err(|_| Status::Forbidden)?;
+        let expires_at = context
+            .msps
+            .deserialize(&request.creator, now)
+            .map_err(|_| Status::Forbidden)?
+            .expires_at();
+        let mut checked = context.clone();
+        let admit = || {
+            let now = (self.now)();
+            if now > expires_at {
+                return Err(format!(
+                    "the reader's certificate expired at {expires_at} (now {now})"
+                ));
+            }
+            let current = channel.context.read().clone();
+            let reconfigured = !Arc::ptr_eq(&current.policies, &checked.policies)
+                || !Arc::ptr_eq(&current.msps, &checked.msps);
+            if reconfigured {
+                current
+                    .policies
+                    .evaluate(READERS_POLICY, &signed, &current.msps, now)
+                    .map_err(|e| format!("under the channel's new config: {e}"))?;
+                checked = current;
+            }
+            Ok(())
+        };
         let range =
             resolve_seek(&request.seek, *channel.committed.borrow()).map_err(|e| e.status())?;
         let private = (shape == Shape::WithPrivateData).then(|| ReadablePrivateData {
@@ -215,6 +267,7 @@ impl DeliverService {
             channel.ledger.clone(),
             range,
             channel.committed.clone(),
+            admit,
             |number, bytes| {
                 let private_data = private.as_ref().map(|private| private.of_block(number));
                 let response = shape_block(&request, bytes, shape, private_data);

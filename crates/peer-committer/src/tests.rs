@@ -1593,6 +1593,12 @@ mod commit {
         use crate::{Channels, DeliverService};
 
         fn seek_envelope(channel: &str, signer: &dyn Sign) -> Envelope {
+            seek_envelope_at(channel, signer, Some(weft_msp::now()))
+        }
+
+        /// A request for the whole chain made at `timestamp` (seconds since
+        /// the Unix epoch; `None`: without a timestamp).
+        fn seek_envelope_at(channel: &str, signer: &dyn Sign, timestamp: Option<i64>) -> Envelope {
             let seek = SeekInfo {
                 start: Some(SeekPosition {
                     r#type: Some(Position::Oldest(SeekOldest {})),
@@ -1607,6 +1613,8 @@ mod commit {
                     channel_header: ChannelHeader {
                         r#type: HeaderType::DeliverSeekInfo as i32,
                         channel_id: channel.to_owned(),
+                        timestamp: timestamp
+                            .map(|seconds| prost_types::Timestamp { seconds, nanos: 0 }),
                         ..ChannelHeader::default()
                     }
                     .encode_to_vec()
@@ -1713,6 +1721,20 @@ mod commit {
                 weft_msp::testing::TestOrg::new("Org1MSP").signer(weft_msp::NodeRole::Client);
             let responses = request(&mut client, seek_envelope("ch10", &stranger), false).await;
             assert_eq!(responses, [ResponseType::Status(Status::Forbidden as i32)]);
+
+            // Fabric's time window (15 minutes by default): a request
+            // without a timestamp, or one 16 minutes off this peer's clock
+            // either way, is BAD_REQUEST.
+            let now = weft_msp::now();
+            for timestamp in [None, Some(now - 960), Some(now + 960)] {
+                let stale = seek_envelope_at("ch10", &user, timestamp);
+                let responses = request(&mut client, stale, false).await;
+                assert_eq!(
+                    responses,
+                    [ResponseType::Status(Status::BadRequest as i32)],
+                    "{timestamp:?}"
+                );
+            }
         }
 
         /// A `kv` transaction by User1 whose chaincode set `event`, as an
