@@ -259,9 +259,9 @@ impl DeliverService {
             resolve_seek(&request.seek, *channel.committed.borrow()).map_err(|e| e.status())?;
         let private = (shape == Shape::WithPrivateData).then(|| ReadablePrivateData {
             ledger: channel.ledger.clone(),
-            context: context.clone(),
+            context: channel.context.clone(),
             reader: request.creator.clone(),
-            now: (self.now)(),
+            now: self.now,
         });
         stream_range(
             channel.ledger.clone(),
@@ -291,13 +291,16 @@ impl DeliverService {
 /// Fabric's peer filters it: of each transaction's committed private
 /// writes, the collections whose member policy the request's signer
 /// satisfies (an organisation's implicit collection: a member of that
-/// organisation). A collection's current definition decides.
+/// organisation). The channel's config and the collection's definition in
+/// force when the block is sent decide, as in Fabric.
 struct ReadablePrivateData {
     ledger: Arc<BlockStore>,
-    context: Arc<ChannelContext>,
+    /// The channel's current context, replaced as config blocks and
+    /// chaincode definitions commit.
+    context: Arc<RwLock<Arc<ChannelContext>>>,
     /// The request's creator.
     reader: Bytes,
-    now: weft_msp::UnixTime,
+    now: fn() -> weft_msp::UnixTime,
 }
 
 impl ReadablePrivateData {
@@ -312,6 +315,8 @@ impl ReadablePrivateData {
                 return None;
             }
         };
+        let context = self.context.read().clone();
+        let now = (self.now)();
         let mut readable = BTreeMap::new();
         for (tx_index, bytes) in committed {
             let Ok(mut set) = TxPvtReadWriteSet::decode(bytes) else {
@@ -325,11 +330,11 @@ impl ReadablePrivateData {
             for namespace in &mut set.ns_pvt_rwset {
                 let name = namespace.namespace.as_str();
                 namespace.collection_pvt_rwset.retain(|collection| {
-                    self.context.may_read_collection(
+                    context.may_read_collection(
                         name,
                         &collection.collection_name,
                         &self.reader,
-                        self.now,
+                        now,
                     )
                 });
             }
