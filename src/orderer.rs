@@ -24,7 +24,7 @@ use weft_protos::common::Block;
 use weft_protos::serve::Keepalive;
 
 use crate::ops::{self, FailedCheck};
-use crate::settings::{GoDuration, load_yaml, read_file, resolve};
+use crate::settings::{AuthenticationSection, GoDuration, load_yaml, read_file, resolve};
 use crate::tls::TlsSection;
 
 /// `config/orderer.yaml`, as written.
@@ -117,22 +117,6 @@ impl Default for KeepaliveSection {
         Self {
             interval: GoDuration(defaults.interval),
             timeout: GoDuration(defaults.timeout),
-        }
-    }
-}
-
-/// How the orderer checks who asks (Fabric's `General.Authentication`).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct AuthenticationSection {
-    /// How far a Deliver request's timestamp may be from the clock.
-    pub time_window: GoDuration,
-}
-
-impl Default for AuthenticationSection {
-    fn default() -> Self {
-        Self {
-            time_window: GoDuration(weft_ledger::deliver::TIME_WINDOW_DEFAULT),
         }
     }
 }

@@ -138,6 +138,24 @@ impl<'de> Deserialize<'de> for GoDuration {
     }
 }
 
+/// How a node checks who asks (`peer.authentication`,
+/// `orderer.authentication`; Fabric's `peer.authentication` and the
+/// orderer's `General.Authentication`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct AuthenticationSection {
+    /// How far a Deliver request's timestamp may be from the clock.
+    pub time_window: GoDuration,
+}
+
+impl Default for AuthenticationSection {
+    fn default() -> Self {
+        Self {
+            time_window: GoDuration(weft_ledger::deliver::TIME_WINDOW_DEFAULT),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

@@ -10,7 +10,7 @@ use anyhow::{Result, anyhow, bail};
 use serde::Deserialize;
 use weft_ledger::Durability;
 
-use crate::settings::{GoDuration, load_yaml, resolve};
+use crate::settings::{AuthenticationSection, GoDuration, load_yaml, resolve};
 use crate::tls::TlsSection;
 use weft_orderer::NodeTls;
 use weft_peer_endorser::ChaincodeTls;
@@ -71,22 +71,6 @@ pub struct PeerSection {
     /// thread.
     #[serde(default)]
     pub worker_threads: usize,
-}
-
-/// How the peer checks who asks (Fabric's `peer.authentication`).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct AuthenticationSection {
-    /// How far a Deliver request's timestamp may be from the clock.
-    pub time_window: GoDuration,
-}
-
-impl Default for AuthenticationSection {
-    fn default() -> Self {
-        Self {
-            time_window: GoDuration(weft_ledger::deliver::TIME_WINDOW_DEFAULT),
-        }
-    }
 }
 
 /// Fabric's `peer.keepalive`: how the peer probes the connections of its
