@@ -885,6 +885,20 @@ async fn an_etcdraft_channel_needs_cluster_settings_unless_the_node_orders_it_al
     assert_eq!(responses[0].0, Status::Success);
     let blocks = deliver_until(&mut client, &network.org1_peer, 1, 1).await;
     assert_eq!(tx_id_of(&blocks[0].data.as_ref().unwrap().data[0]), tx_id);
+    // The configured time window (30 s) is the one applied: a request made
+    // a minute ago, within Fabric's default 15 minutes, is refused.
+    let oldest = || Position::Oldest(SeekOldest {});
+    let minute_old = seek_envelope_at(
+        CHANNEL,
+        &network.org1_peer,
+        [oldest(), oldest()],
+        SeekBehavior::BlockUntilReady,
+        Some(weft_msp::now() - 60),
+    );
+    assert_eq!(
+        deliver_requests(&mut client, vec![minute_old]).await,
+        [Delivered::Status(Status::BadRequest as i32)]
+    );
     drop(client);
 
     orderer.shutdown().await.unwrap();
@@ -914,8 +928,8 @@ async fn weft_orderer_start_serves_until_terminated() {
     std::fs::write(
         &config,
         "orderer:\n  id: orderer0\n  listenAddress: 127.0.0.1:0\n  localMspId: OrdererMSP\n  \
-         mspConfigPath: msp\n  fileSystemPath: data\nchannels:\n  - genesisBlock: orders.block\n\
-         ledger:\n  durability: group-commit\n",
+         mspConfigPath: msp\n  fileSystemPath: data\n  authentication:\n    timeWindow: 30s\n\
+         channels:\n  - genesisBlock: orders.block\nledger:\n  durability: group-commit\n",
     )
     .unwrap();
 
@@ -2207,7 +2221,7 @@ async fn a_deliver_request_ends_forbidden_once_its_reader_expires_or_loses_acces
     let mut client = connect(&orderer).await;
     let height = orderer.height(CHANNEL).unwrap();
 
-    let expires_at = weft_msp::now() + 2;
+    let expires_at = weft_msp::now() + 4;
     let short_lived = network
         .org2
         .issue(
@@ -2230,9 +2244,20 @@ async fn a_deliver_request_ends_forbidden_once_its_reader_expires_or_loses_acces
                 .into_inner()
         }
     };
-    let mut expiring = open(from_next(&short_lived)).await;
+    // The expiring reader asks from the last block, which it is sent
+    // while its certificate is valid: it was admitted.
+    let mut expiring = open(from_block(&short_lived, height - 1)).await;
     let mut revoked = open(from_next(&network.client2)).await;
     let mut kept = open(from_next(&network.client1)).await;
+    let first = tokio::time::timeout(DELIVER_TIME_MAX, expiring.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(&first.r#type, Some(Delivered::Block(block)) if block.header.as_ref().unwrap().number == height - 1),
+        "{first:?}"
+    );
 
     // Past the certificate's expiry, a transaction makes the next block.
     while weft_msp::now() <= expires_at {
@@ -2320,11 +2345,25 @@ async fn a_deliver_request_ends_forbidden_once_its_reader_expires_or_loses_acces
         .await
         .unwrap()
         .into_inner();
+    // Block 1 is committed and read before the config block commits, so
+    // the request was admitted under the old config.
+    let mut blocks = blocks.into_iter();
+    peer.commit(blocks.next().unwrap(), weft_msp::now())
+        .unwrap();
+    let first = tokio::time::timeout(DELIVER_TIME_MAX, at_peer.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(&first.r#type, Some(PeerDelivered::Block(block)) if block.header.as_ref().unwrap().number == 1),
+        "{first:?}"
+    );
     for block in blocks {
         peer.commit(block, weft_msp::now()).unwrap();
     }
     let read = async {
-        let mut numbers = Vec::new();
+        let mut numbers = vec![1];
         while let Some(response) = at_peer.message().await.unwrap() {
             match response.r#type.unwrap() {
                 PeerDelivered::Block(block) => numbers.push(block.header.unwrap().number),

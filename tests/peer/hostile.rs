@@ -842,7 +842,7 @@ async fn hostile_input_at_every_endpoint_is_refused_with_its_reason_and_nothing_
     // A reader whose certificate expires while it waits for the next block
     // is not sent that block: its request ends FORBIDDEN, as Fabric's
     // Deliver ends a session whose identity expired.
-    let expires_at = weft_msp::now() + 3;
+    let expires_at = weft_msp::now() + 4;
     let short_lived = org1
         .issue(
             "short-lived",
@@ -857,13 +857,20 @@ async fn hostile_input_at_every_endpoint_is_refused_with_its_reason_and_nothing_
         .deliver(tokio_stream::iter([seek_as(
             &short_lived,
             CHANNEL,
-            height,
+            height - 1,
             u64::MAX,
             wait,
         )]))
         .await
         .unwrap()
         .into_inner();
+    // The last block is sent while the certificate is valid: the reader
+    // was admitted.
+    let admitted = expiring.message().await.unwrap().unwrap();
+    assert!(
+        matches!(&admitted.r#type, Some(PeerResponse::Block(block)) if header_of(block).number == height - 1),
+        "{admitted:?}"
+    );
     while weft_msp::now() <= expires_at {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
