@@ -885,20 +885,6 @@ async fn an_etcdraft_channel_needs_cluster_settings_unless_the_node_orders_it_al
     assert_eq!(responses[0].0, Status::Success);
     let blocks = deliver_until(&mut client, &network.org1_peer, 1, 1).await;
     assert_eq!(tx_id_of(&blocks[0].data.as_ref().unwrap().data[0]), tx_id);
-    // The configured time window (30 s) is the one applied: a request made
-    // a minute ago, within Fabric's default 15 minutes, is refused.
-    let oldest = || Position::Oldest(SeekOldest {});
-    let minute_old = seek_envelope_at(
-        CHANNEL,
-        &network.org1_peer,
-        [oldest(), oldest()],
-        SeekBehavior::BlockUntilReady,
-        Some(weft_msp::now() - 60),
-    );
-    assert_eq!(
-        deliver_requests(&mut client, vec![minute_old]).await,
-        [Delivered::Status(Status::BadRequest as i32)]
-    );
     drop(client);
 
     orderer.shutdown().await.unwrap();
@@ -970,6 +956,20 @@ async fn weft_orderer_start_serves_until_terminated() {
     assert_eq!(responses[0].0, Status::Success, "{responses:?}");
     let blocks = deliver_until(&mut client, &network.org1_peer, 1, 1).await;
     assert_eq!(tx_id_of(&blocks[0].data.as_ref().unwrap().data[0]), tx_id);
+    // The configured time window (30 s) is the one applied: a request made
+    // a minute ago, within Fabric's default 15 minutes, is refused.
+    let oldest = || Position::Oldest(SeekOldest {});
+    let minute_old = seek_envelope_at(
+        CHANNEL,
+        &network.org1_peer,
+        [oldest(), oldest()],
+        SeekBehavior::BlockUntilReady,
+        Some(weft_msp::now() - 60),
+    );
+    assert_eq!(
+        deliver_requests(&mut client, vec![minute_old]).await,
+        [Delivered::Status(Status::BadRequest as i32)]
+    );
     drop(client);
 
     // The operations endpoint: the broadcast, the block the batch timeout
