@@ -171,6 +171,53 @@ impl SeekRequest {
     }
 }
 
+/// Fabric's `SessionAccessControl`: what a Deliver request's reader was
+/// admitted under, checked again before each block. The reader is refused
+/// once its certificate has expired, and its access is evaluated again
+/// whenever the channel's config sequence has moved since it was last
+/// checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionAccess {
+    /// When the reader's certificate (or its chain) expires, in seconds
+    /// since the Unix epoch.
+    expires_at: i64,
+    /// The config sequence the reader's access was last evaluated under.
+    checked_sequence: u64,
+}
+
+impl SessionAccess {
+    /// A reader whose certificate expires at `expires_at`, admitted under
+    /// config sequence `sequence`.
+    pub fn new(expires_at: i64, sequence: u64) -> Self {
+        Self {
+            expires_at,
+            checked_sequence: sequence,
+        }
+    }
+
+    /// Whether the reader may still read at `now`, the channel's config
+    /// being at `sequence`: `evaluate` (its access under that config)
+    /// decides only when the sequence has moved. `Err` says why not.
+    pub fn admit(
+        &mut self,
+        now: i64,
+        sequence: u64,
+        evaluate: impl FnOnce() -> std::result::Result<(), String>,
+    ) -> std::result::Result<(), String> {
+        if now > self.expires_at {
+            return Err(format!(
+                "the reader's certificate expired at {} (now {now})",
+                self.expires_at
+            ));
+        }
+        if sequence != self.checked_sequence {
+            evaluate().map_err(|reason| format!("under config sequence {sequence}: {reason}"))?;
+            self.checked_sequence = sequence;
+        }
+        Ok(())
+    }
+}
+
 /// How a Deliver request ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamEnd {
@@ -269,6 +316,34 @@ mod tests {
         }
         let refused = at(None).check_time_window(now, window).unwrap_err();
         assert!(refused.contains("no timestamp"), "{refused}");
+    }
+
+    #[test]
+    fn a_session_ends_at_expiry_and_is_evaluated_again_only_after_a_config_change() {
+        let mut session = SessionAccess::new(1_000, 3);
+        let mut evaluated = 0;
+        let mut evaluate = |verdict: std::result::Result<(), String>| {
+            evaluated += 1;
+            verdict
+        };
+        // The same config: access stands without an evaluation.
+        assert_eq!(session.admit(999, 3, || evaluate(Err("no".into()))), Ok(()));
+        assert_eq!(session.admit(1_000, 3, || evaluate(Ok(()))), Ok(()));
+        // A new config: evaluated once, then it stands again.
+        assert_eq!(session.admit(1_000, 4, || evaluate(Ok(()))), Ok(()));
+        assert_eq!(
+            session.admit(1_000, 4, || evaluate(Err("no".into()))),
+            Ok(())
+        );
+        let refused = session.admit(1_000, 5, || evaluate(Err("not a reader".into())));
+        assert_eq!(
+            refused,
+            Err("under config sequence 5: not a reader".to_owned())
+        );
+        assert_eq!(evaluated, 2);
+        // Past the certificate's expiry, whatever the config.
+        let expired = session.admit(1_001, 4, || Ok(())).unwrap_err();
+        assert!(expired.contains("expired at 1000"), "{expired}");
     }
 
     #[test]

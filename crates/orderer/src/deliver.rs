@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status as GrpcStatus, Streaming};
-use weft_ledger::deliver::{SeekRequest, StreamEnd, TlsBinding, stream_range};
+use weft_ledger::deliver::{SeekRequest, SessionAccess, StreamEnd, TlsBinding, stream_range};
 use weft_ledger::resolve_seek;
 use weft_policy::SignedData;
 use weft_protos::common::{Block, Envelope, Status};
@@ -143,23 +143,16 @@ async fn answer(
         .deserialize(&request.creator, now)
         .map_err(|e| (Status::Forbidden, e.to_string()))?
         .expires_at();
-    let mut checked_sequence = config.sequence();
+    let mut session = SessionAccess::new(expires_at, config.sequence());
     let admit = || {
         let now = (context.now)();
-        if now > expires_at {
-            return Err(format!(
-                "the reader's certificate expired at {expires_at} (now {now})"
-            ));
-        }
         let config = channel.config();
-        if config.sequence() != checked_sequence {
+        session.admit(now, config.sequence(), || {
             config
                 .authority
                 .evaluate(READERS_POLICY, &signed, now)
-                .map_err(|e| format!("under config sequence {}: {e}", config.sequence()))?;
-            checked_sequence = config.sequence();
-        }
-        Ok(())
+                .map_err(|e| e.to_string())
+        })
     };
     let range = resolve_seek(&request.seek, channel.store.height())
         .map_err(|e| (e.status(), e.to_string()))?;

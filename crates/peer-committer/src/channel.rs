@@ -50,6 +50,9 @@ pub struct ChannelContext {
     /// next checkpoint, which comes at the latest when this many
     /// transactions have gone unsigned. `None` for a block channel.
     pub stream_checkpoint: Option<u32>,
+    /// The sequence of the config this context was built from: how many
+    /// config updates led to it.
+    pub config_sequence: u64,
 }
 
 impl std::fmt::Debug for ChannelContext {
@@ -82,6 +85,7 @@ impl ChannelContext {
             application_orgs: Arc::new(application_orgs),
             own_signatures: None,
             stream_checkpoint: stream_checkpoint(config),
+            config_sequence: config.sequence,
         })
     }
 
@@ -121,6 +125,7 @@ impl ChannelContext {
             application_orgs: self.application_orgs.clone(),
             own_signatures: self.own_signatures.clone(),
             stream_checkpoint: self.stream_checkpoint,
+            config_sequence: self.config_sequence,
         }
     }
 

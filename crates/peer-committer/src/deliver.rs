@@ -26,7 +26,7 @@ use prost::Message;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
-use weft_ledger::deliver::{SeekRequest, StreamEnd, TlsBinding, stream_range};
+use weft_ledger::deliver::{SeekRequest, SessionAccess, StreamEnd, TlsBinding, stream_range};
 use weft_ledger::{BlockStore, resolve_seek};
 use weft_policy::SignedData;
 use weft_protos::common::{
@@ -235,25 +235,16 @@ impl DeliverService {
             .deserialize(&request.creator, now)
             .map_err(|_| Status::Forbidden)?
             .expires_at();
-        let mut checked = context.clone();
+        let mut session = SessionAccess::new(expires_at, context.config_sequence);
         let admit = || {
             let now = (self.now)();
-            if now > expires_at {
-                return Err(format!(
-                    "the reader's certificate expired at {expires_at} (now {now})"
-                ));
-            }
             let current = channel.context.read().clone();
-            let reconfigured = !Arc::ptr_eq(&current.policies, &checked.policies)
-                || !Arc::ptr_eq(&current.msps, &checked.msps);
-            if reconfigured {
+            session.admit(now, current.config_sequence, || {
                 current
                     .policies
                     .evaluate(READERS_POLICY, &signed, &current.msps, now)
-                    .map_err(|e| format!("under the channel's new config: {e}"))?;
-                checked = current;
-            }
-            Ok(())
+                    .map_err(|e| e.to_string())
+            })
         };
         let range =
             resolve_seek(&request.seek, *channel.committed.borrow()).map_err(|e| e.status())?;
