@@ -12,8 +12,10 @@
 //! Deliver runs; before each block the creator's access is checked again,
 //! as Fabric's `SessionAccessControl` does: once its certificate has
 //! expired, or when a new channel config no longer lets it read, the
-//! request ends FORBIDDEN. Each request ends with a status message, and a
-//! stream may carry several requests, answered in turn.
+//! request ends FORBIDDEN. Each request ends with a status message. A
+//! stream may carry several requests, answered in turn while each ends in
+//! SUCCESS; any other status ends the stream after it, as Fabric's
+//! handler returns after a failed request.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -96,7 +98,7 @@ async fn answer_all(
         let message = DeliverResponse {
             r#type: Some(ResponseType::Status(status as i32)),
         };
-        if sender.send(Ok(message)).await.is_err() {
+        if sender.send(Ok(message)).await.is_err() || status != Status::Success {
             return;
         }
     }

@@ -28,7 +28,7 @@ use weft_protos::block::{
     last_config_index, new_block, seal_block_unsigned, sign_block_with_consenter_metadata,
     signature_count,
 };
-use weft_protos::common::Block;
+use weft_protos::common::{Block, BlockHeader};
 use weft_protos::hash::{Hash, block_header_hash};
 use weft_protos::tx::Sign;
 
@@ -321,11 +321,12 @@ impl BlockWriter {
         })
     }
 
-    /// Appends a block another orderer of the cluster wrote (a node
-    /// catching up from a Raft snapshot), as it was signed there. It must
-    /// be the next block and link to the last one; its header must hash
-    /// its data.
-    pub fn append_pulled(&mut self, block: &Block) -> Result<()> {
+    /// Checks a block another orderer of the cluster wrote (a node
+    /// catching up from a Raft snapshot), as it was signed there, before
+    /// [`append_pulled`](Self::append_pulled) writes it: it must be the
+    /// next block and link to the last one, its header must hash its data,
+    /// and its last config block must be possible.
+    pub fn check_pulled<'a>(&self, block: &'a Block) -> Result<PulledBlock<'a>> {
         let number = self.next_number;
         let bad = |reason: String| Error::BadChain {
             channel: self.channel_id.clone(),
@@ -356,6 +357,29 @@ impl BlockWriter {
                 "its last config block {last_config} is impossible"
             )));
         }
+        Ok(PulledBlock {
+            block,
+            header,
+            last_config,
+        })
+    }
+
+    /// Appends a pulled block [`check_pulled`](Self::check_pulled) passed,
+    /// with nothing appended since.
+    pub fn append_pulled(&mut self, pulled: PulledBlock<'_>) -> Result<()> {
+        let PulledBlock {
+            block,
+            header,
+            last_config,
+        } = pulled;
+        let number = header.number;
+        if number != self.next_number {
+            return Err(Error::BadChain {
+                channel: self.channel_id.clone(),
+                block: self.next_number,
+                reason: format!("a pulled block checked as block {number} came late"),
+            });
+        }
         self.store
             .append_assembled(block, false)
             .map_err(|source| Error::Ledger {
@@ -369,6 +393,15 @@ impl BlockWriter {
         self.ordered.write().record(number, tx_keys(block));
         Ok(())
     }
+}
+
+/// A pulled block fit to be appended next: what
+/// [`BlockWriter::check_pulled`] read of it.
+#[derive(Debug)]
+pub struct PulledBlock<'a> {
+    block: &'a Block,
+    header: &'a BlockHeader,
+    last_config: u64,
 }
 
 #[cfg(test)]
@@ -429,6 +462,52 @@ mod tests {
         let reopened = BlockWriter::new("ch", store, signer, 0).unwrap();
         let replayed = reopened.assemble(&batch(&[&a, &envelope("d", 1)]));
         assert_eq!(envelopes_of(&replayed), [envelope("d", 1)]);
+    }
+
+    #[test]
+    fn pulled_blocks_are_checked_before_they_are_appended_in_order() {
+        // Goal: a node catching up takes another orderer's blocks as they
+        // were signed there, in order: a block out of turn, or one whose
+        // header does not hash its data, is refused by the check; a
+        // checked block is appended as it came; a check outlived by
+        // another append is refused rather than written out of turn.
+        let ahead_dir = tempfile::tempdir().unwrap();
+        let signer: Arc<dyn Sign + Send + Sync> =
+            Arc::new(TestOrg::new("OrdererMSP").signer(NodeRole::Orderer));
+        let mut ahead = BlockWriter::new("ch", store(ahead_dir.path()), signer.clone(), 0).unwrap();
+        let written: Vec<Block> = ["a", "b"]
+            .iter()
+            .map(|tx| {
+                let content = BlockContent::Transactions(vec![envelope(tx, 1)]);
+                ahead.write(&content, Seal::Signed).unwrap()
+            })
+            .collect();
+
+        let behind_dir = tempfile::tempdir().unwrap();
+        let behind_store = store(behind_dir.path());
+        let mut behind = BlockWriter::new("ch", behind_store.clone(), signer, 0).unwrap();
+        let out_of_turn = behind.check_pulled(&written[1]).unwrap_err();
+        assert!(
+            out_of_turn.to_string().contains("it is block 2"),
+            "{out_of_turn}"
+        );
+        let mut altered = written[0].clone();
+        altered.data.as_mut().unwrap().data.push(envelope("c", 1));
+        let altered = behind.check_pulled(&altered).unwrap_err();
+        assert!(altered.to_string().contains("data hash"), "{altered}");
+
+        let first = behind.check_pulled(&written[0]).unwrap();
+        behind.append_pulled(first).unwrap();
+        assert_eq!(behind_store.block(1).unwrap().unwrap(), written[0]);
+        assert_eq!(behind.next_number(), 2);
+
+        let checked = behind.check_pulled(&written[1]).unwrap();
+        let checked_again = behind.check_pulled(&written[1]).unwrap();
+        behind.append_pulled(checked).unwrap();
+        let late = behind.append_pulled(checked_again).unwrap_err();
+        assert!(late.to_string().contains("came late"), "{late}");
+        assert_eq!(behind.next_number(), 3);
+        assert_eq!(behind_store.height(), 3);
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! the creator's certificate has expired, or when a new channel config no
 //! longer lets it read, the request ends FORBIDDEN. A stream may carry
 //! several requests, answered one after the other; each ends with a status
-//! message.
+//! message, and one that is not SUCCESS ends the stream, as on Fabric.
 
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
@@ -187,7 +187,9 @@ impl DeliverService {
             let message = DeliverResponse {
                 r#type: Some(ResponseType::Status(status as i32)),
             };
-            if sender.send(Ok(message)).await.is_err() {
+            // As Fabric's handler: a request that did not end in SUCCESS
+            // ends the stream.
+            if sender.send(Ok(message)).await.is_err() || status != Status::Success {
                 return;
             }
         }

@@ -1735,6 +1735,19 @@ mod commit {
                     "{timestamp:?}"
                 );
             }
+
+            // As Fabric's handler: a refused request ends its stream, so
+            // the valid request sent after it is not answered.
+            let requests = tokio_stream::iter([
+                seek_envelope("nochannel", &user),
+                seek_envelope("ch10", &user),
+            ]);
+            let mut stream = client.deliver(requests).await.unwrap().into_inner();
+            let mut responses = Vec::new();
+            while let Some(response) = stream.message().await.unwrap() {
+                responses.push(response.r#type.unwrap());
+            }
+            assert_eq!(responses, [ResponseType::Status(Status::NotFound as i32)]);
         }
 
         /// A `kv` transaction by User1 whose chaincode set `event`, as an

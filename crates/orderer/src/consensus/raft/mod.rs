@@ -661,8 +661,13 @@ async fn catch_up(
             match pulled {
                 Ok(blocks) => {
                     for block in &blocks {
-                        writer.append_pulled(block)?;
+                        let pulled = writer.check_pulled(block)?;
+                        // In force before its block is visible, as when an
+                        // entry is applied: a reader waiting on this node
+                        // is checked under the config before it is sent
+                        // the block that carries it.
                         install_if_config(channel, block)?;
+                        writer.append_pulled(pulled)?;
                         progressed = true;
                     }
                     channel.metrics.height(&channel.id, writer.next_number());
