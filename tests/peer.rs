@@ -574,17 +574,19 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     )
     .unwrap();
     // The contract defined as `name` with `policy` and the collections
-    // above, run by the chaincode server.
-    let deploy_secrets = |name: &str, policy: &str| {
+    // of `collections` (the definition's `sequence`), run by the chaincode
+    // server.
+    let define_secrets = |name: &str, policy: &str, sequence: u32, collections: &Path| {
         let mut command = chaincode_deploy(&network, orderer.grpc, [org1.grpc, org2.grpc]);
         command
-            .args(["--name", name, "--sequence", "1"])
+            .args(["--name", name, "--sequence", &sequence.to_string()])
             .args(["--address", &chaincode.address.to_string()])
             .args(["--policy", policy])
             .arg("--collections-config")
-            .arg(&collections);
+            .arg(collections);
         command
     };
+    let deploy_secrets = |name: &str, policy: &str| define_secrets(name, policy, 1, &collections);
     let deployed = |mut command: Command| {
         let output = command.output().unwrap();
         assert!(
@@ -990,6 +992,92 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     );
     assert_eq!(protected["shared"]["valid"], true, "{protected}");
     assert_eq!(protected["named"]["valid"], true, "{protected}");
+
+    // The collections in force when each block is sent decide what a
+    // DeliverWithPrivateData reader gets, as Fabric's peer reads its
+    // collection store per block: Org2's peer, asking Org1's peer for
+    // the blocks to come while org1Notes is Org1's alone, gets org1Notes'
+    // writes once a new definition makes Org2 a member. The Gateway plans
+    // under the new definition too: a write to org1Notes naming no
+    // endorsers is now endorsed by both organisations.
+    let next = protected["named"]["block"].as_u64().unwrap() + 1;
+    let mut waiting = DeliverClient::new(connect(org1.grpc).await)
+        .deliver_with_private_data(tokio_stream::iter([seek(
+            CHANNEL,
+            &network.org2_peer,
+            next,
+            u64::MAX,
+        )]))
+        .await
+        .unwrap()
+        .into_inner();
+    let shared_notes = dir.path().join("shared-notes.json");
+    let definitions = std::fs::read_to_string(&collections).unwrap();
+    let org1_notes_of_one = r#"{"name": "org1Notes", "policy": "OR('Org1MSP.member')""#;
+    assert!(definitions.contains(org1_notes_of_one));
+    std::fs::write(
+        &shared_notes,
+        definitions.replace(
+            org1_notes_of_one,
+            r#"{"name": "org1Notes", "policy": "OR('Org1MSP.member','Org2MSP.member')""#,
+        ),
+    )
+    .unwrap();
+    deployed(define_secrets(
+        "secrets-both",
+        "AND('Org1MSP.peer','Org2MSP.peer')",
+        2,
+        &shared_notes,
+    ));
+    let shared = secrets_with(
+        "org1",
+        org1.grpc,
+        &[
+            ("SECRETS_AS", "protected"),
+            ("SECRETS_CONTRACT", "secrets-both"),
+        ],
+    );
+    for write in ["org1Only", "shared", "named"] {
+        assert_eq!(shared[write]["valid"], true, "{write}: {shared}");
+    }
+    let last = shared["named"]["block"].as_u64().unwrap();
+    let mut notes_read = Vec::new();
+    loop {
+        let response = tokio::time::timeout(PATIENCE, waiting.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let Some(PeerResponse::BlockAndPrivateData(block)) = response.r#type else {
+            panic!("peer answered {response:?}");
+        };
+        let number = block
+            .block
+            .as_ref()
+            .unwrap()
+            .header
+            .as_ref()
+            .unwrap()
+            .number;
+        let reads_notes = block.private_data_map.values().any(|set| {
+            set.ns_pvt_rwset
+                .iter()
+                .flat_map(|ns| &ns.collection_pvt_rwset)
+                .any(|collection| collection.collection_name == "org1Notes")
+        });
+        if reads_notes {
+            notes_read.push(number);
+        }
+        if number == last {
+            break;
+        }
+    }
+    let org1_only = shared["org1Only"]["block"].as_u64().unwrap();
+    assert_eq!(
+        notes_read,
+        [org1_only, last],
+        "the blocks whose org1Notes writes Org2's peer read"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

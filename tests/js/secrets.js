@@ -109,7 +109,8 @@ runGatewayClient(async (gateway, channelName) => {
                     transientData: { secret: 'kept from non-members' },
                     endorsingOrganizations: orgs,
                 });
-                return { valid: (await submitted.getStatus()).successful };
+                const status = await submitted.getStatus();
+                return { valid: status.successful, block: Number(status.blockNumber) };
             } catch (err) {
                 return { code: err.code, error: err.message };
             }
