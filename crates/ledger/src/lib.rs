@@ -60,7 +60,7 @@ pub use config::{Durability, StoreConfig};
 pub use error::{Error, Result, SeekError};
 pub use history::{HistoryWrites, history_writes};
 pub use keys::TxLocation;
-pub use pacing::pace_background_writes;
+pub use pacing::{pace_background_writes, staggered};
 pub use private::{MissingPrivateData, PrivateKeyRef, PurgedValue, TRANSIENT_RETENTION_BLOCKS};
 pub use seek::{SeekRange, SeekStep, resolve_seek};
 pub use store::{BlockPrivateData, BlockStore, Blocks};

@@ -94,6 +94,9 @@ const RECENT_BLOCKS: usize = 8;
 const RECENT_BLOCK_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// Unsynced write-ahead log bytes handed to the disk in the background.
 const WAL_BYTES_PER_SYNC: u64 = 512 * 1024;
+/// Write-ahead log bytes after which the memtables are flushed and the
+/// log recycled, before [`crate::staggered`] stretches it per store.
+const WAL_BYTES_MAX: u64 = 16 << 20;
 
 #[derive(Debug, Clone, Copy)]
 struct Tail {
@@ -1433,9 +1436,10 @@ fn open_db(path: &Path) -> Result<DB> {
     // inode as well (its size changed); a recycled log is overwritten
     // within its size, so a sync writes the data alone. A log is recycled
     // once every family holding writes in it has flushed, which the total
-    // size below forces every 16 MiB of writes.
+    // size below forces every 16 MiB of writes (up to 24 MiB, depending on
+    // the path, so that nodes holding the same chain flush apart).
     options.set_recycle_log_file_num(2);
-    options.set_max_total_wal_size(16 << 20);
+    options.set_max_total_wal_size(crate::staggered(WAL_BYTES_MAX, path));
     // Blocks written unsynced (a Raft orderer's, a stream channel's between
     // checkpoints) are handed to the disk in the background as they
     // accumulate, so that the sync that makes them durable finds little

@@ -28,7 +28,7 @@ const SNAPSHOT_KEY: &[u8] = b"snap";
 const ENTRY_PREFIX: u8 = b'e';
 /// The raft log's memtable: entries are read back soon after they are
 /// written (to send them to followers) and dropped at the next snapshot.
-const RAFT_LOG_MEMTABLE_BYTES: usize = 4 << 20;
+const RAFT_LOG_MEMTABLE_BYTES: u64 = 4 << 20;
 /// The last entries written are also kept in memory, at most this many
 /// and this many bytes of data (an entry holds a whole batch of
 /// envelopes): raft-rs reads each entry back soon after it is written, to
@@ -174,9 +174,12 @@ impl LogStore {
         // synchronous disk write. A recycled log is overwritten in place,
         // within its size, so a sync writes the data alone; a small
         // memtable makes the log turn over (and recycle) every few
-        // megabytes of entries, which compaction drops soon anyway.
+        // megabytes of entries, which compaction drops soon anyway. Its
+        // size depends on the path, so that the orderers of one machine,
+        // writing the same entries, flush apart.
         options.set_recycle_log_file_num(2);
-        options.set_write_buffer_size(RAFT_LOG_MEMTABLE_BYTES);
+        options
+            .set_write_buffer_size(weft_ledger::staggered(RAFT_LOG_MEMTABLE_BYTES, path) as usize);
         // Its flushes must not hold up the synced writes of entries.
         weft_ledger::pace_background_writes(&mut options);
         let db = rocksdb::DB::open(&options, path)
