@@ -586,7 +586,6 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
             .arg(collections);
         command
     };
-    let deploy_secrets = |name: &str, policy: &str| define_secrets(name, policy, 1, &collections);
     let deployed = |mut command: Command| {
         let output = command.output().unwrap();
         assert!(
@@ -596,7 +595,12 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
             String::from_utf8_lossy(&output.stderr)
         );
     };
-    let mut secrets_deploy = deploy_secrets("secrets", "OR('Org1MSP.peer','Org2MSP.peer')");
+    let mut secrets_deploy = define_secrets(
+        "secrets",
+        "OR('Org1MSP.peer','Org2MSP.peer')",
+        1,
+        &collections,
+    );
     secrets_deploy
         .arg("--collection-indexes")
         .arg(&collection_indexes);
@@ -969,9 +973,24 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     // notes would need Org2's endorsement: refused, in Fabric's words; a
     // collection of both is endorsed by both; a client that names both
     // organisations takes the choice on itself.
-    deployed(deploy_secrets(
+    // Its org1Notes is read by members only, so that the definitions in
+    // force decide who reads it below.
+    let org1_notes_of_one = r#"{"name": "org1Notes", "policy": "OR('Org1MSP.member')",
+             "requiredPeerCount": 0, "maxPeerCount": 0, "blockToLive": 0,
+             "memberOnlyRead": false"#;
+    let definitions = std::fs::read_to_string(&collections).unwrap();
+    assert!(definitions.contains(org1_notes_of_one));
+    let members_read_notes = definitions.replace(
+        org1_notes_of_one,
+        &org1_notes_of_one.replace(r#""memberOnlyRead": false"#, r#""memberOnlyRead": true"#),
+    );
+    let both_collections = dir.path().join("both-collections.json");
+    std::fs::write(&both_collections, &members_read_notes).unwrap();
+    deployed(define_secrets(
         "secrets-both",
         "AND('Org1MSP.peer','Org2MSP.peer')",
+        1,
+        &both_collections,
     ));
     let protected = secrets_with(
         "org1",
@@ -1012,13 +1031,10 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
         .unwrap()
         .into_inner();
     let shared_notes = dir.path().join("shared-notes.json");
-    let definitions = std::fs::read_to_string(&collections).unwrap();
-    let org1_notes_of_one = r#"{"name": "org1Notes", "policy": "OR('Org1MSP.member')""#;
-    assert!(definitions.contains(org1_notes_of_one));
     std::fs::write(
         &shared_notes,
-        definitions.replace(
-            org1_notes_of_one,
+        members_read_notes.replace(
+            r#"{"name": "org1Notes", "policy": "OR('Org1MSP.member')""#,
             r#"{"name": "org1Notes", "policy": "OR('Org1MSP.member','Org2MSP.member')""#,
         ),
     )

@@ -285,7 +285,9 @@ impl DeliverService {
 /// writes, the collections whose member policy the request's signer
 /// satisfies (an organisation's implicit collection: a member of that
 /// organisation). The channel's config and the collection's definition in
-/// force when the block is sent decide, as in Fabric.
+/// force when the block is sent decide (Fabric takes the definition as it
+/// stood when the block committed: the two differ only for a block sent
+/// after the collection was defined again).
 struct ReadablePrivateData {
     ledger: Arc<BlockStore>,
     /// The channel's current context, replaced as config blocks and
