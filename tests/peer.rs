@@ -759,27 +759,7 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
                 .await
                 .unwrap()
                 .into_inner();
-            let response = tokio::time::timeout(PATIENCE, stream.message())
-                .await
-                .unwrap()
-                .unwrap()
-                .unwrap();
-            let Some(PeerResponse::BlockAndPrivateData(block)) = response.r#type else {
-                panic!("peer answered {response:?}");
-            };
-            block
-                .private_data_map
-                .into_iter()
-                .map(|(tx, set)| {
-                    let collections: Vec<String> = set
-                        .ns_pvt_rwset
-                        .iter()
-                        .flat_map(|ns| &ns.collection_pvt_rwset)
-                        .map(|collection| collection.collection_name.clone())
-                        .collect();
-                    (tx, collections)
-                })
-                .collect::<Vec<_>>()
+            next_collections_read(&mut stream).await.1
         }
     };
     let readable = |reader: &Signer| readable_at(org1.grpc, reader, created);
@@ -1059,29 +1039,11 @@ async fn a_fabric_contract_keeps_private_data_in_collections_only_their_members_
     let last = shared["named"]["block"].as_u64().unwrap();
     let mut notes_read = Vec::new();
     loop {
-        let response = tokio::time::timeout(PATIENCE, waiting.message())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        let Some(PeerResponse::BlockAndPrivateData(block)) = response.r#type else {
-            panic!("peer answered {response:?}");
-        };
-        let number = block
-            .block
-            .as_ref()
-            .unwrap()
-            .header
-            .as_ref()
-            .unwrap()
-            .number;
-        let reads_notes = block.private_data_map.values().any(|set| {
-            set.ns_pvt_rwset
-                .iter()
-                .flat_map(|ns| &ns.collection_pvt_rwset)
-                .any(|collection| collection.collection_name == "org1Notes")
-        });
-        if reads_notes {
+        let (number, collections) = next_collections_read(&mut waiting).await;
+        if collections
+            .iter()
+            .any(|(_, names)| names.iter().any(|name| name == "org1Notes"))
+        {
             notes_read.push(number);
         }
         if number == last {
@@ -2888,6 +2850,36 @@ async fn broadcast(orderer: SocketAddr, envelopes: &[Envelope]) -> Vec<Status> {
 
 /// A request for blocks `start..=stop` of `channel`, waiting for those
 /// not yet committed.
+/// The next block a DeliverWithPrivateData stream sends: its number, and
+/// the collections of private data sent with it, by transaction index.
+async fn next_collections_read(
+    stream: &mut tonic::Streaming<weft_protos::protos::DeliverResponse>,
+) -> (u64, Vec<(u64, Vec<String>)>) {
+    let response = tokio::time::timeout(PATIENCE, stream.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let Some(PeerResponse::BlockAndPrivateData(block)) = response.r#type else {
+        panic!("peer answered {response:?}");
+    };
+    let number = block.block.unwrap().header.unwrap().number;
+    let collections = block
+        .private_data_map
+        .into_iter()
+        .map(|(tx, set)| {
+            let collections = set
+                .ns_pvt_rwset
+                .iter()
+                .flat_map(|ns| &ns.collection_pvt_rwset)
+                .map(|collection| collection.collection_name.clone())
+                .collect();
+            (tx, collections)
+        })
+        .collect();
+    (number, collections)
+}
+
 fn seek(channel: &str, client: &Signer, start: u64, stop: u64) -> Envelope {
     seek_with(client, channel, start, stop, SeekBehavior::BlockUntilReady)
 }
