@@ -2848,8 +2848,6 @@ async fn broadcast(orderer: SocketAddr, envelopes: &[Envelope]) -> Vec<Status> {
     statuses
 }
 
-/// A request for blocks `start..=stop` of `channel`, waiting for those
-/// not yet committed.
 /// The next block a DeliverWithPrivateData stream sends: its number, and
 /// the collections of private data sent with it, by transaction index.
 async fn next_collections_read(
@@ -2880,6 +2878,8 @@ async fn next_collections_read(
     (number, collections)
 }
 
+/// A request for blocks `start..=stop` of `channel`, waiting for those
+/// not yet committed.
 fn seek(channel: &str, client: &Signer, start: u64, stop: u64) -> Envelope {
     seek_with(client, channel, start, stop, SeekBehavior::BlockUntilReady)
 }

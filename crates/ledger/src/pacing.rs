@@ -65,12 +65,14 @@ pub fn pace_background_writes(options: &mut rocksdb::Options) {
 }
 
 /// `bytes` stretched by a factor from 1 up to 1.5, fixed for the database
-/// at `path` (the same on every open) and different for most other paths:
+/// at `path` (the same on every open by one build of weft) and different
+/// for most other paths:
 /// a memtable or write-ahead-log size that makes nodes of one machine
 /// flush at different moments (see the module's doc).
 pub fn staggered(bytes: u64, path: &Path) -> u64 {
     // SipHash with fixed keys: the same factor for the same path on
-    // every run.
+    // every run (the standard library may change its hasher between
+    // releases, which moves only when flushes fall).
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     path.hash(&mut hasher);
     let sixteenths = hasher.finish() % 9;
