@@ -10,6 +10,7 @@
 pub mod committer;
 pub mod endorser;
 mod feeder;
+pub mod floor;
 pub mod load;
 pub mod orderer;
 

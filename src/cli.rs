@@ -84,6 +84,10 @@ enum BenchCommand {
     /// Proposals per second: concurrent clients send pre-signed proposals
     /// to a peer process's endorser.
     Endorser(crate::bench::endorser::EndorserBenchArgs),
+    /// What this machine charges for a stream transaction's messages,
+    /// synced writes and signatures alone, between threads over loopback
+    /// TCP: the floor under weft's own cost.
+    Floor(crate::bench::floor::FloorBenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -211,6 +215,7 @@ pub fn run(cli: Cli) -> Result<()> {
             Some(BenchCommand::Committer(args)) => crate::bench::committer::run(args),
             Some(BenchCommand::Orderer(args)) => crate::bench::orderer::run(args),
             Some(BenchCommand::Endorser(args)) => crate::bench::endorser::run(args),
+            Some(BenchCommand::Floor(args)) => crate::bench::floor::run(args),
             None => crate::bench::load::run(&bench.load),
         },
         Command::Chaos(args) => crate::chaos::run(&args),

@@ -193,6 +193,63 @@ fn weft_bench_committer_reports_every_transaction_committed() {
 }
 
 #[test]
+fn weft_bench_floor_answers_every_transaction_and_counts_each_thread() {
+    // Goal: the protocol's floor (a stream transaction's messages, synced
+    // writes and signatures between six threads) runs every transaction to
+    // its commit-status answer, each signature verified on the way, and
+    // counts the CPU of every thread it names.
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("floor.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args([
+            "bench",
+            "floor",
+            "--rate",
+            "200",
+            "--duration",
+            "4s",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("committed 800 tx in "),
+        "{stdout}"
+    );
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(results["committed"], 800);
+    let threads = results["cpu_ms_per_tx"].as_object().unwrap();
+    let mut servers = 0.0;
+    for name in [
+        "floor-orderer0",
+        "floor-orderer1",
+        "floor-orderer2",
+        "floor-peer0",
+        "floor-peer1",
+    ] {
+        let cpu = threads[name].as_f64().unwrap();
+        assert!(cpu > 0.0, "{name}: {results}");
+        servers += cpu;
+    }
+    assert!(threads["floor-client"].as_f64().unwrap() > 0.0, "{results}");
+    let reported = results["servers_cpu_ms_per_tx"].as_f64().unwrap();
+    assert!((reported - servers).abs() < 1e-9, "{results}");
+    assert!(results["p50_ms"].as_f64().unwrap() > 0.0, "{results}");
+}
+
+#[test]
 fn weft_bench_orderer_reports_every_envelope_ordered() {
     // Goal: the FastFabric orderer experiment runs end to end (signed
     // envelopes broadcast to an orderer process, blocks watched on Deliver)
