@@ -27,6 +27,27 @@ fn bench(dir: &Path, args: &[&str]) -> (String, serde_json::Value) {
     (run.last_line().to_owned(), run.results)
 }
 
+/// Runs `weft bench <args> --json <json>`, requiring success; returns the
+/// last line printed and the JSON written.
+fn bench_json(args: &[&str], json: &Path) -> (String, serde_json::Value) {
+    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .arg(json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let last_line = stdout.lines().last().unwrap_or_default().to_owned();
+    let results = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+    (last_line, results)
+}
+
 /// Checks `--transactions`: a header, then one line per committed
 /// transaction, in the order their proposals started, each VALID, whose
 /// phases add up to its latency.
@@ -152,38 +173,22 @@ fn weft_bench_committer_reports_every_transaction_committed() {
     // blocks fed to a peer process) and reports what it measured; the bench
     // itself fails if the peer marks any of its valid transactions invalid.
     let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("results.json");
-    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args([
-            "bench",
+    let (last_line, results) = bench_json(
+        &[
             "committer",
             "--transactions",
             "1000",
             "--block-size",
             "50",
-        ])
-        .arg("--json")
-        .arg(&json)
-        .arg("--dir")
-        .arg(dir.path().join("work"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
+            "--dir",
+            dir.path().join("work").to_str().unwrap(),
+        ],
+        &dir.path().join("results.json"),
     );
     assert!(
-        stdout
-            .lines()
-            .last()
-            .unwrap()
-            .starts_with("committed 1000 tx in "),
-        "{stdout}"
+        last_line.starts_with("committed 1000 tx in "),
+        "{last_line}"
     );
-    let results: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let run = &results[0];
     assert_eq!(run["transactions"], 1000);
     assert_eq!(run["valid"], 1000);
@@ -199,36 +204,11 @@ fn weft_bench_floor_answers_every_transaction_and_counts_each_thread() {
     // its commit-status answer, each signature verified on the way, and
     // counts the CPU of every thread it names.
     let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("floor.json");
-    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args([
-            "bench",
-            "floor",
-            "--rate",
-            "200",
-            "--duration",
-            "4s",
-            "--json",
-        ])
-        .arg(&json)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
+    let (last_line, results) = bench_json(
+        &["floor", "--rate", "200", "--duration", "4s"],
+        &dir.path().join("floor.json"),
     );
-    assert!(
-        stdout
-            .lines()
-            .last()
-            .unwrap()
-            .starts_with("committed 800 tx in "),
-        "{stdout}"
-    );
-    let results: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(last_line.starts_with("committed 800 tx in "), "{last_line}");
     assert_eq!(results["committed"], 800);
     let threads = results["cpu_ms_per_tx"].as_object().unwrap();
     let mut servers = 0.0;

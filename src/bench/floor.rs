@@ -395,16 +395,20 @@ impl SyncedFile {
     }
 }
 
-/// One orderer: Raft's messages and synced log writes without Raft's
-/// elections or terms, then a signed block per entry.
-async fn orderer(
+/// What a server thread starts with.
+struct Node {
     me: usize,
     listener: TcpListener,
     addresses: Arc<Vec<SocketAddr>>,
     keys: Arc<Keys>,
     files: Files,
-) -> Result<()> {
-    let mut log = files.create(&format!("raft{me}"))?;
+}
+
+/// One orderer: Raft's messages and synced log writes without Raft's
+/// elections or terms, then a signed block per entry.
+async fn orderer(node: Node) -> Result<()> {
+    let (me, keys) = (node.me, node.keys);
+    let mut log = node.files.create(&format!("raft{me}"))?;
     let followers = [ORDERERS[1], ORDERERS[2]];
     let attached: Vec<usize> = PEERS.into_iter().filter(|p| source_of(*p) == me).collect();
     let (dial, accept) = if me == LEADER {
@@ -412,7 +416,7 @@ async fn orderer(
     } else {
         (vec![LEADER], 1 + attached.len())
     };
-    let mut links = Links::open(me, listener, &addresses, &dial, accept).await?;
+    let mut links = Links::open(me, node.listener, &node.addresses, &dial, accept).await?;
     let signer = &keys.orderers[me];
     let mut entries: HashMap<u64, (u64, Vec<u8>)> = HashMap::new();
     let mut received_here = HashSet::new();
@@ -511,15 +515,10 @@ async fn orderer(
 }
 
 /// One peer: endorses, then validates and durably appends each block.
-async fn peer(
-    me: usize,
-    listener: TcpListener,
-    addresses: Arc<Vec<SocketAddr>>,
-    keys: Arc<Keys>,
-    files: Files,
-) -> Result<()> {
-    let mut blocks = files.create(&format!("blocks{me}"))?;
-    let mut links = Links::open(me, listener, &addresses, &[source_of(me)], 1).await?;
+async fn peer(node: Node) -> Result<()> {
+    let (me, keys) = (node.me, node.keys);
+    let mut blocks = node.files.create(&format!("blocks{me}"))?;
+    let mut links = Links::open(me, node.listener, &node.addresses, &[source_of(me)], 1).await?;
     let index = me - PEERS[0];
     let mut applied = HashSet::new();
     let mut waiting = HashSet::new();
@@ -706,11 +705,17 @@ pub fn run(args: &FloorBenchArgs) -> Result<()> {
                         return client(addresses, keys, rate, duration).await;
                     }
                     listener.set_nonblocking(true)?;
-                    let listener = TcpListener::from_std(listener)?;
+                    let node = Node {
+                        me,
+                        listener: TcpListener::from_std(listener)?,
+                        addresses,
+                        keys,
+                        files,
+                    };
                     if ORDERERS.contains(&me) {
-                        orderer(me, listener, addresses, keys, files).await?;
+                        orderer(node).await?;
                     } else {
-                        peer(me, listener, addresses, keys, files).await?;
+                        peer(node).await?;
                     }
                     Ok(Vec::new())
                 })
