@@ -29,9 +29,10 @@
 //!   client's block observer, and answers SUCCESS to the client if the
 //!   envelope came to it;
 //! - each peer verifies the block's signature, the creator's signature and
-//!   the other peer's endorsement, appends the block with a synced write,
-//!   sends the client a block event, and answers the client's signed
-//!   commit-status request, which it verifies.
+//!   the other peer's endorsement, appends the block, answers the client's
+//!   signed commit-status request (which it verifies) once the block is
+//!   applied, as weft's peers answer with `gateway.commitStatus: applied`,
+//!   then syncs the block and sends the client a block event.
 //!
 //! So five synced writes, eight verifications and four signatures per
 //! transaction on the servers, and some fifteen messages, as weft counts
@@ -42,7 +43,7 @@
 //!
 //! Reported: each thread's CPU time per transaction over the middle half
 //! of the run (from `/proc`), the servers' sum, and the client's latency
-//! from proposal to commit-status answer.
+//! from proposal to commit-status answer (applied).
 
 use std::collections::{HashMap, HashSet};
 use std::io::{Seek, Write};
@@ -542,7 +543,17 @@ async fn peer(node: Node) -> Result<()> {
                     let [proposal, endorsement] = split(payload)?;
                     keys.peer_identities[endorser - PEERS[0]].verify(proposal, endorsement)?;
                 }
+                // Applied: the commit status is answered before the sync,
+                // as a peer with `gateway.commitStatus: applied` answers
+                // it; the block event (durable) after.
                 blocks.write(&frame.body)?;
+                if waiting.remove(&frame.number) {
+                    links
+                        .send(CLIENT, Kind::StatusAnswer, frame.number, &[])
+                        .await?;
+                } else if endorser == me {
+                    applied.insert(frame.number);
+                }
                 blocks.sync()?;
                 links
                     .send(
@@ -552,13 +563,6 @@ async fn peer(node: Node) -> Result<()> {
                         &frame.number.to_le_bytes(),
                     )
                     .await?;
-                if waiting.remove(&frame.number) {
-                    links
-                        .send(CLIENT, Kind::StatusAnswer, frame.number, &[])
-                        .await?;
-                } else if endorser == me {
-                    applied.insert(frame.number);
-                }
             }
             Kind::Status => {
                 let [request, signature] = split(&frame.body)?;
