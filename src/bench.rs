@@ -308,7 +308,7 @@ impl NodeProcess {
     pub fn cpu_seconds(&self) -> Result<f64> {
         let pid = i32::try_from(self.child.id())?;
         let stat = procfs::process::Process::new(pid)?.stat()?;
-        Ok((stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
+        Ok(stat_cpu_seconds(&stat))
     }
 
     /// Asks the node to stop (SIGTERM) and waits for it.
@@ -385,6 +385,12 @@ pub fn settle_page_cache() {
 }
 
 /// The `q`-quantile (0..=1) of sorted `values`, nearest rank.
+/// The CPU seconds (user + system) a process's or thread's `/proc` stat
+/// records, to the clock tick.
+pub fn stat_cpu_seconds(stat: &procfs::process::Stat) -> f64 {
+    (stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64
+}
+
 pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;

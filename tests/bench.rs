@@ -17,35 +17,12 @@ mod node;
 use std::path::Path;
 use std::process::Command;
 
-/// Runs `weft bench <args>` with `--json` and `--dir` in `dir`; returns the
-/// last line printed and the JSON results.
 /// Runs `weft bench` with `args`, requiring success and a last line in
 /// the format scripts read; returns that line and the JSON results.
 fn bench(dir: &Path, args: &[&str]) -> (String, serde_json::Value) {
     let run = bench_printing(dir, args);
     run.summary();
     (run.last_line().to_owned(), run.results)
-}
-
-/// Runs `weft bench <args> --json <json>`, requiring success; returns the
-/// last line printed and the JSON written.
-fn bench_json(args: &[&str], json: &Path) -> (String, serde_json::Value) {
-    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .arg("bench")
-        .args(args)
-        .arg("--json")
-        .arg(json)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let last_line = stdout.lines().last().unwrap_or_default().to_owned();
-    let results = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
-    (last_line, results)
 }
 
 /// Checks `--transactions`: a header, then one line per committed
@@ -111,17 +88,27 @@ impl BenchRun {
 /// Runs `weft bench` with `args` (and a network directory under `dir`
 /// unless it connects to one), requiring success.
 fn bench_printing(dir: &Path, args: &[&str]) -> BenchRun {
-    let json = dir.join("results.json");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_weft"));
-    command.arg("bench").args(args).arg("--json").arg(&json);
+    let work = dir.join("work");
+    let mut args = args.to_vec();
     if !args.contains(&"--connect") {
-        command.arg("--dir").arg(dir.join("work"));
+        args.extend(["--dir", work.to_str().unwrap()]);
     }
-    let output = command.output().unwrap();
+    bench_with_json(&args, &dir.join("results.json"))
+}
+
+/// Runs `weft bench <args> --json <json>`, requiring success.
+fn bench_with_json(args: &[&str], json: &Path) -> BenchRun {
+    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .arg(json)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(output.status.success(), "{stdout}{stderr}");
-    let results = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let results = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
     BenchRun {
         stdout,
         stderr,
@@ -173,22 +160,16 @@ fn weft_bench_committer_reports_every_transaction_committed() {
     // blocks fed to a peer process) and reports what it measured; the bench
     // itself fails if the peer marks any of its valid transactions invalid.
     let dir = tempfile::tempdir().unwrap();
-    let (last_line, results) = bench_json(
-        &[
-            "committer",
-            "--transactions",
-            "1000",
-            "--block-size",
-            "50",
-            "--dir",
-            dir.path().join("work").to_str().unwrap(),
-        ],
-        &dir.path().join("results.json"),
+    let run = bench_printing(
+        dir.path(),
+        &["committer", "--transactions", "1000", "--block-size", "50"],
     );
     assert!(
-        last_line.starts_with("committed 1000 tx in "),
-        "{last_line}"
+        run.last_line().starts_with("committed 1000 tx in "),
+        "{}",
+        run.stdout
     );
+    let results = run.results;
     let run = &results[0];
     assert_eq!(run["transactions"], 1000);
     assert_eq!(run["valid"], 1000);
@@ -204,11 +185,16 @@ fn weft_bench_floor_answers_every_transaction_and_counts_each_thread() {
     // its commit-status answer, each signature verified on the way, and
     // counts the CPU of every thread it names.
     let dir = tempfile::tempdir().unwrap();
-    let (last_line, results) = bench_json(
+    let run = bench_with_json(
         &["floor", "--rate", "200", "--duration", "4s"],
         &dir.path().join("floor.json"),
     );
-    assert!(last_line.starts_with("committed 800 tx in "), "{last_line}");
+    assert!(
+        run.last_line().starts_with("committed 800 tx in "),
+        "{}",
+        run.stdout
+    );
+    let results = run.results;
     assert_eq!(results["committed"], 800);
     let threads = results["cpu_ms_per_tx"].as_object().unwrap();
     let mut servers = 0.0;

@@ -62,7 +62,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use weft_msp::{Identity, MspManager, Signer};
 
-use super::{BenchChannel, WorkDir, quantile, summary_line, write_json};
+use super::{BenchChannel, WorkDir, quantile, stat_cpu_seconds, summary_line, write_json};
 use crate::bench::load::parse_duration;
 
 /// Options of `weft bench floor`.
@@ -656,19 +656,14 @@ async fn client(
     Ok(latencies)
 }
 
-/// CPU time of this process's thread named `name`.
-fn thread_cpu(name: &str) -> Result<Duration> {
-    let me = procfs::process::Process::myself()?;
-    for task in me.tasks()? {
+/// The CPU seconds of each of this process's threads, by thread name.
+fn threads_cpu_seconds() -> Result<HashMap<String, f64>> {
+    let mut seconds = HashMap::new();
+    for task in procfs::process::Process::myself()?.tasks()? {
         let stat = task?.stat()?;
-        if stat.comm == name {
-            let ticks = stat.utime + stat.stime;
-            return Ok(Duration::from_secs_f64(
-                ticks as f64 / procfs::ticks_per_second() as f64,
-            ));
-        }
+        seconds.insert(stat.comm.clone(), stat_cpu_seconds(&stat));
     }
-    bail!("no thread named {name}")
+    Ok(seconds)
 }
 
 pub fn run(args: &FloorBenchArgs) -> Result<()> {
@@ -733,9 +728,9 @@ pub fn run(args: &FloorBenchArgs) -> Result<()> {
     // The middle half of the sending, after the files are written and the
     // connections settled.
     std::thread::sleep(SETTLE + args.duration / 4 + Duration::from_secs(1));
-    let before = NAMES.map(thread_cpu);
+    let before = threads_cpu_seconds()?;
     std::thread::sleep(args.duration / 2);
-    let after = NAMES.map(thread_cpu);
+    let after = threads_cpu_seconds()?;
     let outcome = client
         .join()
         .map_err(|_| anyhow!("the client thread panicked"))?;
@@ -758,10 +753,10 @@ pub fn run(args: &FloorBenchArgs) -> Result<()> {
     let mut servers = 0.0;
     println!("| thread | CPU per tx (ms) |\n|---|---|");
     for (index, name) in NAMES.into_iter().enumerate() {
-        let (Ok(before), Ok(after)) = (&before[index], &after[index]) else {
+        let (Some(before), Some(after)) = (before.get(name), after.get(name)) else {
             bail!("the {name} thread ended before the run did");
         };
-        let per_tx = (*after - *before).as_secs_f64() * 1e3 / counted;
+        let per_tx = (after - before) * 1e3 / counted;
         if index != CLIENT {
             servers += per_tx;
         }

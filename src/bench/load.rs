@@ -1518,7 +1518,7 @@ impl Scrape {
 fn own_cpu_seconds() -> f64 {
     procfs::process::Process::myself()
         .and_then(|me| me.stat())
-        .map(|stat| (stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
+        .map(|stat| super::stat_cpu_seconds(&stat))
         .unwrap_or(0.0)
 }
 

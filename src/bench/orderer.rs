@@ -602,7 +602,7 @@ fn process_cpu_seconds(pid: i32) -> Result<f64> {
     let stat = procfs::process::Process::new(pid)
         .and_then(|process| process.stat())
         .with_context(|| format!("--kafka-pid {pid}: reading the process's CPU time"))?;
-    Ok((stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
+    Ok(super::stat_cpu_seconds(&stat))
 }
 
 /// Deletes a finished run's topic (its orderers stopped), so that a sweep
